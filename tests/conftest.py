@@ -1,0 +1,13 @@
+"""Shared test paths: the project root on sys.path, and ../shared (real data, references)."""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+requires_shared = pytest.mark.skipif(
+    not os.path.isdir(SHARED),
+    reason="../shared (real data and reference outputs) is not present beside the project")
