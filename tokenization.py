@@ -1,0 +1,309 @@
+"""BERT's WordPiece tokenizer (and an ALBERT-style SentencePiece mode) behind one interface.
+
+The released BERT checkpoints only work with text split exactly the way their pre-training data was
+split, so `BasicTokenizer` and `WordpieceTokenizer` reproduce the original google-research/bert
+rules character for character: which characters are dropped, which count as whitespace,
+punctuation or CJK ideographs, how lower-casing strips accents, and when a word becomes [UNK].
+`FullTokenizer.tokenize` runs those rules one text at a time and is the reference;
+`FullTokenizer.tokenize_batch` / `encode_batch` give the same output much faster (see there).
+"""
+
+import collections
+import re
+import unicodedata
+
+import fileio
+
+# Every script builds its inputs from these, so a vocab without them fails at load time with the
+# file's name rather than as a KeyError deep inside feature conversion.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+# The Google checkpoint directories whose casing is known; any other name is not checked.
+_UNCASED_CHECKPOINTS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
+                        "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
+_CASED_CHECKPOINTS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16",
+                      "multi_cased_L-12_H-768_A-12")
+
+# The code point blocks the original treats as CJK ideographs (each becomes its own word). Hangul,
+# Hiragana and Katakana are written with spaces between words, so they are deliberately absent.
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+# SentencePiece's word-boundary marker.
+_SPIECE_UNDERLINE = "\u2581"
+
+
+def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
+  """Raises InputError when --do_lower_case contradicts a Google checkpoint's directory name.
+
+  The casing is not recorded in bert_config.json, so the directory name (e.g.
+  uncased_L-12_H-768_A-12/bert_model.ckpt) is the only evidence; a mismatch silently ruins
+  fine-tuning, which is why it is an error rather than a warning.
+  """
+  if not init_checkpoint:
+    return
+  match = re.match(r"^.*?([A-Za-z0-9_-]+)/bert_model.ckpt", init_checkpoint)
+  if match is None:
+    return
+  model_name = match.group(1)
+  if model_name in _UNCASED_CHECKPOINTS and not do_lower_case:
+    given, kind, wanted = "False", "lower-cased (uncased)", "True"
+  elif model_name in _CASED_CHECKPOINTS and do_lower_case:
+    given, kind, wanted = "True", "cased", "False"
+  else:
+    return
+  raise fileio.InputError(
+      f"--do_lower_case={given} does not match --init_checkpoint={init_checkpoint}: "
+      f"`{model_name}` is a {kind} model, so pass --do_lower_case={wanted} to tokenize the way "
+      f"it was pre-trained")
+
+
+def convert_to_unicode(text):
+  """Returns `text` as str, decoding bytes as UTF-8 and dropping undecodable bytes."""
+  if isinstance(text, str):
+    return text
+  if isinstance(text, bytes):
+    return text.decode("utf-8", "ignore")
+  raise ValueError(f"Unsupported string type: {type(text)}")
+
+
+def printable_text(text):
+  """Returns `text` as str for printing or logging (same as convert_to_unicode on Python 3)."""
+  return convert_to_unicode(text)
+
+
+def load_vocab(vocab_file):
+  """Reads a vocab file (one token per line, id = line index) into an OrderedDict token -> id.
+
+  As in the original, surrounding whitespace is stripped from each line, and a token that occurs
+  twice keeps the id of its last occurrence while still using up a line index.
+  """
+  fileio.check_file(vocab_file, "vocab file")
+  vocab = collections.OrderedDict()
+  for number, line in fileio.read_lines(vocab_file):
+    vocab[line.strip()] = number - 1
+  return vocab
+
+
+def check_special_tokens(vocab, vocab_file):
+  """Raises InputError naming `vocab_file` unless the vocab holds all of SPECIAL_TOKENS."""
+  missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+  if missing:
+    raise fileio.InputError(
+        f"vocab file {vocab_file} lacks the special token(s) {' '.join(missing)}; "
+        f"is it a BERT WordPiece vocab (one token per line)?")
+
+
+def convert_by_vocab(vocab, items):
+  """Maps each item through `vocab` (a token->id or id->token dict); unknown items raise KeyError."""
+  return [vocab[item] for item in items]
+
+
+def convert_tokens_to_ids(vocab, tokens):
+  return convert_by_vocab(vocab, tokens)
+
+
+def convert_ids_to_tokens(inv_vocab, ids):
+  return convert_by_vocab(inv_vocab, ids)
+
+
+def whitespace_tokenize(text):
+  """Splits on runs of (Unicode) whitespace, dropping leading and trailing whitespace."""
+  return text.split()
+
+
+def _is_whitespace(char):
+  # Tab, newline and carriage return are control characters to Unicode but separate words.
+  return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def _is_control(char):
+  if char in "\t\n\r":
+    return False
+  return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_punctuation(char):
+  # Every ASCII symbol counts, including ^ $ ` + < = > | ~ which Unicode files as symbols (S*),
+  # so that ASCII text splits the same way whatever the Unicode category.
+  cp = ord(char)
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(char).startswith("P")
+
+
+def _is_chinese_char(cp):
+  for low, high in _CJK_RANGES:
+    if low <= cp <= high:
+      return True
+  return False
+
+
+class BasicTokenizer:
+  """Cleans text and splits it into words: whitespace, punctuation, CJK ideographs, casing."""
+
+  def __init__(self, do_lower_case=True):
+    self.do_lower_case = do_lower_case
+
+  def tokenize(self, text):
+    text = self._clean_text(convert_to_unicode(text))
+    # Ideographs are split one per word because Chinese is written without spaces; the English
+    # vocab holds the ones common in Wikipedia, so this matters for English models too.
+    text = self._tokenize_chinese_chars(text)
+    words = []
+    for word in whitespace_tokenize(text):
+      words.extend(self.split_word(word))
+    return words
+
+  def split_word(self, word):
+    """One whitespace-free word -> its lower-cased, accent-stripped, punctuation-split parts."""
+    if self.do_lower_case:
+      word = self._run_strip_accents(word.lower())
+    # Joining with spaces and splitting again (as the original does) drops empty parts and splits
+    # on any whitespace the normalization might produce.
+    return whitespace_tokenize(" ".join(self._run_split_on_punc(word)))
+
+  def _run_strip_accents(self, text):
+    """Decomposes (NFD) and drops the combining marks (Mn): 'é' -> 'e', but 'ß' and 'ø' stay."""
+    return "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn")
+
+  def _run_split_on_punc(self, text):
+    """Makes every punctuation character a part of its own: "don't" -> ["don", "'", "t"]."""
+    parts = []
+    current = []
+    for char in text:
+      if _is_punctuation(char):
+        if current:
+          parts.append("".join(current))
+          current = []
+        parts.append(char)
+      else:
+        current.append(char)
+    if current:
+      parts.append("".join(current))
+    return parts
+
+  def _tokenize_chinese_chars(self, text):
+    return "".join(f" {c} " if _is_chinese_char(ord(c)) else c for c in text)
+
+  def _clean_text(self, text):
+    """Drops NUL, U+FFFD and control/format characters; turns every whitespace into a space."""
+    output = []
+    for char in text:
+      if char == "\x00" or char == "\ufffd" or _is_control(char):
+        continue
+      output.append(" " if _is_whitespace(char) else char)
+    return "".join(output)
+
+
+class WordpieceTokenizer:
+  """Splits words into vocab pieces, greedily taking the longest piece that matches first."""
+
+  def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=200):
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_input_chars_per_word = max_input_chars_per_word
+
+  def tokenize(self, text):
+    """Whitespace-separated words -> pieces, e.g. "unaffable" -> ["un", "##aff", "##able"].
+
+    A word that cannot be covered completely by vocab pieces, or that is longer than
+    `max_input_chars_per_word` characters, becomes a single `unk_token`: a partial split would
+    suggest a meaning the model never saw.
+    """
+    output = []
+    for word in whitespace_tokenize(convert_to_unicode(text)):
+      output.extend(self._split_word(word))
+    return output
+
+  def _split_word(self, word):
+    if len(word) > self.max_input_chars_per_word:
+      return [self.unk_token]
+    pieces = []
+    start = 0
+    while start < len(word):
+      end = len(word)
+      while end > start:
+        piece = word[start:end] if start == 0 else "##" + word[start:end]
+        if piece in self.vocab:
+          break
+        end -= 1
+      else:
+        return [self.unk_token]
+      pieces.append(piece)
+      start = end
+    return pieces
+
+
+def _preprocess_for_sentencepiece(text, lower):
+  """ALBERT's normalization before SentencePiece: collapse whitespace, strip accents, lower-case.
+
+  `` and '' become a plain double quote as ALBERT's models were trained that way.
+  """
+  text = " ".join(text.split())
+  text = text.replace("``", '"').replace("''", '"')
+  text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+  return text.lower() if lower else text
+
+
+class FullTokenizer:
+  """Text -> tokens -> ids with a WordPiece vocab file, or with a SentencePiece model.
+
+  Attributes:
+    vocab: OrderedDict token -> id.
+    inv_vocab: dict id -> token.
+  """
+
+  def __init__(self, vocab_file, do_lower_case=True, spm_model_file=None):
+    self.do_lower_case = do_lower_case
+    self.sp_model = None
+    if spm_model_file:
+      import sentencepiece as spm  # Only needed in this mode.
+      fileio.check_file(spm_model_file, "SentencePiece model file")
+      self.sp_model = spm.SentencePieceProcessor()
+      self.sp_model.Load(spm_model_file)
+      # The model holds its own vocabulary; expose it like a vocab file for a uniform API.
+      self.vocab = collections.OrderedDict(
+          (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
+    else:
+      self.vocab = load_vocab(vocab_file)
+      check_special_tokens(self.vocab, vocab_file)
+      self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+      self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+    self.inv_vocab = {i: token for token, i in self.vocab.items()}
+
+  def tokenize(self, text):
+    """One text -> list of tokens (the reference path; see tokenize_batch for speed)."""
+    if self.sp_model is not None:
+      return self._sentencepiece_tokenize(text)
+    tokens = []
+    for word in self.basic_tokenizer.tokenize(text):
+      tokens.extend(self.wordpiece_tokenizer.tokenize(word))
+    return tokens
+
+  def convert_tokens_to_ids(self, tokens):
+    if self.sp_model is not None:
+      return [self.sp_model.PieceToId(printable_text(token)) for token in tokens]
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids):
+    if self.sp_model is not None:
+      return [self.sp_model.IdToPiece(int(i)) for i in ids]
+    return convert_by_vocab(self.inv_vocab, ids)
+
+  def _sentencepiece_tokenize(self, text):
+    text = _preprocess_for_sentencepiece(convert_to_unicode(text), self.do_lower_case)
+    tokens = []
+    for piece in self.sp_model.EncodeAsPieces(text):
+      # ALBERT re-splits pieces like "1990," so a number followed by a comma tokenizes the same
+      # as the number alone, plus ",".
+      if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+        sub = self.sp_model.EncodeAsPieces(piece[:-1].replace(_SPIECE_UNDERLINE, ""))
+        if piece[0] != _SPIECE_UNDERLINE and sub and sub[0][0] == _SPIECE_UNDERLINE:
+          sub = sub[1:] if len(sub[0]) == 1 else [sub[0][1:]] + sub[1:]
+        tokens.extend(sub)
+        tokens.append(piece[-1])
+      else:
+        tokens.append(piece)
+    return tokens
