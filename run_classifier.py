@@ -1,0 +1,824 @@
+"""BERT fine-tuning for sentence and sentence-pair classification (GLUE, XNLI, your own TSV/CSV).
+
+Reads a task's train/dev/test files into `InputExample`s with one processor per task, turns each
+example into fixed-length features ([CLS] a [SEP] b [SEP], segment ids, mask, label id) exactly as
+the original BERT did, writes them to a TFRecord file and reads that back as a tf.data pipeline.
+Fine-tuning and evaluation themselves live in `training.py` and `modeling.py`.
+
+Every standard GLUE file layout is read by its header's column names, so header/no-header and
+column-order differences between GLUE releases do not matter; a row with the wrong number of
+columns or an unknown label is reported with its file and line. A task of your own needs no code:
+`--task_name=tsv` (or `csv`) with `--text_a_column`, `--text_b_column`, `--label_column`.
+"""
+
+import collections
+import csv
+import os
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import fileio
+import tokenization
+
+FLAGS = flags.FLAGS
+
+## Required parameters
+flags.DEFINE_string(
+    "data_dir", None,
+    "The input data dir. Should contain the .tsv files (or other data files) for the task.")
+
+flags.DEFINE_string(
+    "task_name", None,
+    "The name of the task to train: cola, mnli, mnli-mm (MNLI with the mismatched dev/test "
+    "sets), mrpc, qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data "
+    "(see --text_a_column).")
+
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+
+flags.DEFINE_string(
+    "output_dir", None,
+    "The output directory where the model checkpoints (and the feature TFRecord files) will be "
+    "written.")
+
+## Other parameters
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Whether to lower case the input text. Should be True for uncased models and False for "
+    "cased models.")
+
+flags.DEFINE_integer(
+    "max_seq_length", 128,
+    "The maximum total input sequence length after WordPiece tokenization. Sequences longer than "
+    "this will be truncated, and sequences shorter than this will be padded.")
+
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+
+flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+
+flags.DEFINE_bool("do_predict", False,
+                  "Whether to run the model in inference mode on the test set.")
+
+flags.DEFINE_string(
+    "xnli_language", "zh",
+    "XNLI only: the language whose machine-translated MultiNLI training file "
+    "(multinli/multinli.train.<lang>.tsv) and whose dev/test rows (xnli.dev.tsv, xnli.test.tsv) "
+    "are used.")
+
+## Your own task: --task_name=tsv or csv reads train.tsv / dev.tsv / test.tsv (or .csv) in
+## --data_dir. TSV is split on tabs with no quoting (like GLUE); CSV follows the usual quoting
+## rules, so fields may contain commas, quotes and newlines.
+flags.DEFINE_string(
+    "text_a_column", None,
+    "tsv/csv tasks: column of the first text, by header name or 0-based index.")
+
+flags.DEFINE_string(
+    "text_b_column", None,
+    "tsv/csv tasks: column of the second text of a sentence-pair task (header name or 0-based "
+    "index); leave unset for single-sentence tasks.")
+
+flags.DEFINE_string(
+    "label_column", None,
+    "tsv/csv tasks: column of the label (header name or 0-based index). Not read from the test "
+    "file, which may leave it out.")
+
+flags.DEFINE_list(
+    "labels", None,
+    "tsv/csv tasks: the labels, comma-separated, in the order of the output units (e.g. "
+    "'neg,pos'). Default: the distinct labels of the training file, sorted (numerically when "
+    "all are integers).")
+
+flags.DEFINE_bool(
+    "skip_header", True,
+    "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
+    "numeric columns set --noskip_header for files without one.")
+
+flags.DEFINE_bool(
+    "regression", False,
+    "tsv/csv tasks: the label is a real number to predict (like STS-B), not a class.")
+
+
+class InputExample:
+  """A single training/test example for simple sequence classification."""
+
+  def __init__(self, guid, text_a, text_b=None, label=None):
+    """Constructs an InputExample.
+
+    Args:
+      guid: Unique id for the example.
+      text_a: string. The untokenized text of the first sequence. For single sequence tasks,
+        only this sequence must be specified.
+      text_b: (Optional) string. The untokenized text of the second sequence. Only must be
+        specified for sequence pair tasks.
+      label: (Optional) string (a float for regression tasks). The label of the example. This
+        should be specified for train and dev examples, but not for test examples.
+    """
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+
+
+class PaddingInputExample:
+  """Fake example so the number of examples is a multiple of the batch size.
+
+  A fixed-shape eval or predict step (TPU, XLA with static shapes) needs every batch full; padding
+  with these, marked is_real_example=0, keeps the last real examples instead of dropping them, and
+  the metrics weight them out. A class rather than None, so padding is never mistaken for data.
+  """
+
+
+class InputFeatures:
+  """A single set of features of data."""
+
+  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.label_id = label_id
+    self.is_real_example = is_real_example
+
+
+class DataProcessor:
+  """Base class for data converters for sequence classification data sets."""
+
+  # Regression tasks predict one real number; `get_labels` is then empty.
+  is_regression = False
+
+  def get_train_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for the train set."""
+    raise NotImplementedError()
+
+  def get_dev_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for the dev set."""
+    raise NotImplementedError()
+
+  def get_test_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for prediction."""
+    raise NotImplementedError()
+
+  def get_labels(self):
+    """Gets the list of labels for this data set."""
+    raise NotImplementedError()
+
+  def num_labels(self):
+    """Output units of the classifier head: one per label, or one for a regression task."""
+    return 1 if self.is_regression else len(self.get_labels())
+
+  @classmethod
+  def _read_tsv(cls, input_file, quotechar=None):
+    """Reads a tab separated value file into a list of (line number, fields).
+
+    With no quotechar (GLUE's files) a row is its line split on tabs, so the stray quotes in
+    QQP, QNLI and SST-2 text stay part of the text. Blank lines are skipped.
+    """
+    if quotechar is None:
+      return [(number, line.split("\t")) for number, line in fileio.read_lines(input_file) if line]
+    return _read_delimited(input_file, "\t", quotechar)
+
+
+def _read_delimited(input_file, delimiter, quotechar='"'):
+  """Rows of a quoted delimited file (csv module rules) with the line each row starts on."""
+  fileio.check_file(input_file)
+  rows = []
+  try:
+    with open(input_file, encoding="utf-8-sig", newline="") as f:
+      reader = csv.reader(f, delimiter=delimiter, quotechar=quotechar, strict=True)
+      start = 1
+      for fields in reader:
+        if fields:
+          rows.append((start, fields))
+        start = reader.line_num + 1
+  except csv.Error as e:
+    raise fileio.InputError(f"{input_file}:{start}: malformed row ({e})") from None
+  except UnicodeDecodeError as e:
+    raise fileio.InputError(f"{input_file}: invalid UTF-8 at byte {e.start}; re-encode the file "
+                            f"as UTF-8") from None
+  return rows
+
+
+class _Columns:
+  """Where a file's text and label columns are: found by header name, or at fixed positions."""
+
+  def __init__(self, text_a, text_b, label, width, has_header):
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+    self.width = width
+    self.has_header = has_header
+
+
+def _locate_columns(input_file, rows, names, positions, read_label):
+  """Resolves a processor's column names against the file's header.
+
+  `names` is (text_a, text_b, label) header names (text_b None for one text). If the first row
+  holds text_a's name the file has a header and every column is looked up by name; otherwise
+  `positions` (text_a, text_b, label, width) gives a header-less layout, or the file is refused.
+  """
+  if not rows:
+    raise fileio.InputError(f"{input_file}: the file is empty")
+  first_line, header = rows[0]
+  if names[0] in header:
+    def index(name, what):
+      if name is None:
+        return None
+      if name not in header:
+        raise fileio.InputError(f"{input_file}:{first_line}: the header has no {what} column "
+                                f"{name!r} (columns: {', '.join(header)})")
+      return header.index(name)
+    return _Columns(index(names[0], "text"), index(names[1], "second text"),
+                    index(names[2], "label") if read_label else None, len(header), True)
+  if positions is None:
+    raise fileio.InputError(
+        f"{input_file}:{first_line}: expected a header row naming the columns "
+        f"{', '.join(n for n in names if n)}; found {header!r}")
+  text_a, text_b, label, width = positions
+  return _Columns(text_a, text_b, label if read_label else None, width, False)
+
+
+def _examples_from_rows(input_file, rows, columns, set_type, labels=None, label_aliases=None,
+                        default_label=None, is_regression=False, guid_column=None):
+  """InputExamples from rows, checking each row's width and label; errors name file:line."""
+  examples = []
+  for i, (line, fields) in enumerate(rows):
+    if columns.has_header and i == 0:
+      continue
+    if len(fields) != columns.width:
+      raise fileio.InputError(
+          f"{input_file}:{line}: expected {columns.width} tab-separated columns, found "
+          f"{len(fields)}")
+    guid_value = fields[guid_column] if guid_column is not None else i
+    guid = f"{set_type}-{guid_value}"
+    text_a = tokenization.convert_to_unicode(fields[columns.text_a])
+    text_b = None
+    if columns.text_b is not None:
+      text_b = tokenization.convert_to_unicode(fields[columns.text_b])
+    if columns.label is None:
+      label = default_label
+    else:
+      label = fields[columns.label].strip()
+      if label_aliases:
+        label = label_aliases.get(label, label)
+      if is_regression:
+        try:
+          label = float(label)
+        except ValueError:
+          raise fileio.InputError(f"{input_file}:{line}: label {label!r} is not a number") from None
+      elif labels is not None and label not in labels:
+        raise fileio.InputError(f"{input_file}:{line}: unknown label {label!r}; expected one of "
+                                f"{', '.join(labels)}")
+    examples.append(InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label))
+  return examples
+
+
+class GlueProcessor(DataProcessor):
+  """A GLUE task in its TSV files, described by file names, column names and labels.
+
+  Subclasses only fill in the class attributes; columns are found by header name, so the same
+  code reads every GLUE task.
+  """
+
+  train_file = "train.tsv"
+  dev_file = "dev.tsv"
+  test_file = "test.tsv"
+  text_a_column = "sentence1"
+  text_b_column = "sentence2"
+  label_column = "label"
+  labels = ("0", "1")
+  # (text_a, text_b, label, number of columns) for files without a header, where the task has one.
+  headerless_layout = None
+  # Column whose value makes the guid (as the original for MNLI); default: the row's index.
+  guid_column_name = None
+
+  def get_train_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(os.path.join(data_dir, self.train_file), "train")
+
+  def get_dev_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(os.path.join(data_dir, self.dev_file), "dev")
+
+  def get_test_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(os.path.join(data_dir, self.test_file), "test")
+
+  def get_labels(self):
+    """See base class."""
+    return [] if self.is_regression else list(self.labels)
+
+  def _create_examples(self, input_file, set_type):
+    """Creates examples for the training, dev and test sets."""
+    rows = self._read_tsv(input_file)
+    read_label = set_type != "test"
+    columns = _locate_columns(input_file, rows,
+                              (self.text_a_column, self.text_b_column, self.label_column),
+                              self.headerless_layout, read_label)
+    guid_column = None
+    if self.guid_column_name and columns.has_header and self.guid_column_name in rows[0][1]:
+      guid_column = rows[0][1].index(self.guid_column_name)
+    # Test sets have no labels; as in the original, they get a placeholder (the first label).
+    default_label = 0.0 if self.is_regression else self.labels[0]
+    return _examples_from_rows(input_file, rows, columns, set_type, labels=self.get_labels(),
+                               default_label=default_label, is_regression=self.is_regression,
+                               guid_column=guid_column)
+
+
+class ColaProcessor(GlueProcessor):
+  """Processor for the CoLA data set (GLUE version).
+
+  Only the test set has a header ("index, sentence"); train and dev rows are
+  (source, label, original mark, sentence).
+  """
+
+  text_a_column = "sentence"
+  text_b_column = None
+  headerless_layout = (3, None, 1, 4)
+
+
+class MnliProcessor(GlueProcessor):
+  """Processor for the MultiNLI data set (GLUE version), matched dev and test sets."""
+
+  dev_file = "dev_matched.tsv"
+  test_file = "test_matched.tsv"
+  label_column = "gold_label"
+  labels = ("contradiction", "entailment", "neutral")
+  guid_column_name = "index"
+
+  def get_dev_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(os.path.join(data_dir, self.dev_file), "dev_matched")
+
+
+class MnliMismatchedProcessor(MnliProcessor):
+  """MultiNLI with the mismatched dev and test sets (genres unseen in training)."""
+
+  dev_file = "dev_mismatched.tsv"
+  test_file = "test_mismatched.tsv"
+
+  def get_dev_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(os.path.join(data_dir, self.dev_file), "dev_mismatched")
+
+
+class MrpcProcessor(GlueProcessor):
+  """Processor for the MRPC data set (GLUE version)."""
+
+  text_a_column = "#1 String"
+  text_b_column = "#2 String"
+  label_column = "Quality"
+
+
+class Sst2Processor(GlueProcessor):
+  """Processor for the SST-2 data set (GLUE version)."""
+
+  text_a_column = "sentence"
+  text_b_column = None
+
+
+class QqpProcessor(GlueProcessor):
+  """Processor for the QQP data set (GLUE version)."""
+
+  text_a_column = "question1"
+  text_b_column = "question2"
+  label_column = "is_duplicate"
+
+
+class QnliProcessor(GlueProcessor):
+  """Processor for the QNLI data set (GLUE version)."""
+
+  text_a_column = "question"
+  text_b_column = "sentence"
+  labels = ("entailment", "not_entailment")
+
+
+class RteProcessor(GlueProcessor):
+  """Processor for the RTE data set (GLUE version)."""
+
+  labels = ("entailment", "not_entailment")
+
+
+class WnliProcessor(GlueProcessor):
+  """Processor for the WNLI data set (GLUE version)."""
+
+
+class StsbProcessor(GlueProcessor):
+  """Processor for the STS-B data set (GLUE version): a similarity score from 0 to 5."""
+
+  label_column = "score"
+  is_regression = True
+
+
+class XnliProcessor(DataProcessor):
+  """Processor for the XNLI data set: MultiNLI machine-translated for training, XNLI dev/test."""
+
+  labels = ("contradiction", "entailment", "neutral")
+
+  def __init__(self, language="zh"):
+    self.language = language
+
+  def get_train_examples(self, data_dir):
+    """See base class."""
+    input_file = os.path.join(data_dir, "multinli", f"multinli.train.{self.language}.tsv")
+    rows = self._read_tsv(input_file)
+    columns = _locate_columns(input_file, rows, ("premise", "hypo", "label"), None, True)
+    # The translated training files spell one label differently.
+    return _examples_from_rows(input_file, rows, columns, "train", labels=self.labels,
+                               label_aliases={"contradictory": "contradiction"})
+
+  def get_dev_examples(self, data_dir):
+    """See base class."""
+    return self._language_examples(os.path.join(data_dir, "xnli.dev.tsv"), "dev")
+
+  def get_test_examples(self, data_dir):
+    """See base class."""
+    return self._language_examples(os.path.join(data_dir, "xnli.test.tsv"), "test")
+
+  def get_labels(self):
+    """See base class."""
+    return list(self.labels)
+
+  def _language_examples(self, input_file, set_type):
+    """The rows of one language from the all-languages XNLI dev/test file (it is labelled)."""
+    rows = self._read_tsv(input_file)
+    columns = _locate_columns(input_file, rows, ("sentence1", "sentence2", "gold_label"), None,
+                              True)
+    language_column = rows[0][1].index("language") if "language" in rows[0][1] else 0
+    for line, fields in rows[1:]:
+      if len(fields) != columns.width:
+        raise fileio.InputError(f"{input_file}:{line}: expected {columns.width} tab-separated "
+                                f"columns, found {len(fields)}")
+    kept = [rows[0]] + [row for row in rows[1:] if row[1][language_column] == self.language]
+    if len(kept) == 1:
+      raise fileio.InputError(f"{input_file}: no rows for language {self.language!r} "
+                              f"(--xnli_language)")
+    examples = _examples_from_rows(input_file, kept, columns, set_type, labels=self.labels)
+    # Keep the original's guids: the row's position in the whole file.
+    for example, (line, _) in zip(examples, kept[1:]):
+      example.guid = f"{set_type}-{line - rows[0][0]}"
+    return examples
+
+
+class DelimitedProcessor(DataProcessor):
+  """A task of your own in train/dev/test .tsv or .csv files; see the tsv/csv flags."""
+
+  def __init__(self, delimiter, text_a_column, text_b_column=None, label_column=None,
+               labels=None, skip_header=True, is_regression=False):
+    if delimiter not in ("tsv", "csv"):
+      raise ValueError(f"delimiter must be tsv or csv, not {delimiter!r}")
+    if text_a_column is None or (label_column is None):
+      raise fileio.InputError(f"--task_name={delimiter} needs --text_a_column and --label_column")
+    self.extension = delimiter
+    self.columns = (text_a_column, text_b_column, label_column)
+    self.skip_header = skip_header
+    self.is_regression = is_regression
+    self._labels = list(labels) if labels else None
+    self._data_dir = None
+    by_name = [c for c in self.columns if c is not None and not str(c).isdigit()]
+    if by_name and not skip_header:
+      raise fileio.InputError(f"columns named {', '.join(by_name)} need a header row; give "
+                              f"0-based column numbers with --noskip_header")
+
+  def _path(self, data_dir, split):
+    return os.path.join(data_dir, f"{split}.{self.extension}")
+
+  def get_train_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(self._path(data_dir, "train"), "train", self._checked_labels(data_dir))
+
+  def get_dev_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(self._path(data_dir, "dev"), "dev", self._checked_labels(data_dir))
+
+  def get_test_examples(self, data_dir):
+    """See base class."""
+    return self._create_examples(self._path(data_dir, "test"), "test",
+                                 self._checked_labels(data_dir), read_label=False)
+
+  def get_labels(self, data_dir=None):
+    """The labels given, else those of the training file (so dev-only runs need it or --labels)."""
+    if self.is_regression:
+      return []
+    if self._labels is None:
+      data_dir = data_dir or self._data_dir
+      if data_dir is None:
+        raise fileio.InputError("give --labels, or --data_dir with a training file to read them from")
+      train_file = self._path(data_dir, "train")
+      if not os.path.exists(train_file):
+        raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels from")
+      examples = self._create_examples(train_file, "train", labels=None)
+      found = {example.label for example in examples}
+      if all(label.lstrip("-").isdigit() for label in found):
+        self._labels = sorted(found, key=int)
+      else:
+        self._labels = sorted(found)
+      logging.info("Labels from %s: %s", train_file, ", ".join(self._labels))
+    return list(self._labels)
+
+  def _checked_labels(self, data_dir):
+    self._data_dir = data_dir
+    return self.get_labels(data_dir) if not self.is_regression else []
+
+  def _read_rows(self, input_file):
+    if self.extension == "tsv":
+      return self._read_tsv(input_file)
+    return _read_delimited(input_file, ",")
+
+  def _create_examples(self, input_file, set_type, labels, read_label=True):
+    rows = self._read_rows(input_file)
+    if not rows:
+      raise fileio.InputError(f"{input_file}: the file is empty")
+
+    def index(column, header):
+      if column is None:
+        return None
+      if str(column).isdigit():
+        return int(column)
+      if header is None or column not in header:
+        raise fileio.InputError(f"{input_file}:{rows[0][0]}: the header has no column {column!r}"
+                                + (f" (columns: {', '.join(header)})" if header else ""))
+      return header.index(column)
+
+    header = rows[0][1] if self.skip_header else None
+    text_a, text_b, label = (index(c, header) for c in self.columns)
+    # Test files may leave the label column out, so rows only need to reach the texts.
+    needed = [text_a] + [c for c in (text_b,) if c is not None]
+    if read_label:
+      needed.append(label)
+    examples = []
+    for i, (line, fields) in enumerate(rows):
+      if self.skip_header and i == 0:
+        continue
+      if header is not None and len(fields) != len(header):
+        raise fileio.InputError(f"{input_file}:{line}: expected {len(header)} columns as in the "
+                                f"header, found {len(fields)}")
+      if max(needed) >= len(fields):
+        raise fileio.InputError(f"{input_file}:{line}: expected at least {max(needed) + 1} "
+                                f"columns, found {len(fields)}")
+      value = None
+      if read_label:
+        value = fields[label].strip()
+        if self.is_regression:
+          try:
+            value = float(value)
+          except ValueError:
+            raise fileio.InputError(f"{input_file}:{line}: label {value!r} is not a number") from None
+        elif labels is not None and value not in labels:
+          raise fileio.InputError(f"{input_file}:{line}: unknown label {value!r}; expected one of "
+                                  f"{', '.join(labels)}")
+      elif labels:
+        value = labels[0]
+      elif self.is_regression:
+        value = 0.0
+      examples.append(InputExample(
+          guid=f"{set_type}-{i}", text_a=fields[text_a],
+          text_b=fields[text_b] if text_b is not None else None, label=value))
+    return examples
+
+
+PROCESSORS = {
+    "cola": ColaProcessor,
+    "mnli": MnliProcessor,
+    "mnli-mm": MnliMismatchedProcessor,
+    "mrpc": MrpcProcessor,
+    "qnli": QnliProcessor,
+    "qqp": QqpProcessor,
+    "rte": RteProcessor,
+    "sst-2": Sst2Processor,
+    "sts-b": StsbProcessor,
+    "wnli": WnliProcessor,
+    "xnli": XnliProcessor,
+}
+
+
+def _task_key(task_name):
+  # "SST-2", "sst2" and "sst_2" all name the same task.
+  return task_name.lower().replace("-", "").replace("_", "")
+
+
+def get_processor(task_name, xnli_language="zh", delimited_options=None):
+  """The processor for a task name (case, '-' and '_' ignored: SST-2 = sst2).
+
+  `delimited_options` are DelimitedProcessor's keyword arguments for the tsv/csv tasks.
+  """
+  key = _task_key(task_name or "")
+  if key in ("tsv", "csv"):
+    return DelimitedProcessor(key, **(delimited_options or {}))
+  for name, processor in PROCESSORS.items():
+    if _task_key(name) == key:
+      return processor(xnli_language) if processor is XnliProcessor else processor()
+  raise fileio.InputError(f"--task_name={task_name} is not a known task; use one of "
+                          f"{', '.join(PROCESSORS)}, tsv or csv")
+
+
+def processor_from_flags():
+  """The processor named by --task_name, configured by the XNLI and tsv/csv flags."""
+  return get_processor(
+      FLAGS.task_name, xnli_language=FLAGS.xnli_language,
+      delimited_options=dict(text_a_column=FLAGS.text_a_column,
+                             text_b_column=FLAGS.text_b_column,
+                             label_column=FLAGS.label_column, labels=FLAGS.labels,
+                             skip_header=FLAGS.skip_header, is_regression=FLAGS.regression))
+
+
+def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
+                           is_regression=False):
+  """Converts a single `InputExample` into a single `InputFeatures`."""
+
+  if isinstance(example, PaddingInputExample):
+    return InputFeatures(
+        input_ids=[0] * max_seq_length,
+        input_mask=[0] * max_seq_length,
+        segment_ids=[0] * max_seq_length,
+        label_id=0.0 if is_regression else 0,
+        is_real_example=False)
+
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = None
+  if example.text_b:
+    tokens_b = tokenizer.tokenize(example.text_b)
+
+  if tokens_b:
+    # Modifies `tokens_a` and `tokens_b` in place so that the total length is less than the
+    # specified length. Account for [CLS], [SEP], [SEP] with "- 3".
+    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+  elif len(tokens_a) > max_seq_length - 2:
+    # Account for [CLS] and [SEP] with "- 2".
+    tokens_a = tokens_a[0:(max_seq_length - 2)]
+
+  # The convention in BERT is:
+  # (a) For sequence pairs:
+  #  tokens:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
+  #  type_ids: 0     0  0    0    0     0       0 0     1  1  1  1   1 1
+  # (b) For single sequences:
+  #  tokens:   [CLS] the dog is hairy . [SEP]
+  #  type_ids: 0     0   0   0  0     0 0
+  #
+  # The segment ("type") embeddings were learned in pre-training for exactly this layout, which
+  # is why it must be reproduced even though [SEP] alone would separate the texts. For
+  # classification the output at [CLS] serves as the sentence vector; that only works because
+  # the whole model is fine-tuned.
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + ["[SEP]"]
+    segment_ids += [1] * (len(tokens_b) + 1)
+
+  input_ids = tokenizer.convert_tokens_to_ids(tokens)
+
+  # The mask has 1 for real tokens and 0 for padding tokens. Only real tokens are attended to.
+  input_mask = [1] * len(input_ids)
+
+  # Zero-pad up to the sequence length.
+  padding = max_seq_length - len(input_ids)
+  input_ids += [0] * padding
+  input_mask += [0] * padding
+  segment_ids += [0] * padding
+
+  assert len(input_ids) == max_seq_length
+  assert len(input_mask) == max_seq_length
+  assert len(segment_ids) == max_seq_length
+
+  if is_regression:
+    label_id = float(example.label)
+  else:
+    try:
+      label_id = label_list.index(example.label)
+    except ValueError:
+      raise fileio.InputError(f"example {example.guid}: unknown label {example.label!r}; expected "
+                              f"one of {', '.join(map(str, label_list))}") from None
+  if ex_index < 5:
+    logging.info("*** Example ***")
+    logging.info("guid: %s", example.guid)
+    logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+    logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
+    logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
+    logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
+    logging.info("label: %s (id = %s)", example.label, label_id)
+
+  return InputFeatures(
+      input_ids=input_ids,
+      input_mask=input_mask,
+      segment_ids=segment_ids,
+      label_id=label_id,
+      is_real_example=True)
+
+
+def create_int_feature(values):
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def create_float_feature(values):
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            output_file, is_regression=False):
+  """Converts a set of `InputExample`s to a TFRecord file; returns the number of records.
+
+  Each record: input_ids, input_mask, segment_ids ([max_seq_length] int64), label_ids ([1] int64,
+  or float for regression) and is_real_example ([1] int64). The file appears under its name only
+  when complete.
+  """
+  with fileio.atomic_path(output_file) as tmp_file:
+    with tf.io.TFRecordWriter(tmp_file) as writer:
+      for (ex_index, example) in enumerate(examples):
+        if ex_index % 10000 == 0:
+          logging.info("Writing example %d of %d", ex_index, len(examples))
+
+        feature = convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
+                                         is_regression)
+
+        features = collections.OrderedDict()
+        features["input_ids"] = create_int_feature(feature.input_ids)
+        features["input_mask"] = create_int_feature(feature.input_mask)
+        features["segment_ids"] = create_int_feature(feature.segment_ids)
+        if is_regression:
+          features["label_ids"] = create_float_feature([feature.label_id])
+        else:
+          features["label_ids"] = create_int_feature([feature.label_id])
+        features["is_real_example"] = create_int_feature([int(feature.is_real_example)])
+
+        tf_example = tf.train.Example(features=tf.train.Features(feature=features))
+        writer.write(tf_example.SerializeToString())
+  return len(examples)
+
+
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                                is_regression=False, shuffle_buffer_size=10000, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  `batch_size` is the global batch size. Given a `tf.distribute.InputContext` (as passed by
+  `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard of the
+  records and batches its per-replica share. Training data is shuffled and repeated forever.
+  Integer features come out as int32 (what the model and accelerators want); label_ids is float32
+  for regression.
+  """
+  name_to_features = {
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+  }
+  return _tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
+                            shuffle_buffer_size, seed)
+
+
+def _tfrecord_input_fn(input_files, name_to_features, is_training, drop_remainder,
+                       shuffle_buffer_size=10000, seed=None):
+  """The tf.data pipeline shared by the fine-tuning scripts' TFRecord files."""
+
+  def decode_batch(records):
+    # Parsing a whole batch at once is one op instead of one per record.
+    example = tf.io.parse_example(records, name_to_features)
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+            for name, t in example.items()}
+
+  def input_fn(batch_size, input_context=None):
+    d = tf.data.TFRecordDataset(input_files)
+    if input_context is not None:
+      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if is_training:
+      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+      d = d.repeat()
+    d = d.batch(batch_size, drop_remainder=drop_remainder)
+    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+  """Truncates a sequence pair in place to the maximum length."""
+
+  # Always trim the longer sequence one token at a time: if one sequence is very short, each of
+  # its tokens probably carries more information than one of the long sequence's.
+  while True:
+    total_length = len(tokens_a) + len(tokens_b)
+    if total_length <= max_length:
+      break
+    if len(tokens_a) > len(tokens_b):
+      tokens_a.pop()
+    else:
+      tokens_b.pop()
+
+
+def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                 is_regression=False):
+  """Converts a set of `InputExample`s to a list of `InputFeatures` (in memory, small data)."""
+  return [convert_single_example(i, example, label_list, max_seq_length, tokenizer, is_regression)
+          for i, example in enumerate(examples)]
+
+
+def main(_):
+  raise NotImplementedError("training wiring lands with training.py")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("data_dir")
+  flags.mark_flag_as_required("task_name")
+  flags.mark_flag_as_required("vocab_file")
+  flags.mark_flag_as_required("output_dir")
+  fileio.run_main(main)
