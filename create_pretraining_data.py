@@ -1,0 +1,1023 @@
+"""Creates BERT pre-training examples (masked LM + next sentence prediction) as TFRecord files.
+
+The input is plain text with one sentence per line and a blank line between documents: sentence
+boundaries decide where segment A may end and segment B begin, and document boundaries keep the
+"actual next" segment inside one document. Each record holds the features run_pretraining reads:
+input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights (float)
+and next_sentence_labels (1 = segment B was taken from a random document).
+
+Two modes, chosen with --mode:
+
+* exact (default) writes the records google-research/bert's create_pretraining_data.py writes for
+  the same flags and input: same records, same order, same values. That script draws everything
+  from one `random.Random(random_seed)` (document shuffle, then per duplicate and document the
+  target lengths, segment splits, random documents, truncation sides and masks, then a shuffle of
+  all instances), so this mode draws from the same stream in the same order. It is therefore
+  sequential and keeps the corpus in memory, but as token ids and encoded records rather than
+  Python strings, it tokenizes with the batch tokenizer and it encodes records without building
+  protos, which makes it several times faster and many times leaner than the original.
+* fast is for real corpora. The input is streamed in chunks of --chunk_documents documents; each
+  chunk is tokenized, turned into instances and masked in one of --num_workers processes, with
+  random generators seeded from --random_seed and the chunk's index, so the output depends on the
+  seed but not on the number of workers. Records then pass through a bounded shuffle buffer that
+  mixes chunks before they are written round-robin to the output shards. Memory depends on the
+  chunk size, the number of workers and the buffer size, never on the corpus size. It differs from
+  exact mode in ways that do not change what the model learns: documents end at the end of each
+  input file, the random "next" segment comes from the same chunk, instances are shuffled within
+  a chunk and the buffer rather than globally, and masking draws from numpy.
+
+Beyond the original, --no_nsp writes single-segment [CLS] A [SEP] instances for MLM-only
+pre-training (next_sentence_labels is still written, as 0, so every reader keeps working).
+"""
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import multiprocessing
+import os
+import random
+import struct
+import time
+from array import array
+
+from absl import flags
+from absl import logging
+import numpy as np
+
+import fileio
+import tokenization
+
+FLAGS = flags.FLAGS
+
+# The feature names and their order, as the original wrote them and run_pretraining reads them.
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+# Fast mode keeps a chunk (and a document) below this many bytes of text, so one huge document
+# or a file without blank lines cannot make a worker's memory grow with the corpus.
+_MAX_CHUNK_BYTES = 8 << 20
+
+# Exact mode tokenizes this many documents per batch call (bounded transient memory).
+_TOKENIZE_BATCH_DOCUMENTS = 2000
+
+
+def define_flags():
+  """Defines the script's flags.
+
+  They are defined here rather than at import so run_pretraining (which has its own
+  --max_seq_length) and the tests can import this module's readers, maskers and writers.
+  """
+  flags.DEFINE_string(
+      "input_file", None,
+      "Input text: a path, a glob pattern, or a comma-separated list of them. One sentence per "
+      "line, a blank line between documents.")
+  flags.DEFINE_string(
+      "output_file", None,
+      "Output TFRecord file(s). Either a comma-separated list of files (records go to them "
+      "round-robin, as in the original), or a pattern with a `{shard}` field, e.g. "
+      "out/pretrain-{shard:05d}-of-{num_shards:05d}.tfrecord, expanded for shard = 0 .. "
+      "--num_output_shards-1, or a directory (an existing one, or a path ending in /) that gets "
+      "pretraining-SSSSS-of-NNNNN.tfrecord files. Every file is written under a temporary name "
+      "and renamed when complete.")
+  flags.DEFINE_string("vocab_file", None, "The WordPiece vocab file the BERT model uses.")
+  flags.DEFINE_bool(
+      "do_lower_case", True,
+      "Whether to lower-case the input: True for uncased models, False for cased ones.")
+  flags.DEFINE_bool(
+      "do_whole_word_mask", False,
+      "Whether to mask all WordPieces of a word together (the WordPieces are still predicted "
+      "one by one).")
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, special tokens included.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20,
+                       "Maximum number of masked LM predictions per sequence.")
+  flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+  flags.DEFINE_integer(
+      "dupe_factor", 10,
+      "Number of times to go over the input, each time with different splits and masks.")
+  flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].")
+  flags.DEFINE_float(
+      "short_seq_prob", 0.1,
+      "Probability of a document aiming at a random length shorter than the maximum.")
+  flags.DEFINE_enum(
+      "mode", "exact", ["exact", "fast"],
+      "exact: the original script's records, in its order, from one random stream (sequential, "
+      "corpus held in memory). fast: streaming, parallel and bounded in memory, for large "
+      "corpora; deterministic for a seed whatever --num_workers is (see the module docstring).")
+  flags.DEFINE_bool(
+      "no_nsp", False,
+      "Write single-segment [CLS] A [SEP] instances for MLM-only pre-training; "
+      "next_sentence_labels is written as 0.")
+  flags.DEFINE_integer(
+      "num_workers", 0,
+      "Processes that tokenize and (in fast mode) create instances; 0 = one per CPU. The output "
+      "is the same for any value.")
+  flags.DEFINE_integer(
+      "chunk_documents", 1000,
+      "Fast mode: documents per chunk. A chunk is the unit of work and of document shuffling, "
+      "and random next segments are drawn from it, so it should hold many documents.")
+  flags.DEFINE_integer(
+      "shuffle_buffer_size", 20000,
+      "Fast mode: records held in the buffer that mixes records of different chunks before "
+      "writing (0 = write in chunk order).")
+  flags.DEFINE_integer(
+      "num_output_shards", 8,
+      "Number of files when --output_file is a {shard} pattern or a directory.")
+  flags.DEFINE_integer("progress_seconds", 30, "Seconds between progress log lines.")
+
+
+@dataclasses.dataclass
+class Options:
+  """Everything a run depends on (the flags, as plain values, so tests and workers need no FLAGS)."""
+  input_file: str
+  output_file: str
+  vocab_file: str
+  do_lower_case: bool = True
+  do_whole_word_mask: bool = False
+  max_seq_length: int = 128
+  max_predictions_per_seq: int = 20
+  random_seed: int = 12345
+  dupe_factor: int = 10
+  masked_lm_prob: float = 0.15
+  short_seq_prob: float = 0.1
+  mode: str = "exact"
+  no_nsp: bool = False
+  num_workers: int = 0
+  chunk_documents: int = 1000
+  shuffle_buffer_size: int = 20000
+  num_output_shards: int = 8
+  progress_seconds: float = 30
+
+
+def validate_options(options):
+  """Raises InputError naming the flag for values the algorithm cannot honour."""
+  if options.mode not in ("exact", "fast"):
+    raise fileio.InputError(f"--mode must be exact or fast, got {options.mode!r}")
+  if options.max_seq_length < 5:
+    raise fileio.InputError(
+        f"--max_seq_length={options.max_seq_length} is too small: an instance needs [CLS], "
+        f"[SEP], [SEP] and at least one token per segment (use at least 5)")
+  if not 1 <= options.max_predictions_per_seq <= options.max_seq_length:
+    raise fileio.InputError(
+        f"--max_predictions_per_seq={options.max_predictions_per_seq} must be between 1 and "
+        f"--max_seq_length={options.max_seq_length}")
+  if not 0.0 < options.masked_lm_prob <= 1.0:
+    raise fileio.InputError(
+        f"--masked_lm_prob={options.masked_lm_prob} must be in (0, 1] (0.15 in BERT)")
+  if not 0.0 <= options.short_seq_prob <= 1.0:
+    raise fileio.InputError(f"--short_seq_prob={options.short_seq_prob} must be in [0, 1]")
+  if options.dupe_factor < 1:
+    raise fileio.InputError(f"--dupe_factor={options.dupe_factor} must be at least 1")
+  if options.num_workers < 0:
+    raise fileio.InputError(f"--num_workers={options.num_workers} must be 0 (one per CPU) or more")
+  if options.chunk_documents < 1:
+    raise fileio.InputError(f"--chunk_documents={options.chunk_documents} must be at least 1")
+  if options.shuffle_buffer_size < 0:
+    raise fileio.InputError(
+        f"--shuffle_buffer_size={options.shuffle_buffer_size} must be 0 or more")
+  if options.num_output_shards < 1:
+    raise fileio.InputError(f"--num_output_shards={options.num_output_shards} must be at least 1")
+
+
+def resolve_output_files(output_file, num_output_shards):
+  """--output_file (a comma list, a {shard} pattern or a directory) -> list of output paths."""
+  if not output_file or not output_file.strip(" ,"):
+    raise fileio.InputError("no --output_file given")
+  if "{" in output_file:
+    try:
+      return [output_file.format(shard=i, num_shards=num_output_shards)
+              for i in range(num_output_shards)]
+    except (KeyError, IndexError, ValueError) as e:
+      raise fileio.InputError(
+          f"--output_file={output_file}: a pattern may only use the fields {{shard}} and "
+          f"{{num_shards}} (e.g. {{shard:05d}}): {e!r}") from None
+  if output_file.endswith(("/", os.sep)) or os.path.isdir(output_file):
+    return [os.path.join(output_file, f"pretraining-{i:05d}-of-{num_output_shards:05d}.tfrecord")
+            for i in range(num_output_shards)]
+  return [path.strip() for path in output_file.split(",") if path.strip()]
+
+
+class VocabIds:
+  """The vocab facts instance creation needs, as ids, so instances never hold token strings."""
+
+  def __init__(self, vocab):
+    self.cls_id = vocab["[CLS]"]
+    self.sep_id = vocab["[SEP]"]
+    self.mask_id = vocab["[MASK]"]
+    # The original replaces with `list(vocab.keys())[randint(...)]`; a token listed twice in the
+    # vocab file is one key with its last id, so the draw is over keys, mapped to their ids.
+    self.word_ids = [vocab[word] for word in vocab]
+    self.word_ids_array = np.asarray(self.word_ids, dtype=np.int32)
+    self.size = max(vocab.values()) + 1
+    # Whole-word masking joins a "##" WordPiece to the word before it.
+    self.is_subword = bytearray(self.size)
+    for word, token_id in vocab.items():
+      if word.startswith("##"):
+        self.is_subword[token_id] = 1
+
+
+class ExactRandom:
+  """Python's random.Random draws, reproduced draw for draw, with less call overhead.
+
+  Exact mode has to consume the Mersenne Twister stream exactly as the original's calls did:
+  random(); randint(a, b), which is a + randbelow(b - a + 1); shuffle, a Fisher-Yates pass from
+  the back. CPython's randbelow(n) takes n.bit_length() bits per try and retries values >= n
+  (randbelow(1) too). The library methods spend most of their time checking arguments and
+  dispatching; these run the same loop inline, which halves the cost of the per-instance shuffle.
+  A test checks them against random.Random itself.
+  """
+
+  def __init__(self, seed):
+    self._rng = random.Random(seed)
+    self.random = self._rng.random
+    self._getrandbits = self._rng.getrandbits
+
+  def randbelow(self, n):
+    k = n.bit_length()
+    r = self._getrandbits(k)
+    while r >= n:
+      r = self._getrandbits(k)
+    return r
+
+  def randint(self, low, high):
+    return low + self.randbelow(high - low + 1)
+
+  def shuffle(self, items):
+    getrandbits = self._getrandbits
+    for i in range(len(items) - 1, 0, -1):
+      n = i + 1
+      k = n.bit_length()
+      j = getrandbits(k)
+      while j >= n:
+        j = getrandbits(k)
+      items[i], items[j] = items[j], items[i]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading documents.
+
+
+def iter_document_lines(input_files, end_document_at_file_end=False, max_document_bytes=None):
+  """Yields (lines, nbytes) per document: its non-blank lines, stripped, and the bytes consumed.
+
+  A blank (or all-whitespace) line ends a document. As in the original, a document otherwise
+  continues from one file into the next unless `end_document_at_file_end`; `max_document_bytes`
+  cuts longer documents so a file without blank lines still arrives in bounded pieces.
+  """
+  lines = []
+  nbytes = 0
+  size = 0
+  for path in input_files:
+    for _, text in fileio.read_lines(path):
+      length = len(text.encode("utf-8")) + 1
+      nbytes += length
+      text = text.strip()
+      if not text:
+        if lines:
+          yield lines, nbytes
+          lines, nbytes, size = [], 0, 0
+        continue
+      lines.append(text)
+      size += length
+      if max_document_bytes and size >= max_document_bytes:
+        yield lines, nbytes
+        lines, nbytes, size = [], 0, 0
+    if end_document_at_file_end and lines:
+      yield lines, nbytes
+      lines, nbytes, size = [], 0, 0
+  if lines:
+    yield lines, nbytes
+
+
+def encode_lines(tokenizer, lines):
+  """Lines -> lists of token ids, through the batch tokenizer when there is one.
+
+  The batch path gives the same tokens as tokenize() one line at a time, only faster.
+  """
+  tokenize_batch = getattr(tokenizer, "tokenize_batch", None)
+  if tokenize_batch is not None:
+    token_lists = tokenize_batch(lines)
+  else:
+    token_lists = [tokenizer.tokenize(line) for line in lines]
+  vocab = tokenizer.vocab
+  return [[vocab[token] for token in tokens] for tokens in token_lists]
+
+
+def tokenize_documents(tokenizer, line_documents, compact=False):
+  """Documents of text lines -> documents of token-id sentences.
+
+  Sentences without tokens are dropped, then documents without sentences, as in the original.
+  `compact` stores sentences as array('i') (4 bytes a token rather than ~36 as Python ints), for
+  whole corpora kept in memory.
+  """
+  flat = [line for lines in line_documents for line in lines]
+  encoded = iter(encode_lines(tokenizer, flat))
+  documents = []
+  for lines in line_documents:
+    sentences = [ids for ids in itertools.islice(encoded, len(lines)) if ids]
+    if sentences:
+      documents.append([array("i", ids) for ids in sentences] if compact else sentences)
+  return documents
+
+
+def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
+  """Reads and tokenizes every document of `input_files` in order, as the original does.
+
+  Tokenizing is the only part of exact mode that can run in parallel (it draws no random
+  numbers), so with a `pool` batches of documents are tokenized in worker processes, in order.
+  """
+  documents = []
+  batches = _batched(iter_document_lines(input_files), _TOKENIZE_BATCH_DOCUMENTS)
+  if pool is None:
+    results = ((tokenize_documents(tokenizer, [lines for lines, _ in batch], compact=True),
+                sum(n for _, n in batch)) for batch in batches)
+  else:
+    tasks = (([lines for lines, _ in batch], sum(n for _, n in batch)) for batch in batches)
+    results = _ordered_map(pool, _tokenize_task, tasks, window)
+  done = 0
+  for batch_documents, nbytes in results:
+    documents.extend(batch_documents)
+    done += nbytes
+    if progress:
+      progress.update(done, f"{len(documents)} documents")
+  return documents
+
+
+def _batched(iterable, size):
+  iterator = iter(iterable)
+  while batch := list(itertools.islice(iterator, size)):
+    yield batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating instances (before masking): which sentences form segments A and B.
+
+
+def truncate_seq_pair(len_a, len_b, max_num_tokens, rng):
+  """Returns the kept spans (a_start, a_end, b_start, b_end) of a pair cut to max_num_tokens.
+
+  One token at a time leaves the longer segment (B on a tie), from the front or the back at
+  random: always cutting the back would teach the model that segments end mid-sentence only at
+  one side. Spans replace the original's list deletions but make the same draws.
+  """
+  a_start, a_end, b_start, b_end = 0, len_a, 0, len_b
+  while (a_end - a_start) + (b_end - b_start) > max_num_tokens:
+    if a_end - a_start > b_end - b_start:
+      if rng.random() < 0.5:
+        a_start += 1
+      else:
+        a_end -= 1
+    else:
+      if rng.random() < 0.5:
+        b_start += 1
+      else:
+        b_end -= 1
+  return a_start, a_end, b_start, b_end
+
+
+def create_instances_from_document(documents, document_index, max_seq_length, short_seq_prob,
+                                   vocab_ids, rng):
+  """Yields one document's sentence-pair instances, unmasked.
+
+  Each is (tokens, segment_a_length, is_random_next): token ids [CLS] A [SEP] B [SEP], how many
+  leading positions have segment id 0 (A plus [CLS] and its [SEP]), and whether B came from
+  another document. It is a generator because the original masks each instance before drawing
+  the next one's split: exact mode masks every instance as it is yielded, keeping that order of
+  draws from the shared `rng`.
+
+  Sentences are gathered until they reach a target length; a random number of them becomes A.
+  B is the rest, or, half the time (always when there is one sentence), text from a random other
+  document, in which case the unused sentences are returned for the next instance. A and B are
+  whole sentences rather than a random split of the token stream, which would make next sentence
+  prediction too easy.
+  """
+  document = documents[document_index]
+  max_num_tokens = max_seq_length - 3
+  # Mostly fill the whole sequence (padding is wasted computation), but sometimes aim shorter so
+  # pre-training also sees the short inputs fine-tuning will give it.
+  target_seq_length = max_num_tokens
+  if rng.random() < short_seq_prob:
+    target_seq_length = rng.randint(2, max_num_tokens)
+
+  cls_id, sep_id = vocab_ids.cls_id, vocab_ids.sep_id
+  chunk = []
+  chunk_length = 0
+  i = 0
+  while i < len(document):
+    chunk.append(document[i])
+    chunk_length += len(document[i])
+    if i == len(document) - 1 or chunk_length >= target_seq_length:
+      a_end = 1
+      if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+      tokens_a = []
+      for sentence in chunk[:a_end]:
+        tokens_a.extend(sentence)
+
+      tokens_b = []
+      is_random_next = len(chunk) == 1 or rng.random() < 0.5
+      if is_random_next:
+        target_b_length = target_seq_length - len(tokens_a)
+        # Ten tries at a different document; with one document it ends up using itself.
+        for _ in range(10):
+          random_index = rng.randint(0, len(documents) - 1)
+          if random_index != document_index:
+            break
+        random_document = documents[random_index]
+        for sentence in itertools.islice(random_document,
+                                         rng.randint(0, len(random_document) - 1), None):
+          tokens_b.extend(sentence)
+          if len(tokens_b) >= target_b_length:
+            break
+        i -= len(chunk) - a_end
+      else:
+        for sentence in chunk[a_end:]:
+          tokens_b.extend(sentence)
+
+      a_start, a_stop, b_start, b_stop = truncate_seq_pair(
+          len(tokens_a), len(tokens_b), max_num_tokens, rng)
+      tokens = [cls_id, *tokens_a[a_start:a_stop], sep_id, *tokens_b[b_start:b_stop], sep_id]
+      yield tokens, a_stop - a_start + 2, is_random_next
+      chunk = []
+      chunk_length = 0
+    i += 1
+
+
+def create_single_segment_instances(document, max_seq_length, short_seq_prob, vocab_ids, rng):
+  """--no_nsp: yields a document's [CLS] A [SEP] instances, unmasked, like the pair version.
+
+  Consecutive sentences are packed up to the target length; tokens beyond max_seq_length - 2 are
+  carried into the next instance instead of being thrown away.
+  """
+  max_num_tokens = max_seq_length - 2
+  target_seq_length = max_num_tokens
+  if rng.random() < short_seq_prob:
+    target_seq_length = rng.randint(2, max_num_tokens)
+  pending = []
+  last = len(document) - 1
+  for i, sentence in enumerate(document):
+    pending.extend(sentence)
+    while pending and (len(pending) >= target_seq_length or i == last):
+      tokens = [vocab_ids.cls_id, *pending[:max_num_tokens], vocab_ids.sep_id]
+      del pending[:max_num_tokens]
+      yield tokens, len(tokens), False
+
+
+def create_unmasked_instances(documents, document_index, options, vocab_ids, rng):
+  """Yields one document's instances, pairs or (with --no_nsp) single segments."""
+  if options.no_nsp:
+    return create_single_segment_instances(documents[document_index], options.max_seq_length,
+                                           options.short_seq_prob, vocab_ids, rng)
+  return create_instances_from_document(documents, document_index, options.max_seq_length,
+                                        options.short_seq_prob, vocab_ids, rng)
+
+
+# ---------------------------------------------------------------------------------------------
+# Masking.
+
+
+def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_ids, rng,
+                                 do_whole_word_mask=False):
+  """Masks one instance; returns (masked tokens, positions, label ids), positions ascending.
+
+  A random round(len * masked_lm_prob) positions (at least 1, at most max_predictions_per_seq)
+  other than [CLS]/[SEP] are predicted. With whole-word masking a word is skipped when all its
+  WordPieces would exceed that number. Of the predicted positions, 80% become [MASK], 10% a random
+  word and 10% stay unchanged: [MASK] never occurs in fine-tuning, so the model must also learn
+  real tokens at predicted positions, and keeping some unchanged ties the representation to the
+  observed word.
+  """
+  cls_id, sep_id = vocab_ids.cls_id, vocab_ids.sep_id
+  if do_whole_word_mask:
+    # A "##" piece joins the previous candidate word, even across [SEP] (as in the original).
+    is_subword = vocab_ids.is_subword
+    candidates = []
+    for i, token in enumerate(tokens):
+      if token == cls_id or token == sep_id:
+        continue
+      if candidates and is_subword[token]:
+        candidates[-1].append(i)
+      else:
+        candidates.append([i])
+  else:
+    candidates = [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
+  rng.shuffle(candidates)
+
+  num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+  output = list(tokens)
+  positions = []
+  random_ = rng.random
+  word_ids = vocab_ids.word_ids
+  mask_id = vocab_ids.mask_id
+  if do_whole_word_mask:
+    groups = candidates
+  else:
+    groups = ([i] for i in candidates[:num_to_predict])
+  for group in groups:
+    if len(positions) >= num_to_predict:
+      break
+    if len(positions) + len(group) > num_to_predict:
+      continue
+    for index in group:
+      if random_() < 0.8:
+        output[index] = mask_id
+      elif random_() >= 0.5:
+        output[index] = word_ids[rng.randbelow(len(word_ids))]
+      positions.append(index)
+  positions.sort()
+  return output, positions, [tokens[p] for p in positions]
+
+
+def mask_instances_batch(instances, masked_lm_prob, max_predictions_per_seq, max_seq_length,
+                         vocab_ids, np_rng):
+  """Fast mode's masking of many instances at once with numpy (same distribution, other draws).
+
+  Returns (input_ids [N, max_seq_length] masked and zero-padded, lengths [N], positions [N, P],
+  label ids [N, P], counts [N]); positions and labels are zero beyond each row's count.
+  """
+  n = len(instances)
+  seq, preds = max_seq_length, max_predictions_per_seq
+  lengths = np.fromiter((len(tokens) for tokens, _, _ in instances), np.int64, n)
+  flat = np.fromiter(itertools.chain.from_iterable(tokens for tokens, _, _ in instances),
+                     np.int32, int(lengths.sum()))
+  starts = np.cumsum(lengths) - lengths
+  rows = np.repeat(np.arange(n), lengths)
+  ids = np.zeros((n, seq), np.int32)
+  ids[rows, np.arange(flat.size) - starts[rows]] = flat
+
+  columns = np.arange(seq)
+  candidate = ((columns < lengths[:, None]) & (ids != vocab_ids.cls_id) &
+               (ids != vocab_ids.sep_id))
+  # np.rint rounds half to even like Python's round, on the same float64 product.
+  counts = np.minimum(preds, np.maximum(1, np.rint(lengths * masked_lm_prob).astype(np.int64)))
+  counts = np.minimum(counts, candidate.sum(axis=1))
+  # A random subset of the candidates: those with the smallest random keys.
+  keys = np_rng.random((n, seq))
+  keys[~candidate] = 2.0
+  chosen = np.argsort(keys, axis=1, kind="stable")[:, :preds]
+  valid = np.arange(preds) < counts[:, None]
+  positions = np.sort(np.where(valid, chosen, seq), axis=1)
+  positions[~valid] = 0
+  labels = np.take_along_axis(ids, positions, axis=1)
+  labels[~valid] = 0
+
+  draw = np_rng.random((n, preds))
+  random_words = vocab_ids.word_ids_array[np_rng.integers(0, len(vocab_ids.word_ids), (n, preds))]
+  replacement = np.where(draw < 0.8, vocab_ids.mask_id, np.where(draw < 0.9, random_words, labels))
+  row_index = np.nonzero(valid)[0]
+  ids[row_index, positions[valid]] = replacement[valid]
+  return ids, lengths, positions, labels, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding and writing records.
+
+
+def _varint(value):
+  out = bytearray()
+  while value > 0x7F:
+    out.append((value & 0x7F) | 0x80)
+    value >>= 7
+  out.append(value)
+  return bytes(out)
+
+
+class ExampleEncoder:
+  """Serializes instances as tf.train.Example bytes directly, without building protos.
+
+  Building an Example proto per record costs more than creating the instance; the wire format of
+  these seven fixed features is simple (packed varint int64 lists, a packed float list), so the
+  bytes are assembled from precomputed pieces. Parsing the result with tf.train.Example gives the
+  features the original wrote (tests compare them); map entries are in FEATURE_NAMES order.
+  """
+
+  def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size):
+    self.max_seq_length = max_seq_length
+    self.max_predictions_per_seq = max_predictions_per_seq
+    longest = max(vocab_size, 8 * max_seq_length + 64)
+    self._varints = [_varint(i) for i in range(longest)]
+    self._zeros = [b"\x00" * i for i in range(max_seq_length + 1)]
+    self._ones = [b"\x01" * i for i in range(max_seq_length + 1)]
+    one, zero = struct.pack("<f", 1.0), struct.pack("<f", 0.0)
+    self._weights = [one * i + zero * (max_predictions_per_seq - i)
+                     for i in range(max_predictions_per_seq + 1)]
+    # Map entry prefix per feature: key field, then the value field's tag.
+    self._keys = [b"\x0a" + _varint(len(name)) + name.encode() for name in FEATURE_NAMES]
+
+  def _length(self, n):
+    return self._varints[n] if n < len(self._varints) else _varint(n)
+
+  def _entry(self, key, list_tag, payload):
+    length = self._length
+    values = b"\x0a" + length(len(payload)) + payload
+    feature = list_tag + length(len(values)) + values
+    entry = key + b"\x12" + length(len(feature)) + feature
+    return b"\x0a" + length(len(entry)) + entry
+
+  def encode(self, input_ids, segment_a_length, positions, label_ids, is_random_next):
+    """One record from an instance's ids (unpadded lists); padding and weights are added here."""
+    varints = self._varints
+    zeros, ones = self._zeros, self._ones
+    n, k = len(input_ids), len(positions)
+    pad = self.max_seq_length - n
+    missing = self.max_predictions_per_seq - k
+    keys = self._keys
+    int_tag, float_tag = b"\x1a", b"\x12"
+    features = b"".join((
+        self._entry(keys[0], int_tag, b"".join(map(varints.__getitem__, input_ids)) + zeros[pad]),
+        self._entry(keys[1], int_tag, ones[n] + zeros[pad]),
+        self._entry(keys[2], int_tag,
+                    zeros[segment_a_length] + ones[n - segment_a_length] + zeros[pad]),
+        self._entry(keys[3], int_tag,
+                    b"".join(map(varints.__getitem__, positions)) + zeros[missing]),
+        self._entry(keys[4], int_tag,
+                    b"".join(map(varints.__getitem__, label_ids)) + zeros[missing]),
+        self._entry(keys[5], float_tag, self._weights[k]),
+        self._entry(keys[6], int_tag, b"\x01" if is_random_next else b"\x00"),
+    ))
+    return b"\x0a" + self._length(len(features)) + features
+
+
+def example_feature_spec(max_seq_length, max_predictions_per_seq):
+  """The tf.io.parse_example spec of these records (for readers such as run_pretraining)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  fixed = tf.io.FixedLenFeature
+  return {
+      "input_ids": fixed([max_seq_length], tf.int64),
+      "input_mask": fixed([max_seq_length], tf.int64),
+      "segment_ids": fixed([max_seq_length], tf.int64),
+      "masked_lm_positions": fixed([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": fixed([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights": fixed([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": fixed([1], tf.int64),
+  }
+
+
+def write_records(records, output_files):
+  """Writes serialized records round-robin to `output_files`; returns how many were written.
+
+  Each file is written under a temporary name and renamed only once every record is written, so
+  an error or interruption never leaves a partial file under an output name. TensorFlow is
+  imported here only: worker processes never need it, and importing it costs seconds and hundreds
+  of megabytes per process.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with contextlib.ExitStack() as stack:
+    temporary = [stack.enter_context(fileio.atomic_path(path)) for path in output_files]
+    writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
+    count = 0
+    for count, record in enumerate(records, start=1):
+      writers[(count - 1) % len(writers)].write(record)
+  return count
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics and progress.
+
+
+@dataclasses.dataclass
+class Stats:
+  """Counts for the progress lines and the final summary."""
+  documents: int = 0
+  input_bytes: int = 0
+  instances: int = 0
+  tokens: int = 0
+  masked: int = 0
+  random_next: int = 0
+
+  def add(self, other):
+    for field in dataclasses.fields(self):
+      setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+  def summary(self):
+    instances = max(self.instances, 1)
+    return (f"{self.instances} instances from {self.documents} documents; "
+            f"{self.tokens} tokens ({self.tokens / instances:.1f} per instance), "
+            f"{self.masked} masked ({self.masked / max(self.tokens, 1):.2%} of tokens), "
+            f"next sentence random {self.random_next / instances:.1%} / "
+            f"actual {1 - self.random_next / instances:.1%}")
+
+
+class Progress:
+  """Logs a phase's progress (done / total units, rate, ETA) at most every `interval` seconds."""
+
+  def __init__(self, phase, total, unit, interval):
+    self.phase, self.total, self.unit, self.interval = phase, total, unit, interval
+    self.start = self._last = time.monotonic()
+
+  def update(self, done, detail="", force=False):
+    now = time.monotonic()
+    if not force and now - self._last < self.interval:
+      return
+    self._last = now
+    elapsed = max(now - self.start, 1e-9)
+    rate = done / elapsed
+    eta = (self.total - done) / rate if rate > 0 else float("inf")
+    scale, unit = (1e6, "M" + self.unit) if self.unit == "B" else (1, " " + self.unit)
+    logging.info("%s: %.1f/%.1f%s (%.0f%%), %.2f%s/s, %s elapsed, ETA %s%s", self.phase,
+                 done / scale, self.total / scale, unit, 100 * done / max(self.total, 1),
+                 rate / scale, unit, _duration(elapsed), _duration(eta),
+                 f"; {detail}" if detail else "")
+
+
+def _duration(seconds):
+  if seconds == float("inf"):
+    return "?"
+  seconds = int(seconds)
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _log_example(instance, positions, labels, tokenizer):
+  tokens, segment_a_length, is_random_next = instance
+  words = [tokenizer.inv_vocab.get(t, "?") for t in tokens]
+  logging.info("*** Example *** (is_random_next=%s, segment A length %d)\ntokens: %s\n"
+               "masked_lm_positions: %s\nmasked_lm_labels: %s", is_random_next,
+               segment_a_length, " ".join(words), " ".join(map(str, positions)),
+               " ".join(tokenizer.inv_vocab.get(t, "?") for t in labels))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact mode.
+
+
+def create_exact_records(documents, options, vocab_ids, tokenizer=None, progress_seconds=30):
+  """Exact mode's records, in the original's order, from all `documents` (shuffled in place).
+
+  Returns (serialized records, Stats). Records are encoded as soon as an instance is masked, so
+  only their bytes wait in memory for the final shuffle.
+  """
+  rng = ExactRandom(options.random_seed)
+  rng.shuffle(documents)
+  encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq, vocab_ids.size)
+  stats = Stats(documents=len(documents))
+  records = []
+  progress = Progress("creating instances", options.dupe_factor * len(documents), "documents",
+                      progress_seconds)
+  for dupe in range(options.dupe_factor):
+    for document_index in range(len(documents)):
+      for instance in create_unmasked_instances(documents, document_index, options, vocab_ids,
+                                                rng):
+        tokens, segment_a_length, is_random_next = instance
+        masked, positions, labels = create_masked_lm_predictions(
+            tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
+            options.do_whole_word_mask)
+        records.append(encoder.encode(masked, segment_a_length, positions, labels,
+                                      is_random_next))
+        stats.tokens += len(tokens)
+        stats.masked += len(positions)
+        stats.random_next += is_random_next
+        if tokenizer is not None and len(records) <= 3:
+          _log_example((masked, segment_a_length, is_random_next), positions, labels, tokenizer)
+      progress.update(dupe * len(documents) + document_index + 1, f"{len(records)} instances")
+  rng.shuffle(records)
+  stats.instances = len(records)
+  return records, stats
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker processes (tokenizing in both modes, whole chunks in fast mode).
+
+_worker = None
+
+
+@dataclasses.dataclass
+class _WorkerState:
+  options: Options
+  tokenizer: object
+  vocab_ids: VocabIds
+  encoder: ExampleEncoder
+
+
+def _init_worker(options):
+  """Builds the tokenizer once per process (pool initializer, or in-process with one worker)."""
+  global _worker
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  vocab_ids = VocabIds(tokenizer.vocab)
+  encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
+                           vocab_ids.size)
+  _worker = _WorkerState(options, tokenizer, vocab_ids, encoder)
+
+
+def _tokenize_task(task):
+  line_documents, nbytes = task
+  return tokenize_documents(_worker.tokenizer, line_documents, compact=True), nbytes
+
+
+def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, encoder):
+  """Fast mode: one chunk of documents (text lines) -> (serialized records, Stats).
+
+  Everything random is seeded from (random_seed, chunk_index) alone, so a chunk's records do not
+  depend on which process handles it or what it handled before.
+  """
+  documents = tokenize_documents(tokenizer, line_documents)
+  stats = Stats(documents=len(documents))
+  if not documents:
+    return [], stats
+  # A string seed is hashed with SHA-512 by random.Random: stable across runs and platforms.
+  rng = ExactRandom(f"{options.random_seed}/chunk/{chunk_index}")
+  np_rng = np.random.default_rng(rng.randbelow(1 << 63))
+  rng.shuffle(documents)
+  records = []
+  pending = []
+
+  def mask_and_encode():
+    if options.do_whole_word_mask:
+      for tokens, segment_a_length, is_random_next in pending:
+        masked, positions, labels = create_masked_lm_predictions(
+            tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
+            do_whole_word_mask=True)
+        records.append(encoder.encode(masked, segment_a_length, positions, labels,
+                                      is_random_next))
+        stats.masked += len(positions)
+    else:
+      ids, lengths, positions, labels, counts = mask_instances_batch(
+          pending, options.masked_lm_prob, options.max_predictions_per_seq,
+          options.max_seq_length, vocab_ids, np_rng)
+      ids, lengths = ids.tolist(), lengths.tolist()
+      positions, labels, counts = positions.tolist(), labels.tolist(), counts.tolist()
+      for i, (_, segment_a_length, is_random_next) in enumerate(pending):
+        k = counts[i]
+        records.append(encoder.encode(ids[i][:lengths[i]], segment_a_length, positions[i][:k],
+                                      labels[i][:k], is_random_next))
+      stats.masked += sum(counts)
+    for tokens, _, is_random_next in pending:
+      stats.tokens += len(tokens)
+      stats.random_next += is_random_next
+    pending.clear()
+
+  for _ in range(options.dupe_factor):
+    for document_index in range(len(documents)):
+      pending.extend(create_unmasked_instances(documents, document_index, options, vocab_ids,
+                                               rng))
+      if len(pending) >= 4096:  # Bounds the Python-int token lists alive at once.
+        mask_and_encode()
+  if pending:
+    mask_and_encode()
+  rng.shuffle(records)
+  stats.instances = len(records)
+  return records, stats
+
+
+def _chunk_task(task):
+  chunk_index, line_documents, nbytes = task
+  state = _worker
+  records, stats = process_chunk(chunk_index, line_documents, state.options, state.tokenizer,
+                                 state.vocab_ids, state.encoder)
+  stats.input_bytes = nbytes
+  return records, stats
+
+
+def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES):
+  """Fast mode's units of work: (index, documents as text lines, bytes) in input order."""
+  documents, nbytes, index = [], 0, 0
+  for lines, size in iter_document_lines(input_files, end_document_at_file_end=True,
+                                         max_document_bytes=max_chunk_bytes):
+    documents.append(lines)
+    nbytes += size
+    if len(documents) >= chunk_documents or nbytes >= max_chunk_bytes:
+      yield index, documents, nbytes
+      documents, nbytes, index = [], 0, index + 1
+  if documents:
+    yield index, documents, nbytes
+
+
+def _ordered_map(pool, function, tasks, window):
+  """pool.imap with at most `window` tasks in flight, so reading cannot outrun the workers.
+
+  Pool.imap reads its input eagerly, which would hold the whole corpus in memory.
+  """
+  in_flight = collections.deque()
+  for task in tasks:
+    in_flight.append(pool.apply_async(function, (task,)))
+    if len(in_flight) >= window:
+      yield in_flight.popleft().get()
+  while in_flight:
+    yield in_flight.popleft().get()
+
+
+@contextlib.contextmanager
+def _worker_pool(options, num_workers):
+  """A pool of `num_workers` initialized processes, or None to work in this process.
+
+  Workers are spawned, not forked: the parent may already run TensorFlow's threads, and a fresh
+  interpreter only imports what tokenizing needs.
+  """
+  if num_workers <= 1:
+    _init_worker(options)
+    yield None
+    return
+  pool = multiprocessing.get_context("spawn").Pool(num_workers, _init_worker, (options,))
+  try:
+    yield pool
+    pool.close()
+  finally:
+    pool.terminate()
+    pool.join()
+
+
+def create_fast_records(input_files, options, stats, num_workers):
+  """Fast mode: yields serialized records chunk by chunk, mixed by a bounded shuffle buffer.
+
+  `stats` is updated as chunks complete. Raises InputError when the input holds no document.
+  """
+  total_bytes = sum(os.path.getsize(path) for path in input_files)
+  progress = Progress("fast mode", total_bytes, "B", options.progress_seconds)
+  buffer_rng = ExactRandom(f"{options.random_seed}/output")
+  buffer = []
+  size = options.shuffle_buffer_size
+  with _worker_pool(options, num_workers) as pool:
+    chunks = iter_chunks(input_files, options.chunk_documents)
+    if pool is None:
+      results = map(_chunk_task, chunks)
+    else:
+      results = _ordered_map(pool, _chunk_task, chunks, window=num_workers + 2)
+    for records, chunk_stats in results:
+      stats.add(chunk_stats)
+      progress.update(stats.input_bytes,
+                      f"{stats.documents} documents, {stats.instances} instances")
+      if not size:
+        yield from records
+        continue
+      for record in records:
+        if len(buffer) < size:
+          buffer.append(record)
+        else:
+          j = buffer_rng.randbelow(size)
+          yield buffer[j]
+          buffer[j] = record
+  if not stats.documents:
+    raise fileio.InputError(_no_documents_message(input_files))
+  buffer_rng.shuffle(buffer)
+  yield from buffer
+  progress.update(stats.input_bytes, f"{stats.documents} documents, {stats.instances} instances",
+                  force=True)
+
+
+def _no_documents_message(input_files):
+  return (f"no documents in the input ({', '.join(input_files)}): it needs text with one "
+          f"sentence per line and blank lines between documents")
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver.
+
+
+def run(options):
+  """Creates the records for `options` and writes them; returns the Stats."""
+  validate_options(options)
+  input_files = fileio.expand_file_patterns(options.input_file, "input file")
+  fileio.check_file(options.vocab_file, "vocab file")
+  output_files = resolve_output_files(options.output_file, options.num_output_shards)
+  num_workers = options.num_workers or os.cpu_count() or 1
+  # Built here in both modes so a bad vocab fails at once, not inside a worker process.
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  vocab_ids = VocabIds(tokenizer.vocab)
+  logging.info("*** Reading from %d input file(s) ***\n  %s", len(input_files),
+               "\n  ".join(input_files))
+  start = time.monotonic()
+
+  if options.mode == "fast":
+    stats = Stats()
+    # closing(): an error while writing stops the workers now, not when the generator is freed.
+    records = create_fast_records(input_files, options, stats, num_workers)
+    with contextlib.closing(records):
+      count = write_records(records, output_files)
+    assert count == stats.instances
+  else:
+    total_bytes = sum(os.path.getsize(path) for path in input_files)
+    # Worker start-up (a few seconds) only pays off for inputs of some size.
+    workers = num_workers if total_bytes > (16 << 20) else 1
+    progress = Progress("reading and tokenizing", total_bytes, "B", options.progress_seconds)
+    with _worker_pool(options, workers) as pool:
+      documents = read_documents(input_files, tokenizer, pool, workers + 2, progress)
+    if not documents:
+      raise fileio.InputError(_no_documents_message(input_files))
+    logging.info("Read %d documents in %.1f s", len(documents), time.monotonic() - start)
+    records, stats = create_exact_records(documents, options, vocab_ids, tokenizer,
+                                          options.progress_seconds)
+    stats.input_bytes = total_bytes
+    del documents
+    logging.info("*** Writing %d instances to %d output file(s) ***\n  %s", len(records),
+                 len(output_files), "\n  ".join(output_files))
+    write_records(records, output_files)
+
+  elapsed = time.monotonic() - start
+  logging.info("Wrote %s in %.1f s (%.2f MB/s of text)", stats.summary(), elapsed,
+               stats.input_bytes / 1e6 / max(elapsed, 1e-9))
+  logging.info("Output file(s):\n  %s", "\n  ".join(output_files))
+  return stats
+
+
+def main(_):
+  logging.set_verbosity(logging.INFO)
+  run(Options(**{field.name: getattr(FLAGS, field.name) for field in dataclasses.fields(Options)}))
+
+
+if __name__ == "__main__":
+  define_flags()
+  flags.mark_flag_as_required("input_file")
+  flags.mark_flag_as_required("output_file")
+  flags.mark_flag_as_required("vocab_file")
+  fileio.run_main(main)
