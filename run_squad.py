@@ -1,0 +1,929 @@
+"""BERT fine-tuning for extractive question answering on SQuAD 1.1 and 2.0.
+
+The data half of the task, with the original BERT's rules so that scores stay comparable:
+reading the SQuAD JSON into whitespace-split documents with character-to-word answer offsets,
+cutting each document into overlapping windows ([CLS] question [SEP] window [SEP]) with the
+answer span re-aligned to WordPiece tokens, writing those features to a TFRecord file, and turning
+the model's start/end logits back into answer text (n-best search, projection of WordPiece spans
+onto the original text, SQuAD 2.0 no-answer threshold). Fine-tuning itself lives in `training.py`
+and `modeling.py`; scoring in `evaluate_squad.py`.
+"""
+
+import collections
+import json
+import math
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import fileio
+import tokenization
+
+FLAGS = flags.FLAGS
+
+## Required parameters
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+
+flags.DEFINE_string(
+    "output_dir", None,
+    "The output directory where the model checkpoints (and feature files, predictions) will be "
+    "written.")
+
+## Other parameters
+flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
+
+flags.DEFINE_string(
+    "predict_file", None, "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
+
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Whether to lower case the input text. Should be True for uncased models and False for "
+    "cased models.")
+
+flags.DEFINE_integer(
+    "max_seq_length", 384,
+    "The maximum total input sequence length after WordPiece tokenization. Sequences longer than "
+    "this will be truncated, and sequences shorter than this will be padded.")
+
+flags.DEFINE_integer(
+    "doc_stride", 128,
+    "When splitting up a long document into chunks, how much stride to take between chunks.")
+
+flags.DEFINE_integer(
+    "max_query_length", 64,
+    "The maximum number of tokens for the question. Questions longer than this will be "
+    "truncated to this length.")
+
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+
+flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
+
+flags.DEFINE_integer(
+    "n_best_size", 20,
+    "The total number of n-best predictions to generate in the nbest_predictions.json output "
+    "file.")
+
+flags.DEFINE_integer(
+    "max_answer_length", 30,
+    "The maximum length of an answer that can be generated. This is needed because the start and "
+    "end predictions are not conditioned on one another.")
+
+flags.DEFINE_bool(
+    "verbose_logging", False,
+    "If true, all of the warnings related to data processing will be printed. A number of "
+    "warnings are expected for a normal SQuAD evaluation.")
+
+flags.DEFINE_bool(
+    "version_2_with_negative", False,
+    "If true, the SQuAD examples contain some that do not have an answer.")
+
+flags.DEFINE_float(
+    "null_score_diff_threshold", 0.0,
+    "If null_score - best_non_null is greater than the threshold predict null.")
+
+
+class SquadExample:
+  """A single training/test example for question answering.
+
+  For examples without an answer, the start and end position are -1.
+  """
+
+  def __init__(self,
+               qas_id,
+               question_text,
+               doc_tokens,
+               orig_answer_text=None,
+               start_position=None,
+               end_position=None,
+               is_impossible=False):
+    self.qas_id = qas_id
+    self.question_text = question_text
+    self.doc_tokens = doc_tokens
+    self.orig_answer_text = orig_answer_text
+    self.start_position = start_position
+    self.end_position = end_position
+    self.is_impossible = is_impossible
+
+  def __str__(self):
+    return self.__repr__()
+
+  def __repr__(self):
+    s = f"qas_id: {tokenization.printable_text(self.qas_id)}"
+    s += f", question_text: {tokenization.printable_text(self.question_text)}"
+    s += f", doc_tokens: [{' '.join(self.doc_tokens)}]"
+    if self.start_position is not None:
+      s += f", start_position: {self.start_position}"
+      s += f", end_position: {self.end_position}"
+      s += f", is_impossible: {self.is_impossible!r}"
+    return s
+
+
+class InputFeatures:
+  """A single set of features of data: one window of one example."""
+
+  def __init__(self,
+               unique_id,
+               example_index,
+               doc_span_index,
+               tokens,
+               token_to_orig_map,
+               token_is_max_context,
+               input_ids,
+               input_mask,
+               segment_ids,
+               start_position=None,
+               end_position=None,
+               is_impossible=None):
+    self.unique_id = unique_id
+    self.example_index = example_index
+    self.doc_span_index = doc_span_index
+    self.tokens = tokens
+    self.token_to_orig_map = token_to_orig_map
+    self.token_is_max_context = token_is_max_context
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.start_position = start_position
+    self.end_position = end_position
+    self.is_impossible = is_impossible
+
+
+def _is_whitespace(c):
+  # U+202F (narrow no-break space) separates words in some SQuAD contexts.
+  return c == " " or c == "\t" or c == "\r" or c == "\n" or ord(c) == 0x202F
+
+
+def _split_paragraph(paragraph_text):
+  """Whitespace-split words of a context and, per character, the index of its word."""
+  doc_tokens = []
+  char_to_word_offset = []
+  prev_is_whitespace = True
+  for c in paragraph_text:
+    if _is_whitespace(c):
+      prev_is_whitespace = True
+    else:
+      if prev_is_whitespace:
+        doc_tokens.append(c)
+      else:
+        doc_tokens[-1] += c
+      prev_is_whitespace = False
+    char_to_word_offset.append(len(doc_tokens) - 1)
+  return doc_tokens, char_to_word_offset
+
+
+def _line_of(raw_text, qas_id):
+  """1-based line where a question id appears in the raw JSON, for messages (None if not found)."""
+  position = raw_text.find(json.dumps(qas_id))
+  return None if position < 0 else raw_text.count("\n", 0, position) + 1
+
+
+def _field(container, key, kind, where, input_file):
+  value = container.get(key) if isinstance(container, dict) else None
+  if not isinstance(value, kind):
+    raise fileio.InputError(f"{input_file}: {where}: missing or invalid \"{key}\"; is this a SQuAD "
+                            f"JSON file?")
+  return value
+
+
+def read_squad_examples(input_file, is_training, version_2_with_negative=False, skipped=None):
+  """Reads a SQuAD json file into a list of SquadExample.
+
+  In training, each answerable question's first answer is located in the whitespace-split context.
+  An answer whose offsets do not reproduce its text (a bad answer_start, or Unicode the split
+  changed) cannot be trained on: it is logged with its file, line and question id and skipped, as
+  the original did; their ids are appended to `skipped` when a list is given. When not training
+  the answers are located too where possible (for diagnostics) but nothing is skipped.
+
+  With version_2_with_negative, questions marked `is_impossible` become no-answer examples
+  (positions -1); without it, such a question in training is an error naming the flag.
+  """
+  fileio.check_file(input_file, "SQuAD file")
+  try:
+    with open(input_file, encoding="utf-8-sig") as reader:
+      raw_text = reader.read()
+    input_json = json.loads(raw_text)
+  except json.JSONDecodeError as e:
+    raise fileio.InputError(f"{input_file}:{e.lineno}: not valid JSON ({e.msg}, column "
+                            f"{e.colno})") from None
+  except UnicodeDecodeError as e:
+    raise fileio.InputError(f"{input_file}: not UTF-8 (byte {e.start})") from None
+  input_data = _field(input_json, "data", list, "top level", input_file)
+
+  examples = []
+  num_skipped = 0
+  num_multi_answer = 0
+  for entry_index, entry in enumerate(input_data):
+    paragraphs = _field(entry, "paragraphs", list, f"data[{entry_index}]", input_file)
+    for paragraph_index, paragraph in enumerate(paragraphs):
+      where = f"data[{entry_index}].paragraphs[{paragraph_index}]"
+      paragraph_text = _field(paragraph, "context", str, where, input_file)
+      doc_tokens, char_to_word_offset = _split_paragraph(paragraph_text)
+
+      for qa_index, qa in enumerate(_field(paragraph, "qas", list, where, input_file)):
+        qa_where = f"{where}.qas[{qa_index}]"
+        qas_id = qa.get("id") if isinstance(qa, dict) else None
+        if not isinstance(qas_id, (str, int)):
+          raise fileio.InputError(f"{input_file}: {qa_where}: missing \"id\"")
+        question_text = _field(qa, "question", str, qa_where, input_file)
+        start_position = None
+        end_position = None
+        orig_answer_text = None
+        is_impossible = False
+        if version_2_with_negative:
+          is_impossible = bool(qa.get("is_impossible", False))
+        answers = qa.get("answers") or []
+        if is_training and not is_impossible:
+          if not answers:
+            hint = (" (it is marked is_impossible: pass --version_2_with_negative for SQuAD 2.0 "
+                    "data)" if qa.get("is_impossible") else "")
+            raise fileio.InputError(f"{input_file}:{_line_of(raw_text, qas_id)}: question "
+                                    f"{qas_id} has no answer to train on{hint}")
+          # The original insisted on exactly one answer; the dev sets' duplicates are harmless.
+          num_multi_answer += len(answers) > 1
+        if is_impossible:
+          start_position = -1
+          end_position = -1
+          orig_answer_text = ""
+        elif answers:
+          located = _locate_answer(answers[0], doc_tokens, char_to_word_offset)
+          if located is None:
+            if is_training:
+              logging.warning("%s:%s: question %s: answer offsets do not match the context; "
+                              "skipped", input_file, _line_of(raw_text, qas_id), qas_id)
+              num_skipped += 1
+              if skipped is not None:
+                skipped.append(qas_id)
+              continue
+          else:
+            orig_answer_text, start_position, end_position = located
+
+        examples.append(SquadExample(
+            qas_id=qas_id,
+            question_text=question_text,
+            doc_tokens=doc_tokens,
+            orig_answer_text=orig_answer_text,
+            start_position=start_position,
+            end_position=end_position,
+            is_impossible=is_impossible))
+
+  if num_skipped:
+    logging.warning("%s: skipped %d questions whose answer could not be found in the context",
+                    input_file, num_skipped)
+  if num_multi_answer:
+    logging.info("%s: %d questions have several answers; training uses the first", input_file,
+                 num_multi_answer)
+  return examples
+
+
+def _locate_answer(answer, doc_tokens, char_to_word_offset):
+  """(text, first word, last word) of an answer, or None when its offsets don't give its text."""
+  if not isinstance(answer, dict):
+    return None
+  orig_answer_text = answer.get("text")
+  answer_offset = answer.get("answer_start")
+  if not isinstance(orig_answer_text, str) or not isinstance(answer_offset, int):
+    return None
+  answer_length = len(orig_answer_text)
+  if answer_length == 0 or answer_offset < 0:
+    return None
+  if answer_offset + answer_length > len(char_to_word_offset):
+    return None
+  start_position = char_to_word_offset[answer_offset]
+  end_position = char_to_word_offset[answer_offset + answer_length - 1]
+  if start_position < 0:
+    return None
+  # Only keep answers whose text can be recovered from the document: if it can't, the offsets are
+  # wrong or Unicode confused the split, and training on it would teach the wrong span.
+  actual_text = " ".join(doc_tokens[start_position:(end_position + 1)])
+  cleaned_answer_text = " ".join(tokenization.whitespace_tokenize(orig_answer_text))
+  if actual_text.find(cleaned_answer_text) == -1:
+    return None
+  return orig_answer_text, start_position, end_position
+
+
+_DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
+
+
+def _tokenize_words(tokenizer, words):
+  """WordPiece tokens of each whitespace word (the batch path when the tokenizer has one)."""
+  if hasattr(tokenizer, "tokenize_batch"):
+    return tokenizer.tokenize_batch(words)
+  return [tokenizer.tokenize(word) for word in words]
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride,
+                                 max_query_length, is_training, output_fn):
+  """Turns examples into windowed InputFeatures, passed one by one to `output_fn`.
+
+  Returns the number of features. unique_ids count up from 1000000000 as in the original.
+  """
+  if max_seq_length <= max_query_length + 3:
+    raise fileio.InputError(f"The max_seq_length ({max_seq_length}) must be greater than "
+                            f"max_query_length ({max_query_length}) + 3")
+  if doc_stride <= 0:
+    raise fileio.InputError(f"doc_stride must be positive, not {doc_stride}")
+
+  unique_id = 1000000000
+  # Questions on one paragraph share its doc_tokens list, so each context is tokenized once.
+  doc_cache_key = None
+  doc_cache = None
+
+  for (example_index, example) in enumerate(examples):
+    query_tokens = tokenizer.tokenize(example.question_text)
+
+    if len(query_tokens) > max_query_length:
+      query_tokens = query_tokens[0:max_query_length]
+
+    if doc_cache_key is not example.doc_tokens:
+      tok_to_orig_index = []
+      orig_to_tok_index = []
+      all_doc_tokens = []
+      for (i, sub_tokens) in enumerate(_tokenize_words(tokenizer, example.doc_tokens)):
+        orig_to_tok_index.append(len(all_doc_tokens))
+        for sub_token in sub_tokens:
+          tok_to_orig_index.append(i)
+          all_doc_tokens.append(sub_token)
+      doc_cache_key = example.doc_tokens
+      doc_cache = (tok_to_orig_index, orig_to_tok_index, all_doc_tokens)
+    tok_to_orig_index, orig_to_tok_index, all_doc_tokens = doc_cache
+
+    tok_start_position = None
+    tok_end_position = None
+    if is_training and example.is_impossible:
+      tok_start_position = -1
+      tok_end_position = -1
+    if is_training and not example.is_impossible:
+      tok_start_position = orig_to_tok_index[example.start_position]
+      if example.end_position < len(example.doc_tokens) - 1:
+        tok_end_position = orig_to_tok_index[example.end_position + 1] - 1
+      else:
+        tok_end_position = len(all_doc_tokens) - 1
+      (tok_start_position, tok_end_position) = _improve_answer_span(
+          all_doc_tokens, tok_start_position, tok_end_position, tokenizer,
+          example.orig_answer_text)
+
+    # The -3 accounts for [CLS], [SEP] and [SEP]
+    max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
+
+    # Documents longer than the maximum sequence length are cut into overlapping windows of up to
+    # that length, each starting `doc_stride` tokens after the previous one.
+    doc_spans = []
+    start_offset = 0
+    while start_offset < len(all_doc_tokens):
+      length = len(all_doc_tokens) - start_offset
+      if length > max_tokens_for_doc:
+        length = max_tokens_for_doc
+      doc_spans.append(_DocSpan(start=start_offset, length=length))
+      if start_offset + length == len(all_doc_tokens):
+        break
+      start_offset += min(length, doc_stride)
+
+    for (doc_span_index, doc_span) in enumerate(doc_spans):
+      tokens = []
+      token_to_orig_map = {}
+      token_is_max_context = {}
+      segment_ids = []
+      tokens.append("[CLS]")
+      segment_ids.append(0)
+      for token in query_tokens:
+        tokens.append(token)
+        segment_ids.append(0)
+      tokens.append("[SEP]")
+      segment_ids.append(0)
+
+      for i in range(doc_span.length):
+        split_token_index = doc_span.start + i
+        token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
+
+        is_max_context = _check_is_max_context(doc_spans, doc_span_index, split_token_index)
+        token_is_max_context[len(tokens)] = is_max_context
+        tokens.append(all_doc_tokens[split_token_index])
+        segment_ids.append(1)
+      tokens.append("[SEP]")
+      segment_ids.append(1)
+
+      input_ids = tokenizer.convert_tokens_to_ids(tokens)
+
+      # The mask has 1 for real tokens and 0 for padding tokens. Only real tokens are attended to.
+      input_mask = [1] * len(input_ids)
+
+      # Zero-pad up to the sequence length.
+      padding = max_seq_length - len(input_ids)
+      input_ids += [0] * padding
+      input_mask += [0] * padding
+      segment_ids += [0] * padding
+
+      assert len(input_ids) == max_seq_length
+      assert len(input_mask) == max_seq_length
+      assert len(segment_ids) == max_seq_length
+
+      start_position = None
+      end_position = None
+      if is_training and not example.is_impossible:
+        # A window that does not contain the whole answer is trained to point at [CLS] (position
+        # 0), i.e. "no answer in this window", instead of being thrown away.
+        doc_start = doc_span.start
+        doc_end = doc_span.start + doc_span.length - 1
+        out_of_span = not (tok_start_position >= doc_start and tok_end_position <= doc_end)
+        if out_of_span:
+          start_position = 0
+          end_position = 0
+        else:
+          doc_offset = len(query_tokens) + 2
+          start_position = tok_start_position - doc_start + doc_offset
+          end_position = tok_end_position - doc_start + doc_offset
+
+      if is_training and example.is_impossible:
+        start_position = 0
+        end_position = 0
+
+      if example_index < 20:
+        logging.info("*** Example ***")
+        logging.info("unique_id: %s", unique_id)
+        logging.info("example_index: %s", example_index)
+        logging.info("doc_span_index: %s", doc_span_index)
+        logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+        logging.info("token_to_orig_map: %s",
+                     " ".join(f"{x}:{y}" for (x, y) in token_to_orig_map.items()))
+        logging.info("token_is_max_context: %s",
+                     " ".join(f"{x}:{y}" for (x, y) in token_is_max_context.items()))
+        logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
+        logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
+        logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
+        if is_training and example.is_impossible:
+          logging.info("impossible example")
+        if is_training and not example.is_impossible:
+          answer_text = " ".join(tokens[start_position:(end_position + 1)])
+          logging.info("start_position: %d", start_position)
+          logging.info("end_position: %d", end_position)
+          logging.info("answer: %s", tokenization.printable_text(answer_text))
+
+      feature = InputFeatures(
+          unique_id=unique_id,
+          example_index=example_index,
+          doc_span_index=doc_span_index,
+          tokens=tokens,
+          token_to_orig_map=token_to_orig_map,
+          token_is_max_context=token_is_max_context,
+          input_ids=input_ids,
+          input_mask=input_mask,
+          segment_ids=segment_ids,
+          start_position=start_position,
+          end_position=end_position,
+          is_impossible=example.is_impossible)
+
+      # Run callback
+      output_fn(feature)
+
+      unique_id += 1
+  return unique_id - 1000000000
+
+
+def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
+  """Returns tokenized answer spans that better match the annotated answer.
+
+  Answers are annotated on characters and first projected to whitespace words, which can be
+  wider than the answer: for "(1895-1943)." with answer "1895", the word is the whole thing. After
+  WordPiece splits it into ( 1895 - 1943 ) . the exact answer can be matched, so the smallest
+  sub-span whose tokens equal the answer's tokens is taken. When the answer is part of a word
+  WordPiece keeps whole ("Japan" inside "Japanese"), the word span stays.
+  """
+  tok_answer_text = " ".join(tokenizer.tokenize(orig_answer_text))
+
+  for new_start in range(input_start, input_end + 1):
+    for new_end in range(input_end, new_start - 1, -1):
+      text_span = " ".join(doc_tokens[new_start:(new_end + 1)])
+      if text_span == tok_answer_text:
+        return (new_start, new_end)
+
+  return (input_start, input_end)
+
+
+def _check_is_max_context(doc_spans, cur_span_index, position):
+  """Check if this is the 'max context' doc span for the token.
+
+  With overlapping windows a token is scored in several of them; only the window where it has the
+  most context counts, taken as the minimum of its left and right context (their sum is the same
+  in every full window), plus a small bonus for longer windows to break ties.
+  """
+  best_score = None
+  best_span_index = None
+  for (span_index, doc_span) in enumerate(doc_spans):
+    end = doc_span.start + doc_span.length - 1
+    if position < doc_span.start:
+      continue
+    if position > end:
+      continue
+    num_left_context = position - doc_span.start
+    num_right_context = end - position
+    score = min(num_left_context, num_right_context) + 0.01 * doc_span.length
+    if best_score is None or score > best_score:
+      best_score = score
+      best_span_index = span_index
+
+  return cur_span_index == best_span_index
+
+
+def create_int_feature(values):
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+class FeatureWriter:
+  """Writes InputFeatures to a TFRecord file of tf.train.Examples, atomically.
+
+  Records: unique_ids ([1]), input_ids, input_mask, segment_ids ([max_seq_length]), and in
+  training start_positions, end_positions, is_impossible ([1]); all int64. The file appears under
+  `filename` only at `close()`; used as a context manager, an error leaves no partial file.
+  """
+
+  def __init__(self, filename, is_training):
+    self.filename = filename
+    self.is_training = is_training
+    self.num_features = 0
+    self._atomic = fileio.atomic_path(filename)
+    self._writer = tf.io.TFRecordWriter(self._atomic.__enter__())
+
+  def process_feature(self, feature):
+    """Write an InputFeature to the TFRecordWriter as a tf.train.Example."""
+    self.num_features += 1
+
+    features = collections.OrderedDict()
+    features["unique_ids"] = create_int_feature([feature.unique_id])
+    features["input_ids"] = create_int_feature(feature.input_ids)
+    features["input_mask"] = create_int_feature(feature.input_mask)
+    features["segment_ids"] = create_int_feature(feature.segment_ids)
+
+    if self.is_training:
+      features["start_positions"] = create_int_feature([feature.start_position])
+      features["end_positions"] = create_int_feature([feature.end_position])
+      features["is_impossible"] = create_int_feature([int(bool(feature.is_impossible))])
+
+    tf_example = tf.train.Example(features=tf.train.Features(feature=features))
+    self._writer.write(tf_example.SerializeToString())
+
+  def close(self, error=None):
+    """Finishes the file (or, given the exception that interrupted writing, discards it)."""
+    if self._writer is None:
+      return
+    self._writer.close()
+    self._writer = None
+    if error is None:
+      self._atomic.__exit__(None, None, None)
+    else:
+      self._atomic.__exit__(type(error), error, error.__traceback__)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    self.close(exc)
+    return False
+
+
+def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                     shuffle_buffer_size=10000, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  `batch_size` is global; with a `tf.distribute.InputContext` each pipeline reads its shard of
+  the records and batches its per-replica share. Training data is shuffled and repeated. Features
+  come out int32: unique_ids, input_ids, input_mask, segment_ids, and in training
+  start_positions, end_positions, is_impossible.
+  """
+  name_to_features = {
+      "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+  }
+  if is_training:
+    name_to_features["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    name_to_features["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    name_to_features["is_impossible"] = tf.io.FixedLenFeature([], tf.int64)
+
+  def decode_batch(records):
+    example = tf.io.parse_example(records, name_to_features)
+    return {name: tf.cast(t, tf.int32) for name, t in example.items()}
+
+  def input_fn(batch_size, input_context=None):
+    d = tf.data.TFRecordDataset(input_file)
+    if input_context is not None:
+      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if is_training:
+      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+      d = d.repeat()
+    d = d.batch(batch_size, drop_remainder=drop_remainder)
+    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
+
+_PrelimPrediction = collections.namedtuple(
+    "PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit", "end_logit"])
+
+_NbestPrediction = collections.namedtuple("NbestPrediction", ["text", "start_logit", "end_logit"])
+
+# A score for "no answer is better" when no span could be predicted at all (beyond any threshold).
+_NO_SPAN_SCORE_DIFF = 1e6
+
+
+def span_text(example, feature, start_index, end_index, do_lower_case, verbose_logging=False):
+  """The answer text for tokens start_index..end_index of a feature, in the original's spelling.
+
+  The WordPiece tokens are joined and de-tokenized ("##" pieces glued back), then projected onto
+  the original words they came from (`get_final_text`), so the answer keeps the context's case,
+  accents and punctuation but not the extra characters of partially covered words.
+  """
+  tok_tokens = feature.tokens[start_index:(end_index + 1)]
+  orig_doc_start = feature.token_to_orig_map[start_index]
+  orig_doc_end = feature.token_to_orig_map[end_index]
+  orig_tokens = example.doc_tokens[orig_doc_start:(orig_doc_end + 1)]
+  tok_text = " ".join(tok_tokens)
+
+  # De-tokenize WordPieces that have been split off.
+  tok_text = tok_text.replace(" ##", "")
+  tok_text = tok_text.replace("##", "")
+
+  # Clean whitespace
+  tok_text = tok_text.strip()
+  tok_text = " ".join(tok_text.split())
+  orig_text = " ".join(orig_tokens)
+
+  return get_final_text(tok_text, orig_text, do_lower_case, verbose_logging)
+
+
+def write_predictions(all_examples, all_features, all_results, n_best_size, max_answer_length,
+                      do_lower_case, output_prediction_file, output_nbest_file,
+                      output_null_log_odds_file, version_2_with_negative=False,
+                      null_score_diff_threshold=0.0, verbose_logging=False):
+  """Writes final predictions (and n-best lists, and SQuAD 2.0 null log-odds) as JSON.
+
+  Returns (predictions, nbest, scores_diff): question id -> answer text, -> n-best list of dicts
+  (text, probability, start_logit, end_logit), and for v2.0 -> null score minus best span score.
+  Any output file argument may be None to skip writing it. Files are written atomically.
+  """
+  logging.info("Writing predictions to: %s", output_prediction_file)
+  logging.info("Writing nbest to: %s", output_nbest_file)
+
+  example_index_to_features = collections.defaultdict(list)
+  for feature in all_features:
+    example_index_to_features[feature.example_index].append(feature)
+
+  unique_id_to_result = {}
+  for result in all_results:
+    unique_id_to_result[result.unique_id] = result
+
+  all_predictions = collections.OrderedDict()
+  all_nbest_json = collections.OrderedDict()
+  scores_diff_json = collections.OrderedDict()
+
+  for (example_index, example) in enumerate(all_examples):
+    features = example_index_to_features[example_index]
+
+    prelim_predictions = []
+    # keep track of the minimum score of null start+end of position 0
+    score_null = 1000000  # large and positive
+    min_null_feature_index = 0  # the paragraph slice with min null score
+    null_start_logit = 0  # the start logit at the slice with min null score
+    null_end_logit = 0  # the end logit at the slice with min null score
+    for (feature_index, feature) in enumerate(features):
+      result = unique_id_to_result.get(feature.unique_id)
+      if result is None:
+        raise ValueError(f"no model output for feature {feature.unique_id} (question "
+                         f"{example.qas_id})")
+      start_indexes = _get_best_indexes(result.start_logits, n_best_size)
+      end_indexes = _get_best_indexes(result.end_logits, n_best_size)
+      # if we could have irrelevant answers, get the min score of irrelevant
+      if version_2_with_negative:
+        feature_null_score = result.start_logits[0] + result.end_logits[0]
+        if feature_null_score < score_null:
+          score_null = feature_null_score
+          min_null_feature_index = feature_index
+          null_start_logit = result.start_logits[0]
+          null_end_logit = result.end_logits[0]
+      for start_index in start_indexes:
+        for end_index in end_indexes:
+          # Spans that start or end outside the document window (in the question, on [SEP] or
+          # padding), end before they start, are too long, or start where this window is not the
+          # token's max context are impossible or scored better elsewhere.
+          if start_index >= len(feature.tokens):
+            continue
+          if end_index >= len(feature.tokens):
+            continue
+          if start_index not in feature.token_to_orig_map:
+            continue
+          if end_index not in feature.token_to_orig_map:
+            continue
+          if not feature.token_is_max_context.get(start_index, False):
+            continue
+          if end_index < start_index:
+            continue
+          length = end_index - start_index + 1
+          if length > max_answer_length:
+            continue
+          prelim_predictions.append(
+              _PrelimPrediction(
+                  feature_index=feature_index,
+                  start_index=start_index,
+                  end_index=end_index,
+                  start_logit=result.start_logits[start_index],
+                  end_logit=result.end_logits[end_index]))
+
+    if version_2_with_negative:
+      prelim_predictions.append(
+          _PrelimPrediction(
+              feature_index=min_null_feature_index,
+              start_index=0,
+              end_index=0,
+              start_logit=null_start_logit,
+              end_logit=null_end_logit))
+    prelim_predictions = sorted(
+        prelim_predictions, key=lambda x: (x.start_logit + x.end_logit), reverse=True)
+
+    seen_predictions = {}
+    nbest = []
+    for pred in prelim_predictions:
+      if len(nbest) >= n_best_size:
+        break
+      feature = features[pred.feature_index]
+      if pred.start_index > 0:  # this is a non-null prediction
+        final_text = span_text(example, feature, pred.start_index, pred.end_index, do_lower_case,
+                               verbose_logging)
+        if final_text in seen_predictions:
+          continue
+
+        seen_predictions[final_text] = True
+      else:
+        final_text = ""
+        seen_predictions[final_text] = True
+
+      nbest.append(
+          _NbestPrediction(text=final_text, start_logit=pred.start_logit,
+                           end_logit=pred.end_logit))
+
+    # if we didn't include the empty option in the n-best, include it
+    if version_2_with_negative:
+      if "" not in seen_predictions:
+        nbest.append(
+            _NbestPrediction(text="", start_logit=null_start_logit, end_logit=null_end_logit))
+    # In very rare edge cases we could have no valid predictions. So we just create a nonce
+    # prediction in this case to avoid failure.
+    if not nbest:
+      nbest.append(_NbestPrediction(text="empty", start_logit=0.0, end_logit=0.0))
+
+    assert len(nbest) >= 1
+
+    total_scores = []
+    best_non_null_entry = None
+    for entry in nbest:
+      total_scores.append(entry.start_logit + entry.end_logit)
+      if not best_non_null_entry:
+        if entry.text:
+          best_non_null_entry = entry
+
+    probs = _compute_softmax(total_scores)
+
+    nbest_json = []
+    for (i, entry) in enumerate(nbest):
+      output = collections.OrderedDict()
+      output["text"] = entry.text
+      output["probability"] = probs[i]
+      output["start_logit"] = float(entry.start_logit)
+      output["end_logit"] = float(entry.end_logit)
+      nbest_json.append(output)
+
+    assert len(nbest_json) >= 1
+
+    if not version_2_with_negative:
+      all_predictions[example.qas_id] = nbest_json[0]["text"]
+    elif best_non_null_entry is None:
+      # Every candidate was the null answer (the original would crash here).
+      scores_diff_json[example.qas_id] = _NO_SPAN_SCORE_DIFF
+      all_predictions[example.qas_id] = ""
+    else:
+      # predict "" iff the null score - the score of best non-null > threshold
+      score_diff = score_null - best_non_null_entry.start_logit - (best_non_null_entry.end_logit)
+      scores_diff_json[example.qas_id] = float(score_diff)
+      if score_diff > null_score_diff_threshold:
+        all_predictions[example.qas_id] = ""
+      else:
+        all_predictions[example.qas_id] = best_non_null_entry.text
+
+    all_nbest_json[example.qas_id] = nbest_json
+
+  outputs = [(output_prediction_file, all_predictions), (output_nbest_file, all_nbest_json)]
+  if version_2_with_negative:
+    outputs.append((output_null_log_odds_file, scores_diff_json))
+  for path, value in outputs:
+    if path:
+      with fileio.open_atomic(path) as writer:
+        writer.write(json.dumps(value, indent=4) + "\n")
+  return all_predictions, all_nbest_json, scores_diff_json
+
+
+def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
+  """Project the tokenized prediction back to the original text.
+
+  `orig_text` is the span of whitespace words the predicted tokens came from, which may be wider
+  than the prediction: for pred_text "steve smith" the words may be "Steve Smith's". `pred_text`
+  itself is normalized (lower case, accents stripped) and not what the context says. So both are
+  aligned character by character after running the basic tokenizer over `orig_text` and removing
+  spaces; when the alignment fails (lengths differ), `orig_text` is returned as is.
+  """
+
+  def _strip_spaces(text):
+    ns_chars = []
+    ns_to_s_map = collections.OrderedDict()
+    for (i, c) in enumerate(text):
+      if c == " ":
+        continue
+      ns_to_s_map[len(ns_chars)] = i
+      ns_chars.append(c)
+    ns_text = "".join(ns_chars)
+    return (ns_text, ns_to_s_map)
+
+  tokenizer = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+
+  tok_text = " ".join(tokenizer.tokenize(orig_text))
+
+  start_position = tok_text.find(pred_text)
+  if start_position == -1:
+    if verbose_logging:
+      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
+    return orig_text
+  end_position = start_position + len(pred_text) - 1
+
+  (orig_ns_text, orig_ns_to_s_map) = _strip_spaces(orig_text)
+  (tok_ns_text, tok_ns_to_s_map) = _strip_spaces(tok_text)
+
+  if len(orig_ns_text) != len(tok_ns_text):
+    if verbose_logging:
+      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
+                   tok_ns_text)
+    return orig_text
+
+  # We then project the characters in `pred_text` back to `orig_text` using the
+  # character-to-character alignment.
+  tok_s_to_ns_map = {}
+  for (i, tok_index) in tok_ns_to_s_map.items():
+    tok_s_to_ns_map[tok_index] = i
+
+  orig_start_position = None
+  if start_position in tok_s_to_ns_map:
+    ns_start_position = tok_s_to_ns_map[start_position]
+    if ns_start_position in orig_ns_to_s_map:
+      orig_start_position = orig_ns_to_s_map[ns_start_position]
+
+  if orig_start_position is None:
+    if verbose_logging:
+      logging.info("Couldn't map start position")
+    return orig_text
+
+  orig_end_position = None
+  if end_position in tok_s_to_ns_map:
+    ns_end_position = tok_s_to_ns_map[end_position]
+    if ns_end_position in orig_ns_to_s_map:
+      orig_end_position = orig_ns_to_s_map[ns_end_position]
+
+  if orig_end_position is None:
+    if verbose_logging:
+      logging.info("Couldn't map end position")
+    return orig_text
+
+  output_text = orig_text[orig_start_position:(orig_end_position + 1)]
+  return output_text
+
+
+def _get_best_indexes(logits, n_best_size):
+  """Get the n-best logits from a list."""
+  index_and_score = sorted(enumerate(logits), key=lambda x: x[1], reverse=True)
+  return [index for index, _ in index_and_score[:n_best_size]]
+
+
+def _compute_softmax(scores):
+  """Compute softmax probability over raw logits."""
+  if not scores:
+    return []
+
+  max_score = max(scores)
+  exp_scores = [math.exp(score - max_score) for score in scores]
+  # A plain running sum, not sum(): Python 3.12's compensated float sum() can differ in the
+  # last bit from the original's probabilities.
+  total_sum = 0.0
+  for score in exp_scores:
+    total_sum += score
+  return [score / total_sum for score in exp_scores]
+
+
+def main(_):
+  raise NotImplementedError("training wiring lands with training.py")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("vocab_file")
+  flags.mark_flag_as_required("output_dir")
+  fileio.run_main(main)
