@@ -9,6 +9,7 @@ punctuation or CJK ideographs, how lower-casing strips accents, and when a word 
 """
 
 import collections
+import itertools
 import re
 import unicodedata
 
@@ -204,6 +205,8 @@ class WordpieceTokenizer:
     self.vocab = vocab
     self.unk_token = unk_token
     self.max_input_chars_per_word = max_input_chars_per_word
+    # No candidate longer than the longest vocab entry can match, so none is tried (same result).
+    self._longest = max(map(len, vocab), default=0)
 
   def tokenize(self, text):
     """Whitespace-separated words -> pieces, e.g. "unaffable" -> ["un", "##aff", "##able"].
@@ -214,16 +217,17 @@ class WordpieceTokenizer:
     """
     output = []
     for word in whitespace_tokenize(convert_to_unicode(text)):
-      output.extend(self._split_word(word))
+      output.extend(self.split_word(word))
     return output
 
-  def _split_word(self, word):
+  def split_word(self, word):
+    """One whitespace-free word -> its pieces, or [unk_token]."""
     if len(word) > self.max_input_chars_per_word:
       return [self.unk_token]
     pieces = []
     start = 0
     while start < len(word):
-      end = len(word)
+      end = min(len(word), start + self._longest - (2 if start else 0))
       while end > start:
         piece = word[start:end] if start == 0 else "##" + word[start:end]
         if piece in self.vocab:
@@ -234,6 +238,37 @@ class WordpieceTokenizer:
       pieces.append(piece)
       start = end
     return pieces
+
+
+# The batch path's versions of BasicTokenizer's character rules, as whole-string operations.
+_MAX_CACHED_WORDS = 1 << 20
+# ASCII characters that _clean_text drops; str.split() would instead split on some of them.
+_ASCII_CLEAN_TABLE = {cp: None for cp in [*range(0, 9), 11, 12, *range(14, 32), 127]}
+_ASCII_PARTS = re.compile("[A-Za-z0-9]+|[^A-Za-z0-9]")
+_CJK_CHAR = re.compile("([" + "".join(f"{chr(low)}-{chr(high)}" for low, high in _CJK_RANGES)
+                       + "])")
+_unicode_table = None
+
+
+def _unicode_clean_table():
+  """str.translate table doing BasicTokenizer._clean_text: code point -> None (drop) or " ".
+
+  Built on first use from all of Unicode (about 0.1 s): the categories are mapped in C, and the
+  few candidates are then decided by the reference predicates so the two paths cannot drift apart.
+  """
+  global _unicode_table
+  if _unicode_table is None:
+    categories = map(unicodedata.category, map(chr, range(0x110000)))
+    candidates = {cp for cp, cat in enumerate(categories) if cat in ("Cc", "Cf", "Zs")}
+    table = {}
+    for cp in sorted(candidates | {0, 0xFFFD}):
+      char = chr(cp)
+      if cp == 0 or cp == 0xFFFD or _is_control(char):
+        table[cp] = None
+      elif _is_whitespace(char) and char != " ":
+        table[cp] = " "
+    _unicode_table = table
+  return _unicode_table
 
 
 def _preprocess_for_sentencepiece(text, lower):
@@ -272,6 +307,12 @@ class FullTokenizer:
       self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
       self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     self.inv_vocab = {i: token for token, i in self.vocab.items()}
+    # Caches for the batch path: whitespace-separated word (as it appears after cleaning) -> its
+    # tokens / ids. Natural text repeats a few tens of thousands of words, so after warming up
+    # almost every word costs one dict lookup instead of the per-character reference rules.
+    self._token_cache = {}
+    self._id_cache = {}
+    self._part_cache = {}
 
   def tokenize(self, text):
     """One text -> list of tokens (the reference path; see tokenize_batch for speed)."""
@@ -281,6 +322,87 @@ class FullTokenizer:
     for word in self.basic_tokenizer.tokenize(text):
       tokens.extend(self.wordpiece_tokenizer.tokenize(word))
     return tokens
+
+  def tokenize_batch(self, texts):
+    """Texts -> list of token lists, equal to [self.tokenize(t) for t in texts] but much faster.
+
+    The reference rules act on each whitespace-separated word independently once the text is
+    cleaned, so each distinct word is run through them once and its tokens are reused. Cleaning
+    and lower-casing of pure-ASCII texts (nearly all English text) is done with whole-string
+    methods; only texts with other characters go through the full Unicode tables.
+    """
+    if self.sp_model is not None:
+      return [self.tokenize(text) for text in texts]
+    return self._run_batch(texts, self._token_cache, self._word_tokens)
+
+  def encode_batch(self, texts):
+    """Texts -> list of id lists, equal to tokenizing each text and converting tokens to ids."""
+    if self.sp_model is not None:
+      return [self.convert_tokens_to_ids(self.tokenize(text)) for text in texts]
+    return self._run_batch(texts, self._id_cache, self._word_ids)
+
+  def _run_batch(self, texts, cache, word_fn):
+    output = []
+    lookup = cache.__getitem__
+    for text in texts:
+      words = self._clean_words(text)
+      try:
+        output.append(list(itertools.chain.from_iterable(map(lookup, words))))
+      except KeyError:
+        # Rare once warm: bound the memory on huge corpora of ever-new words (numbers, URLs).
+        if len(cache) > _MAX_CACHED_WORDS:
+          cache.clear()
+          self._part_cache.clear()
+        for word in words:
+          if word not in cache:
+            cache[word] = word_fn(word)
+        output.append([item for word in words for item in cache[word]])
+    return output
+
+  def _clean_words(self, text):
+    """The words BasicTokenizer.tokenize splits on whitespace, before per-word processing.
+
+    ASCII texts are also lower-cased as a whole (the same as per word, and it makes "The" and
+    "the" one cache entry); other texts keep their case here, as Unicode lower-casing can depend
+    on the neighbouring characters, and are lower-cased word by word in `_word_tokens`.
+    """
+    if not isinstance(text, str):
+      text = convert_to_unicode(text)
+    # Every character _clean_text changes is non-printable to Python except U+FFFD, so the
+    # common all-printable text skips the per-character translation.
+    if text.isascii():
+      if not text.isprintable():
+        text = text.translate(_ASCII_CLEAN_TABLE)
+      if self.do_lower_case:
+        text = text.lower()
+      return text.split()
+    if not text.isprintable() or "\ufffd" in text:
+      text = text.translate(_unicode_clean_table())
+    if _CJK_CHAR.search(text):
+      text = _CJK_CHAR.sub(r" \1 ", text)
+    return text.split()
+
+  def _word_tokens(self, word):
+    if word.isascii():
+      # Nothing to strip from ASCII, and every ASCII character that is not a letter or digit is
+      # punctuation (the cleaning has removed the rest).
+      parts = _ASCII_PARTS.findall(word.lower() if self.do_lower_case else word)
+    else:
+      parts = self.basic_tokenizer.split_word(word)
+    tokens = []
+    for part in parts:
+      # Parts recur across words ("the" in "the," and "(the"), so they have a cache too.
+      pieces = self._part_cache.get(part)
+      if pieces is None:
+        pieces = self._part_cache[part] = self.wordpiece_tokenizer.split_word(part)
+      tokens.extend(pieces)
+    return tokens
+
+  def _word_ids(self, word):
+    tokens = self._token_cache.get(word)
+    if tokens is None:
+      tokens = self._word_tokens(word)
+    return convert_by_vocab(self.vocab, tokens)
 
   def convert_tokens_to_ids(self, tokens):
     if self.sp_model is not None:
