@@ -1,0 +1,261 @@
+"""Checkpoint I/O: original Google TF1 checkpoints, HuggingFace safetensors, this project's own.
+
+Every model variable is named as in the original (see modeling.py), so:
+- a Google TF1 checkpoint (`bert_model.ckpt`) loads by variable name, optimizer slots skipped;
+- a HuggingFace checkpoint loads through a rule that rewrites those names (`layer_3` <->
+  `layer.3`, `kernel` <-> transposed `weight`, ...), no torch needed;
+- this project's training checkpoints (`tf.train.Checkpoint`, object-based) load by object path, so
+  a fine-tuning model picks up the `bert` encoder of a pre-training checkpoint;
+- any model exports back to the TF1 name format and to safetensors, for other tools.
+`init_from_checkpoint` tells the formats apart and logs what was and was not initialised.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import fileio
+
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+_VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+_EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+def variable_name(variable):
+  """The original checkpoint name of a model variable ("bert/pooler/dense/kernel")."""
+  return variable.name.split(":")[0]
+
+
+def variables_by_name(module):
+  return {variable_name(v): v for v in module.variables}
+
+
+def tf1_to_hf_name(name):
+  """Original name -> HuggingFace key, e.g. bert/encoder/layer_0/output/LayerNorm/gamma ->
+  bert.encoder.layer.0.output.LayerNorm.weight. The `bert.` prefix is kept; loaders also try
+  without it (HF's BertModel saves without, BertForPreTraining with)."""
+  name = re.sub(r"layer_(\d+)", r"layer.\1", name)
+  name = {"cls/predictions/output_bias": "cls/predictions/bias",
+          "cls/seq_relationship/output_weights": "cls/seq_relationship/weight",
+          "cls/seq_relationship/output_bias": "cls/seq_relationship/bias"}.get(name, name)
+  parts = name.split("/")
+  leaf = parts[-1]
+  if leaf in ("kernel", "gamma"):
+    parts[-1] = "weight"
+  elif leaf == "beta":
+    parts[-1] = "bias"
+  elif leaf in _EMBEDDING_TABLES:
+    parts.append("weight")
+  return ".".join(parts)
+
+
+def _hf_transposed(name):
+  """HF (torch Linear) stores dense kernels [out, in]; the original [in, out]."""
+  return name.endswith("/kernel")
+
+
+def _check_shape(name, variable, value, source):
+  if tuple(variable.shape) != tuple(value.shape):
+    raise fileio.InputError(
+        f"{source}: variable {name} has shape {list(value.shape)} in the checkpoint but "
+        f"{variable.shape.as_list()} in the model; does the config match the checkpoint?")
+
+
+class InitReport:
+  """What `init_from_checkpoint` did: loaded / not-in-checkpoint / unused-in-checkpoint names."""
+
+  def __init__(self, source, loaded, missing, unused):
+    self.source, self.loaded, self.missing, self.unused = source, loaded, missing, unused
+
+  def log(self):
+    logging.info("Initialised %d variables from %s", len(self.loaded), self.source)
+    for name in self.missing:
+      logging.info("  not in checkpoint (left at random init): %s", name)
+    for name in self.unused:
+      logging.info("  in checkpoint but not used by this model: %s", name)
+
+
+def _assign_all(targets, source):
+  """targets: {model name: (variable, numpy value)}."""
+  for name, (variable, value) in targets.items():
+    _check_shape(name, variable, value, source)
+    variable.assign(value.astype(variable.dtype.as_numpy_dtype))
+
+
+def _is_optimizer_slot(name):
+  return (name.endswith(("/adam_m", "/adam_v", "/lamb_m", "/lamb_v", "/Momentum"))
+          or name == "global_step" or ".OPTIMIZER_SLOT" in name)
+
+
+def load_tf1_checkpoint(module, prefix):
+  """Loads an original Google (name-based) checkpoint into `module` by variable name."""
+  reader = tf.train.load_checkpoint(prefix)
+  available = reader.get_variable_to_shape_map()
+  model = variables_by_name(module)
+  targets = {n: (v, reader.get_tensor(n)) for n, v in model.items() if n in available}
+  _assign_all(targets, prefix)
+  return InitReport(prefix, sorted(targets), sorted(set(model) - set(targets)),
+                    sorted(n for n in available if n not in model and not _is_optimizer_slot(n)))
+
+
+def load_hf_checkpoint(module, path):
+  """Loads HuggingFace BERT weights (`model.safetensors`) into `module`."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  try:
+    tensors = load_file(path)
+  except Exception as e:  # safetensors raises its own error types for corrupt headers
+    raise fileio.InputError(f"{path}: not a readable safetensors file: {e}") from None
+  # Older HF checkpoints name LayerNorm parameters gamma/beta.
+  tensors = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
+                    re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
+             for k, v in tensors.items()}
+  model = variables_by_name(module)
+  targets, used = {}, set()
+  for name, variable in model.items():
+    key = tf1_to_hf_name(name)
+    candidates = [key, key[len("bert."):]] if key.startswith("bert.") else [key]
+    if name == "cls/predictions/output_bias":
+      candidates.append("cls.predictions.decoder.bias")
+    found = next((k for k in candidates if k in tensors), None)
+    if found is None:
+      continue
+    value = tensors[found]
+    targets[name] = (variable, value.T if _hf_transposed(name) else value)
+    used.add(found)
+  _assign_all(targets, path)
+  unused = sorted(k for k in tensors if k not in used and not k.endswith("position_ids")
+                  and k != "cls.predictions.decoder.weight")  # decoder is tied to the embeddings
+  return InitReport(path, sorted(targets), sorted(set(model) - set(targets)), unused)
+
+
+def _object_paths(module):
+  """{object path ("bert/encoder/layers/0/..."): variable} as tf.train.Checkpoint names them."""
+  paths = {}
+  for path, variable in module._flatten(  # pylint: disable=protected-access
+      predicate=lambda v: isinstance(v, tf.Variable), with_path=True):
+    paths["/".join(str(p) for p in path)] = variable
+  return paths
+
+
+def load_project_checkpoint(module, prefix):
+  """Loads a checkpoint written by this project's training loop (tf.train.Checkpoint with the
+  model under `model`) by object path; optimizer state and unknown heads are skipped."""
+  reader = tf.train.load_checkpoint(prefix)
+  available = {k[len("model/"):-len(_VALUE_SUFFIX)]: k
+               for k in reader.get_variable_to_shape_map()
+               if k.startswith("model/") and k.endswith(_VALUE_SUFFIX) and ".OPTIMIZER_SLOT" not in k}
+  paths = _object_paths(module)
+  targets = {variable_name(v): (v, reader.get_tensor(available[p]))
+             for p, v in paths.items() if p in available}
+  _assign_all(targets, prefix)
+  loaded_paths = set(p for p in paths if p in available)
+  return InitReport(prefix, sorted(targets),
+                    sorted(variable_name(v) for p, v in paths.items() if p not in available),
+                    sorted(p for p in available if p not in loaded_paths))
+
+
+def resolve_checkpoint(path):
+  """-> (format, path) with format "tf1", "project" or "hf". Accepts a checkpoint prefix, a
+  `.safetensors` file, or a directory holding one of them."""
+  if not path:
+    raise fileio.InputError("no checkpoint given")
+  if os.path.isdir(path):
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+      return "hf", os.path.join(path, "model.safetensors")
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+      return resolve_checkpoint(latest)
+    if os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
+      return "tf1", os.path.join(path, "bert_model.ckpt")
+    raise fileio.InputError(f"no checkpoint found in directory {path} (looked for "
+                            "model.safetensors, a `checkpoint` state file, bert_model.ckpt)")
+  if path.endswith(".safetensors"):
+    fileio.check_file(path, "checkpoint")
+    return "hf", path
+  if not os.path.exists(path + ".index"):
+    raise fileio.InputError(f"checkpoint not found: {path} (no {path}.index)")
+  try:
+    keys = tf.train.list_variables(path)
+  except (tf.errors.OpError, ValueError) as e:
+    raise fileio.InputError(f"checkpoint {path} cannot be read: {e}") from None
+  return ("project" if any(k == _OBJECT_GRAPH_KEY for k, _ in keys) else "tf1"), path
+
+
+def init_from_checkpoint(module, path, require_all=False):
+  """Initialises `module`'s variables from any supported checkpoint and logs the outcome.
+
+  With `require_all`, a model variable the checkpoint lacks is an error (for pure encoders,
+  where a missing variable means the wrong checkpoint)."""
+  kind, resolved = resolve_checkpoint(path)
+  loader = {"tf1": load_tf1_checkpoint, "hf": load_hf_checkpoint,
+            "project": load_project_checkpoint}[kind]
+  report = loader(module, resolved)
+  report.log()
+  if not report.loaded:
+    raise fileio.InputError(f"checkpoint {resolved} shares no variable with the model")
+  if require_all and report.missing:
+    raise fileio.InputError(f"checkpoint {resolved} lacks variables: {', '.join(report.missing)}")
+  return report
+
+
+def _copy_sidecars(directory, config, vocab_file, config_name, hf=False):
+  if config is not None:
+    text = (json.dumps(config.to_hf_dict(), indent=2, sort_keys=True) + "\n" if hf
+            else config.to_json_string())
+    with fileio.open_atomic(os.path.join(directory, config_name)) as f:
+      f.write(text)
+  if vocab_file:
+    with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
+      shutil.copyfile(vocab_file, tmp)
+
+
+def export_tf1_checkpoint(module, prefix, config=None, vocab_file=None, global_step=None):
+  """Writes `module`'s variables under their original names (a name-based V2 checkpoint, as TF1's
+  Saver wrote), plus bert_config.json and vocab.txt beside it when given."""
+  directory = os.path.dirname(os.path.abspath(prefix))
+  os.makedirs(directory, exist_ok=True)
+  named = variables_by_name(module)
+  names = sorted(named)
+  tensors = [tf.convert_to_tensor(named[n]) for n in names]
+  if global_step is not None:
+    names.append("global_step")
+    tensors.append(tf.constant(global_step, tf.int64))
+  # Write under a temporary prefix in the same directory, then rename each file into place.
+  staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
+  try:
+    tmp_prefix = os.path.join(staging, "ckpt")
+    tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=tensors)
+    for produced in sorted(os.listdir(staging)):
+      os.replace(os.path.join(staging, produced),
+                 os.path.abspath(prefix) + produced[len("ckpt"):])
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  _copy_sidecars(directory, config, vocab_file, "bert_config.json")
+  return prefix
+
+
+def export_hf_checkpoint(module, directory, config=None, vocab_file=None):
+  """Writes `model.safetensors` with HuggingFace names (+ config.json, vocab.txt)."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  named = variables_by_name(module)
+  # HF's BertModel keys have no `bert.` prefix; BertForPreTraining (encoder + cls heads) has it.
+  with_heads = any(n.startswith("cls/") for n in named)
+  tensors = {}
+  for name, variable in named.items():
+    key = tf1_to_hf_name(name)
+    if not with_heads and key.startswith("bert."):
+      key = key[len("bert."):]
+    value = variable.numpy()
+    tensors[key] = np.ascontiguousarray(value.T if _hf_transposed(name) else value)
+  os.makedirs(directory, exist_ok=True)
+  with fileio.atomic_path(os.path.join(directory, "model.safetensors")) as tmp:
+    save_file(tensors, tmp, metadata={"format": "pt"})
+  _copy_sidecars(directory, config, vocab_file, "config.json", hf=True)
+  return directory

@@ -1,0 +1,92 @@
+"""tf.data input pipelines over TFRecord files of tf.train.Examples (pre-training and fine-tuning).
+
+One reader for every script: files are sharded across input pipelines (workers) when the data has
+at least as many files, shuffled and interleaved when training, records parsed in parallel, and
+batches of fixed shape (drop_remainder) so every step compiles once. Training data repeats forever;
+evaluation and prediction data are read once, in order.
+"""
+
+import tensorflow as tf
+
+import fileio
+
+
+def int_feature(length):
+  return tf.io.FixedLenFeature([length], tf.int64)
+
+
+def float_feature(length):
+  return tf.io.FixedLenFeature([length], tf.float32)
+
+
+PRETRAINING_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                        "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+
+def pretraining_features(max_seq_length, max_predictions_per_seq):
+  """The feature spec of create_pretraining_data.py's records."""
+  return {
+      "input_ids": int_feature(max_seq_length),
+      "input_mask": int_feature(max_seq_length),
+      "segment_ids": int_feature(max_seq_length),
+      "masked_lm_positions": int_feature(max_predictions_per_seq),
+      "masked_lm_ids": int_feature(max_predictions_per_seq),
+      "masked_lm_weights": float_feature(max_predictions_per_seq),
+      "next_sentence_labels": int_feature(1),
+  }
+
+
+def _decode(record, name_to_features):
+  example = tf.io.parse_single_example(record, name_to_features)
+  # int64 is what tf.train.Example stores; int32 is what every op downstream (and TPUs) want.
+  return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+
+
+def check_records(input_files, name_to_features):
+  """Parses the first record of each file eagerly, so a missing or wrongly shaped feature is an
+  error naming the file before training starts rather than a stack trace inside tf.data."""
+  for path in input_files:
+    for record in tf.data.TFRecordDataset(path).take(1):
+      try:
+        _decode(record, name_to_features)
+      except tf.errors.InvalidArgumentError as e:
+        expected = ", ".join(f"{k}[{v.shape[0]}]" for k, v in name_to_features.items())
+        raise fileio.InputError(
+            f"{path}: record 0 does not match the expected features ({expected}): "
+            f"{e.message.splitlines()[0]}; were the records written with the same "
+            "max_seq_length / max_predictions_per_seq?") from None
+      break
+    else:
+      raise fileio.InputError(f"{path}: holds no record")
+
+
+def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,
+                     seed=None, shuffle_buffer=1000, drop_remainder=None):
+  """Batches of decoded features from TFRecord files.
+
+  `batch_size` is per replica. Training shuffles files and records with `seed` (deterministic
+  order for a seed, so a resumed run can skip exactly the batches it has seen) and repeats.
+  """
+  files = tf.data.Dataset.from_tensor_slices(list(input_files))
+  if input_context and input_context.num_input_pipelines > 1:
+    if len(input_files) >= input_context.num_input_pipelines:
+      files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      sharded_by_file = True
+    else:
+      sharded_by_file = False
+  else:
+    sharded_by_file = True
+  if is_training:
+    files = files.shuffle(len(input_files), seed=seed, reshuffle_each_iteration=False).repeat()
+    ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(input_files), 8),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  else:
+    ds = tf.data.TFRecordDataset(files)
+  if not sharded_by_file:
+    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+  if is_training:
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.map(lambda r: _decode(r, name_to_features), num_parallel_calls=tf.data.AUTOTUNE,
+              deterministic=True)
+  return ds.batch(batch_size, drop_remainder=is_training if drop_remainder is None
+                  else drop_remainder)

@@ -1,0 +1,468 @@
+"""The BERT model: configuration, the Transformer encoder and the pre-training heads.
+
+Plain `tf.Module`s, one small class per block. Each block creates its variables inside its own name
+scope, so every variable's name *is* its name in the original Google checkpoints
+(`bert/encoder/layer_3/attention/self/query/kernel`, `cls/predictions/output_bias`, ...) and
+checkpoint I/O needs no hand-written table (see checkpoints.py).
+
+Variables are always float32. `compute_dtype` (float32, bfloat16 or float16) is the dtype of the
+matrix work: weights are cast at use, while LayerNorm, softmax and the losses stay in float32 so
+mixed precision changes speed, not the numerics that matter.
+"""
+
+import copy
+import json
+import math
+
+import tensorflow as tf
+
+import fileio
+
+# hidden_act names. The original's "gelu" is the tanh approximation; HuggingFace's "gelu" is the
+# exact erf form. Configs keep the original meaning; HF configs are translated on load.
+ACTIVATIONS = {
+    "gelu": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_new": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_exact": lambda x: tf.nn.gelu(x, approximate=False),
+    "relu": tf.nn.relu,
+    "swish": tf.nn.silu,
+    "silu": tf.nn.silu,
+    "tanh": tf.tanh,
+    "linear": tf.identity,
+}
+_HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
+                   "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
+
+
+class BertConfig:
+  """Hyper-parameters of a BERT encoder, as in the original's `bert_config.json`."""
+
+  def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+               intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=512, type_vocab_size=16,
+               initializer_range=0.02, layer_norm_eps=1e-12):
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    self.layer_norm_eps = layer_norm_eps
+    self.validate()
+
+  def validate(self, source="config"):
+    if self.hidden_act not in ACTIVATIONS:
+      raise fileio.InputError(f"{source}: hidden_act {self.hidden_act!r} is not one of "
+                              f"{sorted(ACTIVATIONS)}")
+    if self.hidden_size % self.num_attention_heads:
+      raise fileio.InputError(f"{source}: hidden_size {self.hidden_size} is not a multiple of "
+                              f"num_attention_heads {self.num_attention_heads}")
+
+  @classmethod
+  def from_dict(cls, d, source="config"):
+    """From the original's keys; unknown keys (pooler_fc_size, directionality, ...) are ignored."""
+    names = cls.__init__.__code__.co_varnames[1:cls.__init__.__code__.co_argcount]
+    if "vocab_size" not in d:
+      raise fileio.InputError(f"{source}: no vocab_size in the BERT config")
+    config = cls.__new__(cls)
+    cls.__init__(config, **{k: d[k] for k in names if k in d})
+    config.validate(source)
+    return config
+
+  @classmethod
+  def from_hf_dict(cls, d, source="config"):
+    """From a HuggingFace `config.json`: same keys, but HF's "gelu" is the exact erf GELU."""
+    d = dict(d)
+    act = d.get("hidden_act", "gelu")
+    if act not in _HF_ACTIVATIONS:
+      raise fileio.InputError(f"{source}: HuggingFace hidden_act {act!r} is not supported")
+    d["hidden_act"] = _HF_ACTIVATIONS[act]
+    return cls.from_dict(d, source)
+
+  @classmethod
+  def from_json_file(cls, path):
+    """Reads an original `bert_config.json` or a HuggingFace `config.json` (told apart by the
+    `model_type` / `architectures` keys that only HF writes)."""
+    fileio.check_file(path, "BERT config file")
+    try:
+      with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise fileio.InputError(f"{path}: not a JSON config: {e}") from None
+    if not isinstance(d, dict):
+      raise fileio.InputError(f"{path}: a BERT config is a JSON object")
+    if "model_type" in d or "architectures" in d:
+      return cls.from_hf_dict(d, path)
+    return cls.from_dict(d, path)
+
+  def to_dict(self):
+    return copy.deepcopy(self.__dict__)
+
+  def to_json_string(self):
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def to_hf_dict(self):
+    d = self.to_dict()
+    inverse = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_tanh": "gelu_pytorch_tanh",
+               "gelu_exact": "gelu"}
+    d["hidden_act"] = inverse.get(self.hidden_act, self.hidden_act)
+    d.update(model_type="bert", architectures=["BertModel"], pad_token_id=0)
+    return d
+
+  def __eq__(self, other):
+    return isinstance(other, BertConfig) and self.__dict__ == other.__dict__
+
+
+def _initializer(config):
+  stddev = config.initializer_range
+  return lambda shape: tf.random.truncated_normal(shape, stddev=stddev)
+
+
+def dropout(x, rate, training, seed):
+  """Dropout only when training. With a seed (a [2] int tensor, see `BertModel.__call__`) the mask is
+  a pure function of that seed, so a resumed run draws the same masks as an uninterrupted one."""
+  if not training or rate == 0.0:
+    return x
+  if seed is None:
+    return tf.nn.dropout(x, rate=rate)
+  return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+
+
+class Dense(tf.Module):
+  """x @ kernel + bias, the kernel stored [in, out] as in the original's tf.layers.dense."""
+
+  def __init__(self, in_dim, out_dim, config, activation=None, name="dense"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.kernel = tf.Variable(_initializer(config)([in_dim, out_dim]), name="kernel")
+      self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
+    self.activation = activation
+
+  def __call__(self, x):
+    y = tf.matmul(x, tf.cast(self.kernel, x.dtype)) + tf.cast(self.bias, x.dtype)
+    return self.activation(y) if self.activation else y
+
+
+class LayerNorm(tf.Module):
+  """Layer normalisation over the last axis, computed in float32 whatever the compute dtype."""
+
+  def __init__(self, dim, eps, name="LayerNorm"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.beta = tf.Variable(tf.zeros([dim]), name="beta")
+      self.gamma = tf.Variable(tf.ones([dim]), name="gamma")
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+    y = (x32 - mean) * tf.math.rsqrt(variance + self.eps) * self.gamma + self.beta
+    return tf.cast(y, x.dtype)
+
+
+class Embeddings(tf.Module):
+  """Word + token-type + position embeddings, then LayerNorm and dropout."""
+
+  def __init__(self, config, name="embeddings"):
+    super().__init__(name=name)
+    init = _initializer(config)
+    with self.name_scope:
+      self.word_embeddings = tf.Variable(init([config.vocab_size, config.hidden_size]),
+                                         name="word_embeddings")
+      self.token_type_embeddings = tf.Variable(init([config.type_vocab_size, config.hidden_size]),
+                                               name="token_type_embeddings")
+      self.position_embeddings = tf.Variable(
+          init([config.max_position_embeddings, config.hidden_size]), name="position_embeddings")
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, input_ids, segment_ids, training, seed):
+    seq_length = tf.shape(input_ids)[1]
+    x = (tf.gather(self.word_embeddings, input_ids)
+         + tf.gather(self.token_type_embeddings, segment_ids)
+         + self.position_embeddings[tf.newaxis, :seq_length])
+    return dropout(self.layer_norm(x), self.dropout_prob, training, seed)
+
+
+class SelfAttention(tf.Module):
+  """Multi-head scaled dot-product attention of every position over the unmasked positions."""
+
+  def __init__(self, config, name="self"):
+    super().__init__(name=name)
+    h = config.hidden_size
+    with self.name_scope:
+      self.query = Dense(h, h, config, name="query")
+      self.key = Dense(h, h, config, name="key")
+      self.value = Dense(h, h, config, name="value")
+    self.num_heads = config.num_attention_heads
+    self.head_size = h // config.num_attention_heads
+    self.dropout_prob = config.attention_probs_dropout_prob
+
+  def _heads(self, x, batch, seq):
+    """[batch*seq, hidden] -> [batch, heads, seq, head_size]."""
+    return tf.transpose(tf.reshape(x, [batch, seq, self.num_heads, self.head_size]), [0, 2, 1, 3])
+
+  def __call__(self, x, batch, seq, mask_adder, training, seed):
+    q = self._heads(self.query(x), batch, seq)
+    k = self._heads(self.key(x), batch, seq)
+    v = self._heads(self.value(x), batch, seq)
+    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(self.head_size))
+    # Softmax in float32: the -10000 mask adder and bf16's 8-bit mantissa do not mix well.
+    probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder)
+    probs = dropout(probs, self.dropout_prob, training, seed)
+    context = tf.matmul(tf.cast(probs, v.dtype), v)
+    return tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch * seq, -1])
+
+
+class AttentionOutput(tf.Module):
+  """Projection of the attention context, dropout, residual and LayerNorm."""
+
+  def __init__(self, config, name="output"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.hidden_size, config)
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, context, residual, training, seed):
+    return self.layer_norm(dropout(self.dense(context), self.dropout_prob, training, seed)
+                           + residual)
+
+
+class Attention(tf.Module):
+
+  def __init__(self, config, name="attention"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.self_attention = SelfAttention(config)
+      self.output = AttentionOutput(config)
+
+  def __call__(self, x, batch, seq, mask_adder, training, seeds):
+    context = self.self_attention(x, batch, seq, mask_adder, training, seeds[0])
+    return self.output(context, x, training, seeds[1])
+
+
+class Intermediate(tf.Module):
+
+  def __init__(self, config, name="intermediate"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.intermediate_size, config,
+                         activation=ACTIVATIONS[config.hidden_act])
+
+  def __call__(self, x):
+    return self.dense(x)
+
+
+class Output(tf.Module):
+  """Feed-forward down-projection, dropout, residual and LayerNorm."""
+
+  def __init__(self, config, name="output"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.intermediate_size, config.hidden_size, config)
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, x, residual, training, seed):
+    return self.layer_norm(dropout(self.dense(x), self.dropout_prob, training, seed) + residual)
+
+
+class TransformerLayer(tf.Module):
+
+  def __init__(self, config, name):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.attention = Attention(config)
+      self.intermediate = Intermediate(config)
+      self.output = Output(config)
+
+  def __call__(self, x, batch, seq, mask_adder, training, seeds):
+    attention_output = self.attention(x, batch, seq, mask_adder, training, seeds[:2])
+    return self.output(self.intermediate(attention_output), attention_output, training, seeds[2])
+
+
+class Encoder(tf.Module):
+
+  def __init__(self, config, name="encoder"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.layers = [TransformerLayer(config, name=f"layer_{i}")
+                     for i in range(config.num_hidden_layers)]
+
+
+class Pooler(tf.Module):
+  """tanh(dense) of the first ([CLS]) token: the sentence-level representation."""
+
+  def __init__(self, config, name="pooler"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.hidden_size, config, activation=tf.tanh)
+
+  def __call__(self, sequence_output):
+    return self.dense(sequence_output[:, 0])
+
+
+def _dropout_seeds(seed, count):
+  """`count` distinct stateless seeds from one [2] seed (None stays None: stateful dropout)."""
+  if seed is None:
+    return [None] * count
+  seed = tf.cast(seed, tf.int64)
+  return [tf.random.experimental.stateless_fold_in(seed, i) for i in range(count)]
+
+
+class BertModel(tf.Module):
+  """The BERT encoder. Call with int [batch, seq] tensors; returns a dict of outputs:
+
+  - `sequence_output` [batch, seq, hidden]: the last layer;
+  - `pooled_output` [batch, hidden]: the tanh pooler over [CLS];
+  - `encoder_outputs`: list of every layer's output, [batch, seq, hidden] each;
+  - `embedding_output` [batch, seq, hidden]: embeddings after LayerNorm.
+  Outputs are in `compute_dtype`.
+  """
+
+  def __init__(self, config, compute_dtype=tf.float32, name="bert"):
+    super().__init__(name=name)
+    self.config = config
+    self.compute_dtype = tf.as_dtype(compute_dtype)
+    with self.name_scope:
+      self.embeddings = Embeddings(config)
+      self.encoder = Encoder(config)
+      self.pooler = Pooler(config)
+
+  @property
+  def embedding_table(self):
+    return self.embeddings.word_embeddings
+
+  def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
+               dropout_seed=None):
+    """`dropout_seed`: optional int [2] tensor; when given, dropout is stateless (reproducible
+    across restarts). The training loop passes [step, replica]."""
+    input_ids = tf.convert_to_tensor(input_ids)
+    if input_mask is None:
+      input_mask = tf.ones_like(input_ids)
+    if segment_ids is None:
+      segment_ids = tf.zeros_like(input_ids)
+    batch, seq = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    seeds = _dropout_seeds(dropout_seed, 1 + 3 * self.config.num_hidden_layers)
+
+    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0]), self.compute_dtype)
+    embedding_output = x
+    # Every query position attends to every non-padding key: 0 for real keys, -10000 for padding
+    # (the original's constant; it underflows to exactly 0 after softmax).
+    mask_adder = (1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    # The encoder works on [batch*seq, hidden] matrices: one big matmul per dense layer.
+    x = tf.reshape(x, [batch * seq, self.config.hidden_size])
+    encoder_outputs = []
+    for i, layer in enumerate(self.encoder.layers):
+      x = layer(x, batch, seq, mask_adder, training, seeds[1 + 3 * i:4 + 3 * i])
+      encoder_outputs.append(tf.reshape(x, [batch, seq, self.config.hidden_size]))
+    sequence_output = encoder_outputs[-1]
+    return {
+        "sequence_output": sequence_output,
+        "pooled_output": self.pooler(sequence_output),
+        "encoder_outputs": encoder_outputs,
+        "embedding_output": embedding_output,
+    }
+
+
+def gather_indexes(sequence_tensor, positions):
+  """[batch, seq, width] at [batch, n] positions -> [batch * n, width]."""
+  batch, seq, width = (tf.shape(sequence_tensor)[0], tf.shape(sequence_tensor)[1],
+                       sequence_tensor.shape[-1])
+  flat_offsets = tf.range(batch)[:, tf.newaxis] * seq
+  flat_positions = tf.reshape(tf.cast(positions, tf.int32) + flat_offsets, [-1])
+  return tf.gather(tf.reshape(sequence_tensor, [-1, width]), flat_positions)
+
+
+class MaskedLMHead(tf.Module):
+  """Masked-LM head: transform + LayerNorm, then logits against the (tied) word embeddings.
+
+  Only the masked positions are gathered before the vocabulary projection: with 20 predictions in
+  128 tokens that is 6x less of the most expensive matmul in pre-training.
+  """
+
+  def __init__(self, config, name="predictions"):
+    super().__init__(name=name)
+    with self.name_scope:
+      with tf.name_scope("transform"):
+        self.dense = Dense(config.hidden_size, config.hidden_size, config,
+                           activation=ACTIVATIONS[config.hidden_act])
+        self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+      self.output_bias = tf.Variable(tf.zeros([config.vocab_size]), name="output_bias")
+
+  def __call__(self, sequence_output, positions, embedding_table):
+    """Returns float32 log-probabilities [batch * n, vocab]."""
+    x = self.layer_norm(self.dense(gather_indexes(sequence_output, positions)))
+    logits = tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+
+class NextSentenceHead(tf.Module):
+  """Is-next-sentence classifier on the pooled output (label 0 = real next, 1 = random)."""
+
+  def __init__(self, config, name="seq_relationship"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.output_weights = tf.Variable(_initializer(config)([2, config.hidden_size]),
+                                        name="output_weights")
+      self.output_bias = tf.Variable(tf.zeros([2]), name="output_bias")
+
+  def __call__(self, pooled_output):
+    logits = tf.matmul(pooled_output, tf.cast(self.output_weights, pooled_output.dtype),
+                       transpose_b=True)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+
+class BertPretrainer(tf.Module):
+  """BertModel plus the two pre-training heads, named `bert/...` and `cls/...` as the original."""
+
+  def __init__(self, config, compute_dtype=tf.float32):
+    super().__init__(name="pretrainer")
+    self.bert = BertModel(config, compute_dtype)
+    with tf.name_scope("cls"):
+      self.masked_lm = MaskedLMHead(config)
+      self.next_sentence = NextSentenceHead(config)
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                        training=training, dropout_seed=dropout_seed)
+    outputs["masked_lm_log_probs"] = self.masked_lm(
+        outputs["sequence_output"], features["masked_lm_positions"], self.bert.embedding_table)
+    outputs["next_sentence_log_probs"] = self.next_sentence(outputs["pooled_output"])
+    return outputs
+
+
+def pretraining_losses(features, outputs):
+  """The paper's losses, masked-LM and next-sentence, as (sum, count) pairs.
+
+  Sums rather than means so that the training loop can divide by the *global* count across
+  replicas and accumulation steps: the loss of a batch is then the same however it is split. Names
+  ending in `_loss` are added up into the training loss; the rest are metrics.
+  """
+  log_probs = outputs["masked_lm_log_probs"]
+  label_ids = tf.reshape(features["masked_lm_ids"], [-1])
+  # Padding predictions (weight 0) exist to give a fixed shape; they must not count.
+  label_weights = tf.cast(tf.reshape(features["masked_lm_weights"], [-1]), tf.float32)
+  mlm_nll = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=1)
+  mlm_correct = tf.cast(tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32),
+                                 tf.cast(label_ids, tf.int32)), tf.float32)
+  nsp_log_probs = outputs["next_sentence_log_probs"]
+  nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)
+  nsp_nll = -tf.gather(nsp_log_probs, nsp_labels, batch_dims=1)
+  nsp_correct = tf.cast(tf.equal(tf.argmax(nsp_log_probs, -1, output_type=tf.int32), nsp_labels),
+                        tf.float32)
+  mlm_count = tf.reduce_sum(label_weights)
+  nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
+  return {
+      "masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
+      "next_sentence_loss": (tf.reduce_sum(nsp_nll), nsp_count),
+      "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count),
+      "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), nsp_count),
+  }

@@ -1,0 +1,177 @@
+"""Optimizers and the learning-rate schedule of the original, as tf.Modules (checkpointable).
+
+- `LinearWarmupLinearDecay`: the original's schedule. Linear decay from `init_lr` to 0 over
+  `num_train_steps` (power 1, *not* shifted by the warm-up), overridden during the first
+  `num_warmup_steps` by a linear ramp `init_lr * step / num_warmup_steps`.
+- `AdamWeightDecay`: the original's Adam: no bias correction, epsilon 1e-6, and weight decay that is
+  *decoupled* (added to the update, not to the loss, so it does not interact with the m/v
+  statistics) and skipped for LayerNorm and bias variables.
+- `Lamb`: layer-wise adaptive moments (You et al. 2019) for large-batch pre-training.
+- `DynamicLossScale`: fp16 loss scaling.
+
+Both optimizers clip gradients to a global norm (1.0, as the original) and skip any step whose
+gradients are not finite, so one bad batch never reaches the weights; `iterations` counts applied
+steps only. Updates go through `strategy.extended.update`, the same code under every
+tf.distribute strategy (and none).
+"""
+
+import re
+
+import tensorflow as tf
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+class LinearWarmupLinearDecay:
+  """The original's learning rate as a function of the (0-based) global step."""
+
+  def __init__(self, init_lr, num_train_steps, num_warmup_steps=0):
+    self.init_lr = float(init_lr)
+    self.num_train_steps = int(num_train_steps)
+    self.num_warmup_steps = int(num_warmup_steps)
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    decay_steps = float(max(self.num_train_steps, 1))
+    lr = self.init_lr * (1.0 - tf.minimum(step, decay_steps) / decay_steps)
+    if self.num_warmup_steps:
+      warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
+      lr = tf.where(step < self.num_warmup_steps, warmup_lr, lr)
+    return lr
+
+
+class DynamicLossScale(tf.Module):
+  """fp16 loss scale: halves on a non-finite step, doubles after `growth_interval` finite ones."""
+
+  def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000):
+    super().__init__(name="loss_scale")
+    self.scale = tf.Variable(float(initial_scale), trainable=False, name="scale",
+                             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.growth_interval = growth_interval
+
+  def update(self, finite):
+    grow = tf.logical_and(finite, self.good_steps + 1 >= self.growth_interval)
+    new_scale = tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                         tf.maximum(self.scale / 2.0, 1.0))
+    self.scale.assign(new_scale)
+    self.good_steps.assign(tf.where(finite & ~grow, self.good_steps + 1,
+                                    tf.zeros_like(self.good_steps)))
+
+
+def _matches_any(name, patterns):
+  return any(re.search(p, name) for p in patterns)
+
+
+class _Optimizer(tf.Module):
+  """Shared plumbing: slots, clipping, non-finite skipping, distributed update."""
+
+  slot_names = ("m", "v")
+
+  def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, loss_scale=None, name="optimizer"):
+    super().__init__(name=name)
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+    self.clip_norm = clip_norm
+    self.loss_scale = loss_scale
+    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.slots = None
+
+  def build(self, variables):
+    """Creates the slot variables; call under the strategy's scope, before the first step."""
+    if self.slots is not None:
+      return
+    self.slots = {n: [tf.Variable(tf.zeros_like(v), trainable=False, name=f"{n}_{i}")
+                      for i, v in enumerate(variables)] for n in self.slot_names}
+
+  def _decays(self, name):
+    return self.weight_decay_rate > 0 and not _matches_any(name, self.exclude_from_weight_decay)
+
+  def apply_gradients(self, gradients, variables):
+    """Applies one update (or skips it if a gradient is not finite). Call from replica context
+    with gradients that are already summed across replicas; returns (applied, global_norm)."""
+    self.build(variables)
+    if self.loss_scale is not None:
+      gradients = [g / self.loss_scale.scale for g in gradients]
+    global_norm = tf.linalg.global_norm(gradients)
+    finite = tf.math.is_finite(global_norm)
+    if self.clip_norm:
+      # The original's clip_by_global_norm; a zero guard keeps a non-finite norm from spreading
+      # NaN into gradients that will be discarded anyway.
+      factor = self.clip_norm / tf.maximum(global_norm, self.clip_norm)
+      gradients = [g * tf.where(finite, factor, 0.0) for g in gradients]
+    lr = self.learning_rate(self.iterations)
+    tf.distribute.get_replica_context().merge_call(
+        self._distributed_apply, args=(gradients, variables, lr, finite))
+    return finite, global_norm
+
+  def _distributed_apply(self, strategy, gradients, variables, lr, finite):
+    for i, (g, v) in enumerate(zip(gradients, variables)):
+      slots = [self.slots[n][i] for n in self.slot_names]
+      strategy.extended.update(
+          v, self._update_variable, args=(g, *slots),
+          kwargs=dict(lr=lr, finite=finite, decay=self._decays(v.name)), group=False)
+    strategy.extended.update(self.iterations,
+                             lambda it, f: it.assign_add(tf.cast(f, tf.int64)),
+                             args=(finite,), group=False)
+    if self.loss_scale is not None:
+      self.loss_scale.update(strategy.experimental_local_results(finite)[0])
+
+  def _update_variable(self, var, grad, m, v, lr, finite, decay):
+    raise NotImplementedError
+
+
+class AdamWeightDecay(_Optimizer):
+  """The original BERT optimizer (AdamWeightDecayOptimizer)."""
+
+  def _update_variable(self, var, grad, m, v, lr, finite, decay):
+    grad = tf.convert_to_tensor(grad)
+    new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    # No bias correction: the original leaves it out, and its released checkpoints were trained so.
+    update = new_m / (tf.sqrt(new_v) + self.epsilon)
+    if decay:
+      update += self.weight_decay_rate * var
+    m.assign(tf.where(finite, new_m, m))
+    v.assign(tf.where(finite, new_v, v))
+    var.assign(tf.where(finite, var - lr * update, var))
+
+
+class Lamb(_Optimizer):
+  """LAMB: Adam with bias correction, decoupled decay, and a per-variable trust ratio
+  ||w|| / ||update|| that keeps each layer's step proportional to its weights (large batches)."""
+
+  def _update_variable(self, var, grad, m, v, lr, finite, decay):
+    grad = tf.convert_to_tensor(grad)
+    step = tf.cast(self.iterations + 1, tf.float32)
+    new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    m_hat = new_m / (1.0 - tf.pow(self.beta_1, step))
+    v_hat = new_v / (1.0 - tf.pow(self.beta_2, step))
+    update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+    ratio = 1.0
+    if decay:
+      update += self.weight_decay_rate * var
+      # Layer adaptation follows weight decay: LayerNorm and bias variables take plain Adam steps.
+      w_norm, u_norm = tf.norm(var), tf.norm(update)
+      ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / tf.maximum(u_norm, 1e-30), 1.0)
+    m.assign(tf.where(finite, new_m, m))
+    v.assign(tf.where(finite, new_v, v))
+    var.assign(tf.where(finite, var - lr * ratio * update, var))
+
+
+def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
+                     weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None):
+  """The original's `create_optimizer`, returning an optimizer module (`optimizer`: adamw|lamb)."""
+  schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps)
+  classes = {"adamw": AdamWeightDecay, "lamb": Lamb}
+  if optimizer not in classes:
+    raise ValueError(f"--optimizer must be one of {sorted(classes)}, got {optimizer!r}")
+  return classes[optimizer](schedule, weight_decay_rate=weight_decay_rate, clip_norm=clip_norm,
+                            loss_scale=loss_scale)

@@ -1,0 +1,131 @@
+"""One optimizer step against a hand computation of the original's update rule."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimization
+
+
+def _reference_adamw_step(params, grads, m, v, lr, decay_names, wd=0.01, b1=0.9, b2=0.999,
+                          eps=1e-6, clip=1.0):
+  """The original rule, written out in numpy."""
+  norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads.values()))
+  scale = clip / max(norm, clip)
+  out = {}
+  for name, p in params.items():
+    g = grads[name] * scale
+    m2 = b1 * m[name] + (1 - b1) * g
+    v2 = b2 * v[name] + (1 - b2) * g * g
+    update = m2 / (np.sqrt(v2) + eps)
+    if name in decay_names:
+      update = update + wd * p
+    out[name] = (p - lr * update, m2, v2)
+  return out
+
+
+def _variables():
+  rng = np.random.default_rng(0)
+  with tf.name_scope("bert"):
+    kernel = tf.Variable(rng.normal(size=(3, 4)).astype(np.float32), name="dense/kernel")
+    bias = tf.Variable(rng.normal(size=(4,)).astype(np.float32), name="dense/bias")
+    gamma = tf.Variable(rng.normal(size=(4,)).astype(np.float32), name="LayerNorm/gamma")
+  return [kernel, bias, gamma]
+
+
+@pytest.mark.parametrize("grad_scale", [0.1, 10.0])  # below and above the clipping norm
+def test_adamw_step_matches_hand_computation(grad_scale):
+  variables = _variables()
+  names = [v.name for v in variables]
+  rng = np.random.default_rng(1)
+  schedule = optimization.LinearWarmupLinearDecay(1e-3, num_train_steps=100, num_warmup_steps=10)
+  opt = optimization.AdamWeightDecay(schedule)
+  opt.build(variables)
+  params = {n: v.numpy().astype(np.float64) for n, v in zip(names, variables)}
+  m = {n: np.zeros_like(p) for n, p in params.items()}
+  vv = {n: np.zeros_like(p) for n, p in params.items()}
+  for step in range(3):
+    grads = {n: grad_scale * rng.normal(size=p.shape) for n, p in params.items()}
+    # Warm-up: lr = init_lr * step / warmup (0 at step 0, as the original).
+    lr = 1e-3 * step / 10
+    expected = _reference_adamw_step(params, grads, m, vv, lr,
+                                     decay_names={"bert/dense/kernel:0"})
+    opt.apply_gradients([tf.constant(grads[n], tf.float32) for n in names], variables)
+    for n, var in zip(names, variables):
+      params[n], m[n], vv[n] = expected[n]
+      np.testing.assert_allclose(var.numpy(), params[n], rtol=1e-5, atol=1e-6)
+  assert opt.iterations.numpy() == 3
+
+
+def test_weight_decay_skips_layer_norm_and_bias():
+  variables = _variables()
+  opt = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-2, 100))
+  before = [v.numpy() for v in variables]
+  # With zero gradients (and fresh moments) only weight decay can move a variable.
+  opt.apply_gradients([tf.zeros_like(v) for v in variables], variables)
+  np.testing.assert_array_equal(variables[1].numpy(), before[1])  # bias
+  np.testing.assert_array_equal(variables[2].numpy(), before[2])  # LayerNorm/gamma
+  np.testing.assert_allclose(variables[0].numpy(), before[0] * (1 - 1e-2 * 0.01), rtol=1e-6)
+
+
+def test_schedule_warmup_then_linear_decay_not_shifted():
+  s = optimization.LinearWarmupLinearDecay(2e-5, num_train_steps=1000, num_warmup_steps=100)
+  lr = lambda step: float(s(tf.constant(step, tf.int64)))
+  assert lr(0) == 0.0
+  np.testing.assert_allclose(lr(50), 1e-5, rtol=1e-6)
+  # After warm-up the decay is measured from step 0, not from the end of warm-up.
+  np.testing.assert_allclose(lr(100), 2e-5 * (1 - 100 / 1000), rtol=1e-6)
+  np.testing.assert_allclose(lr(500), 1e-5, rtol=1e-6)
+  assert lr(1000) == 0.0 and lr(2000) == 0.0
+
+
+def test_non_finite_gradients_skip_the_step():
+  variables = _variables()
+  opt = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-3, 10))
+  before = [v.numpy() for v in variables]
+  grads = [tf.fill(v.shape, np.nan) for v in variables]
+  applied, _ = opt.apply_gradients(grads, variables)
+  assert not bool(applied)
+  for b, v in zip(before, variables):
+    np.testing.assert_array_equal(b, v.numpy())
+  assert opt.iterations.numpy() == 0
+  assert all(np.all(s.numpy() == 0) for s in opt.slots["m"])
+
+
+def test_fp16_loss_scale_halves_on_overflow_and_unscales():
+  variables = _variables()
+  scale = optimization.DynamicLossScale(initial_scale=1024.0, growth_interval=2)
+  opt = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-3, 10),
+                                     loss_scale=scale)
+  opt.apply_gradients([tf.fill(v.shape, np.inf) for v in variables], variables)
+  assert scale.scale.numpy() == 512.0
+  # Scaled gradients come back unscaled: the update equals that of the plain optimizer.
+  plain_vars = _variables()  # same seed: same names (decay exclusions) and values
+  plain = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-3, 10))
+  plain.iterations.assign(opt.iterations)
+  g = [tf.ones_like(v) * 0.01 for v in variables]
+  for _ in range(2):
+    opt.apply_gradients([x * scale.scale for x in g], variables)
+    plain.apply_gradients(g, plain_vars)
+  for a, b in zip(variables, plain_vars):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+  assert scale.scale.numpy() == 1024.0  # doubled after growth_interval finite steps
+
+
+def test_lamb_trust_ratio_step():
+  variables = _variables()
+  opt = optimization.Lamb(optimization.LinearWarmupLinearDecay(1e-2, 100), clip_norm=None)
+  w = variables[0].numpy().astype(np.float64)
+  g = np.full(w.shape, 0.5)
+  opt.apply_gradients([tf.constant(g, tf.float32)] + [tf.zeros_like(v) for v in variables[1:]],
+                      variables)
+  m_hat = (0.1 * g) / 0.1
+  v_hat = (0.001 * g * g) / 0.001
+  update = m_hat / (np.sqrt(v_hat) + 1e-6) + 0.01 * w
+  ratio = np.linalg.norm(w) / np.linalg.norm(update)
+  np.testing.assert_allclose(variables[0].numpy(), w - 1e-2 * ratio * update, rtol=1e-5)
+
+
+def test_unknown_optimizer_name_is_an_error():
+  with pytest.raises(ValueError, match="--optimizer"):
+    optimization.create_optimizer(1e-4, 10, 1, optimizer="sgd")

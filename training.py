@@ -1,0 +1,385 @@
+"""The one training / evaluation / prediction loop every script shares, on tf.distribute.
+
+A task gives three things: a model (a tf.Module called as `model(features, training,
+dropout_seed)` -> dict of outputs), a `loss_fn(features, outputs)` -> {name: (sum, count)} and a
+`dataset_fn(input_context)` -> tf.data.Dataset of per-replica batches. This module does the rest:
+the strategy (default, one_device, mirrored, multi_worker_mirrored, tpu), mixed precision, XLA,
+gradient accumulation, checkpoints with automatic resume, SIGTERM handling, non-finite detection,
+TensorBoard scalars and a progress line.
+
+Losses are sums divided by the *global* count (all replicas), so a loss and its gradient do not
+depend on how a batch is split across devices: one worker with batch 32 and two with 16 each take
+the same step. Names ending in `_loss` are added into the training loss; the others are metrics
+(e.g. accuracy = correct / count).
+"""
+
+import os
+import shutil
+import signal
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+from absl import logging
+
+import checkpoints
+import fileio
+import optimization
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum("distribution_strategy", "default",
+                  ["default", "one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+                  "tf.distribute strategy. `mirrored` uses every local GPU (or, with no GPU, "
+                  "--num_cpu_devices logical CPUs); `multi_worker_mirrored` reads TF_CONFIG.")
+flags.DEFINE_integer("num_cpu_devices", 0,
+                     "With no GPU: split the CPU into this many logical devices for `mirrored` "
+                     "(tests and debugging of multi-replica code on a laptop). 0 = leave as is.")
+flags.DEFINE_bool("use_xla", False, "Compile the forward and backward pass with XLA (jit_compile).")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
+                  "Compute dtype of matrix work; variables, LayerNorm, softmax and losses stay "
+                  "float32. fp16 adds dynamic loss scaling.")
+flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                     "Micro-batches per optimizer step; each is train_batch_size / this.")
+flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "AdamWeightDecay (the original) or LAMB.")
+flags.DEFINE_bool("use_tpu", False, "The original's flag: same as --distribution_strategy=tpu.")
+flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu).")
+flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")
+flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (optional).")
+flags.DEFINE_string("master", None, "The original's flag; accepted as the TPU address.")
+flags.DEFINE_integer("num_tpu_cores", 8, "The original's flag; the TPU strategy reads the topology.")
+flags.DEFINE_integer("iterations_per_loop", 100,
+                     "Steps run inside one tf.function call between host-side logging.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout and shuffling.")
+flags.DEFINE_integer("max_nonfinite_loops", 3,
+                     "Stop when this many consecutive loops of steps all had a non-finite loss.")
+
+
+class TrainingError(RuntimeError):
+  """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept."""
+
+
+def strategy_from_flags():
+  """Builds the tf.distribute strategy named by --distribution_strategy / --use_tpu."""
+  name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
+  if name == "tpu":
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=FLAGS.tpu_name or FLAGS.master, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+  if name == "multi_worker_mirrored":
+    if "TF_CONFIG" not in os.environ:
+      raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  gpus = tf.config.list_physical_devices("GPU")
+  if name == "mirrored":
+    if gpus:
+      return tf.distribute.MirroredStrategy()
+    devices = split_cpu(FLAGS.num_cpu_devices) if FLAGS.num_cpu_devices else ["/cpu:0"]
+    return tf.distribute.MirroredStrategy(devices)
+  if name == "one_device":
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+  return tf.distribute.get_strategy()
+
+
+def split_cpu(n):
+  """Splits the physical CPU into `n` logical devices (before TF initialises its runtime)."""
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  if len(tf.config.get_logical_device_configuration(cpu) or []) != n:
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+  return [f"/cpu:{i}" for i in range(n)]
+
+
+def compute_dtype_from_flags():
+  return {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[FLAGS.mixed_precision]
+
+
+def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
+  """Splits a global batch over replicas and accumulation steps, or explains why it can't."""
+  parts = strategy.num_replicas_in_sync * accumulation_steps
+  if global_batch_size % parts:
+    raise fileio.InputError(
+        f"--{flag_name}={global_batch_size} is not divisible by {strategy.num_replicas_in_sync} "
+        f"replicas x {accumulation_steps} gradient accumulation steps")
+  return global_batch_size // parts
+
+
+def _is_chief(strategy):
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+    return True
+  return resolver.task_type in (None, "chief") or (
+      resolver.task_type == "worker" and resolver.task_id == 0
+      and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def _reduce_stats(strategy, per_replica):
+  return {k: (strategy.reduce("SUM", s, axis=None), strategy.reduce("SUM", c, axis=None))
+          for k, (s, c) in per_replica.items()}
+
+
+def metrics_from_stats(stats):
+  """{name: (sum, count)} -> {name: sum / count, "loss": sum of the *_loss values}."""
+  values = {k: float(s) / max(float(c), 1e-12) for k, (s, c) in stats.items()}
+  values["loss"] = sum(v for k, v in values.items() if k.endswith("_loss"))
+  return values
+
+
+class _SigtermFlag:
+  """Turns SIGTERM into a request to checkpoint and stop at the next loop boundary."""
+
+  def __init__(self):
+    self.requested = False
+    try:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # not the main thread: leave signals alone
+      self._previous = None
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    logging.warning("SIGTERM: saving a checkpoint and stopping after the current loop")
+    self.requested = True
+
+  def restore(self):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+class Trainer:
+  """Custom training loop: build once, then `train()`; `evaluate()` / `predict()` share it."""
+
+  def __init__(self, strategy, model, loss_fn, optimizer=None, output_dir=None, use_xla=False,
+               gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0):
+    self.strategy = strategy
+    self.model = model
+    self.loss_fn = loss_fn
+    self.optimizer = optimizer
+    self.output_dir = output_dir
+    self.accumulation = gradient_accumulation_steps
+    self.seed = seed
+    self._forward = tf.function(self._forward_impl, jit_compile=use_xla)
+    self._predict_forward = tf.function(lambda f: self.model(f, training=False),
+                                        jit_compile=use_xla)
+    self.variables = model.trainable_variables
+    if optimizer is not None:
+      with strategy.scope():
+        optimizer.build(self.variables)
+    self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer) if optimizer else None
+    self.manager = None
+    if output_dir and self.checkpoint is not None:
+      directory = output_dir if _is_chief(strategy) else os.path.join(
+          output_dir, f".worker_tmp_{strategy.cluster_resolver.task_id}")
+      self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
+                                                max_to_keep=keep_checkpoint_max,
+                                                step_counter=optimizer.iterations)
+
+  # --- one step ---------------------------------------------------------------------------
+
+  def _forward_impl(self, features, dropout_seed):
+    return self.loss_fn(features, self.model(features, training=True, dropout_seed=dropout_seed))
+
+  def _replica_step(self, stack):
+    """One optimizer step on this replica's `accumulation` micro-batches (leading axis)."""
+    ctx = tf.distribute.get_replica_context()
+    step = self.optimizer.iterations
+    grads = [tf.zeros_like(v) for v in self.variables]
+    totals = None
+    loss_scale = self.optimizer.loss_scale
+    for i in range(self.accumulation):
+      features = {k: v[i] for k, v in stack.items()}
+      seed = tf.stack([self.seed + step * self.accumulation + i,
+                       tf.cast(ctx.replica_id_in_sync_group, tf.int64)])
+      with tf.GradientTape() as tape:
+        stats = self._forward(features, seed)
+        loss_names = sorted(k for k in stats if k.endswith("_loss"))
+        counts = ctx.all_reduce("SUM", [stats[k][1] for k in loss_names])
+        loss = tf.add_n([stats[k][0] / tf.maximum(c, 1e-12) for k, c in zip(loss_names, counts)])
+        loss /= self.accumulation
+        if loss_scale is not None:
+          loss *= loss_scale.scale
+      grads = [a + tf.convert_to_tensor(g) for a, g in zip(grads, tape.gradient(loss, self.variables))]
+      totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
+                                             for k, (s, c) in stats.items()}
+    grads = ctx.all_reduce("SUM", grads)
+    applied, norm = self.optimizer.apply_gradients(grads, self.variables)
+    totals["applied_steps"] = (tf.cast(applied, tf.float32), 1.0 / ctx.num_replicas_in_sync)
+    totals["gradient_norm"] = (norm / ctx.num_replicas_in_sync, 1.0 / ctx.num_replicas_in_sync)
+    return totals
+
+  @tf.function
+  def _train_loop(self, iterator, num_steps):
+    totals = None
+    for _ in tf.range(num_steps):
+      stats = _reduce_stats(self.strategy, self.strategy.run(self._replica_step,
+                                                             args=(next(iterator),)))
+      totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
+                                             for k, (s, c) in stats.items()}
+    return totals
+
+  # --- the loop -----------------------------------------------------------------------------
+
+  def restore_or_initialize(self, init_fn=None):
+    """Resumes from the latest checkpoint in output_dir; else runs `init_fn` (e.g. loading
+    --init_checkpoint). Returns the step training starts from."""
+    if self.manager and self.manager.latest_checkpoint:
+      self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+      logging.info("Resumed from %s at step %d", self.manager.latest_checkpoint,
+                   int(self.optimizer.iterations.numpy()))
+    elif init_fn is not None:
+      init_fn()
+    return int(self.optimizer.iterations.numpy())
+
+  def distribute(self, dataset_fn, skip_batches=0, stack=1):
+    """Distributed iterator over `dataset_fn`'s per-replica batches, `stack` of them at a time
+    (gradient accumulation), skipping what a resumed run has already consumed."""
+
+    def fn(input_context):
+      ds = dataset_fn(input_context)
+      if stack:
+        ds = ds.batch(stack, drop_remainder=True)
+      if skip_batches:
+        ds = ds.skip(skip_batches)
+      return ds.prefetch(tf.data.AUTOTUNE)
+
+    return self.strategy.distribute_datasets_from_function(fn)
+
+  def train(self, dataset_fn, num_train_steps, save_checkpoints_steps=1000, steps_per_loop=100,
+            examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3):
+    """Trains to `num_train_steps` optimizer steps, resuming if output_dir has a checkpoint.
+    Returns the metrics of the last loop."""
+    start = self.restore_or_initialize(init_fn)
+    if start >= num_train_steps:
+      logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
+      return {}
+    iterator = iter(self.distribute(dataset_fn, skip_batches=start, stack=self.accumulation))
+    writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+    sigterm = _SigtermFlag()
+    step, metrics, bad_loops = start, {}, 0
+    t0, s0 = time.time(), start
+    try:
+      while step < num_train_steps and not sigterm.requested:
+        next_save = (step // save_checkpoints_steps + 1) * save_checkpoints_steps
+        n = min(steps_per_loop, num_train_steps - step, next_save - step)
+        loop_start = time.time()
+        stats = self._train_loop(iterator, tf.constant(n))
+        step = int(self.optimizer.iterations.numpy())
+        applied = int(round(float(stats.pop("applied_steps")[0])))
+        metrics = metrics_from_stats(stats)
+        metrics["learning_rate"] = float(self.optimizer.learning_rate(step))
+        elapsed = time.time() - loop_start
+        metrics["steps_per_second"] = n / elapsed
+        if examples_per_step:
+          metrics["examples_per_second"] = n * examples_per_step / elapsed
+        if applied == 0:
+          bad_loops += 1
+          logging.warning("step %d: all %d steps of this loop had non-finite values and were "
+                          "skipped (loss %s)", step, n, metrics["loss"])
+          if bad_loops >= max_nonfinite_loops:
+            raise TrainingError(
+                f"loss stayed non-finite for {bad_loops} consecutive loops at step {step}; "
+                "stopping. The last good checkpoint in output_dir is intact. Lower the learning "
+                "rate, or use --mixed_precision=bf16 / fp16 loss scaling.")
+          continue
+        bad_loops = 0
+        self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied)
+        if writer:
+          with writer.as_default(step=step):
+            for k, v in metrics.items():
+              tf.summary.scalar(k, v)
+          writer.flush()
+        if self.manager and (step % save_checkpoints_steps == 0 or step >= num_train_steps):
+          self.save()
+      if sigterm.requested:
+        self.save()
+        logging.warning("Stopped by SIGTERM at step %d; rerun the same command to resume.", step)
+    finally:
+      sigterm.restore()
+    return metrics
+
+  def save(self):
+    if not self.manager:
+      return None
+    path = self.manager.save(checkpoint_number=self.optimizer.iterations)
+    if not _is_chief(self.strategy):
+      shutil.rmtree(self.manager.directory, ignore_errors=True)
+      return None
+    logging.info("Saved checkpoint %s", path)
+    return path
+
+  @staticmethod
+  def _log_progress(step, total, metrics, s0, t0, skipped):
+    rate = (step - s0) / max(time.time() - t0, 1e-9)
+    eta = (total - step) / rate if rate > 0 else float("inf")
+    shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
+                     if k not in ("steps_per_second", "examples_per_second"))
+    speed = f"{metrics['steps_per_second']:.2f} steps/s"
+    if "examples_per_second" in metrics:
+      speed += f" {metrics['examples_per_second']:.1f} examples/s"
+    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed,
+                 time.strftime("%H:%M:%S", time.gmtime(eta)) if np.isfinite(eta) else "?",
+                 f" | {skipped} non-finite steps skipped" if skipped else "")
+
+  # --- evaluation and prediction ------------------------------------------------------------
+
+  @tf.function
+  def _eval_step(self, iterator):
+    def replica_fn(features):
+      return self.loss_fn(features, self._predict_forward(features))
+    return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(next(iterator),)))
+
+  def evaluate(self, dataset_fn, max_steps=None):
+    """Metrics over a finite dataset (or `max_steps` batches): {name: value, "loss": ...}."""
+    iterator = iter(self.distribute(dataset_fn, stack=0))
+    totals, steps = None, 0
+    while max_steps is None or steps < max_steps:
+      try:
+        stats = self._eval_step(iterator)
+      except (StopIteration, tf.errors.OutOfRangeError):
+        break
+      stats = {k: (float(s), float(c)) for k, (s, c) in stats.items()}
+      totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
+                                             for k, (s, c) in stats.items()}
+      steps += 1
+    if totals is None:
+      raise fileio.InputError("the evaluation data produced no batch")
+    return metrics_from_stats(totals)
+
+  @tf.function
+  def _predict_step(self, iterator, output_keys):
+    def replica_fn(features):
+      outputs = self._predict_forward(features)
+      kept = {k: outputs[k] for k in output_keys}
+      kept.update({k: v for k, v in features.items() if k not in kept})
+      return kept
+    return self.strategy.run(replica_fn, args=(next(iterator),))
+
+  def predict(self, dataset_fn, output_keys):
+    """Yields dicts of numpy arrays (the model outputs named in `output_keys` plus the input
+    features) for each batch of a finite dataset, in input order per replica."""
+    iterator = iter(self.distribute(dataset_fn, stack=0))
+    while True:
+      try:
+        outputs = self._predict_step(iterator, tuple(output_keys))
+      except (StopIteration, tf.errors.OutOfRangeError):
+        return
+      yield {k: np.concatenate([np.asarray(x) for x in
+                                self.strategy.experimental_local_results(v)])
+             for k, v in outputs.items()}
+
+
+def create_optimizer_from_flags(learning_rate, num_train_steps, num_warmup_steps):
+  loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
+  return optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
+                                       optimizer=FLAGS.optimizer, loss_scale=loss_scale)
+
+
+def init_fn_for(module, init_checkpoint):
+  """A callable that loads --init_checkpoint into `module` (None when no checkpoint given)."""
+  if not init_checkpoint:
+    return None
+  return lambda: checkpoints.init_from_checkpoint(module, init_checkpoint)
