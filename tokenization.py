@@ -274,10 +274,9 @@ def _unicode_clean_table():
 def _preprocess_for_sentencepiece(text, lower):
   """ALBERT's normalization before SentencePiece: collapse whitespace, strip accents, lower-case.
 
-  `` and '' become a plain double quote as ALBERT's models were trained that way.
+  Accents are stripped after compatibility decomposition (NFKD), as ALBERT's models saw them.
   """
   text = " ".join(text.split())
-  text = text.replace("``", '"').replace("''", '"')
   text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
   return text.lower() if lower else text
 

@@ -320,7 +320,7 @@ def test_sentencepiece_mode(tmp_path):
   processor = spm.SentencePieceProcessor(model_file=model)
   assert len(tokenizer.vocab) == 500 and tokenizer.inv_vocab[tokenizer.vocab["▁the"]] == "▁the"
 
-  texts = lines[:200] + ["In 1990, the Café ``opened'' in Zürich."]
+  texts = lines[:200] + ["In 1990, the Café ``opened'' in Zürich\u00a0\ufb01ne."]
   for text in texts:
     tokens = tokenizer.tokenize(text)
     ids = tokenizer.convert_tokens_to_ids(tokens)
@@ -331,7 +331,7 @@ def test_sentencepiece_mode(tmp_path):
     # The pieces spell out the lower-cased, accent-stripped text, whitespace collapsed.
     expected = "".join(c for c in unicodedata.normalize("NFKD", " ".join(text.split()))
                        if not unicodedata.combining(c))
-    expected = expected.replace("``", '"').replace("''", '"').lower()
+    expected = expected.lower()
     assert "".join(tokens).replace("\u2581", " ").strip() == expected
   # ALBERT's rule: a number followed by a comma is split the same as the bare number, then ",".
   tokens = tokenizer.tokenize("In 1990, the")
