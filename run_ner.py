@@ -1,0 +1,338 @@
+"""BERT fine-tuning for named-entity recognition on CoNLL-2003 style files.
+
+The data half of the task: reading CoNLL column files (one "word POS chunk NER" line per token,
+blank lines between sentences, -DOCSTART- lines between documents) into sentences, turning each
+sentence into WordPiece features where a word's tag sits on its first sub-token (the other
+sub-tokens, [CLS], [SEP] and padding get weight 0 and do not count in the loss or the scores, as
+in the BERT paper), and mapping token predictions back to one tag per word so `metrics.py` can
+score entities as conlleval does. Fine-tuning itself lives in `training.py` and `modeling.py`.
+"""
+
+import collections
+import os
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import fileio
+import tokenization
+
+FLAGS = flags.FLAGS
+
+## Required parameters
+flags.DEFINE_string(
+    "data_dir", None,
+    "Directory with the CoNLL files train.txt, valid.txt (or dev.txt) and test.txt.")
+
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+
+flags.DEFINE_string(
+    "output_dir", None,
+    "The output directory where the model checkpoints (and feature files, predictions) will be "
+    "written.")
+
+## Other parameters
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Whether to lower case the input text. Should be True for uncased models and False for "
+    "cased models (the BERT paper used cased models for NER).")
+
+flags.DEFINE_integer(
+    "max_seq_length", 128,
+    "The maximum total input sequence length after WordPiece tokenization. A longer sentence is "
+    "split at word boundaries into several sequences, so every word is tagged exactly once.")
+
+flags.DEFINE_list(
+    "labels", None,
+    "The tags, comma-separated, in the order of the output units. Default: CoNLL-2003's "
+    "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC.")
+
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+
+flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+
+flags.DEFINE_bool("do_predict", False, "Whether to tag the test set.")
+
+CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+_DOCSTART = "-DOCSTART-"
+
+
+class NerExample:
+  """A sentence: its words and their tags (tags may be None when unknown)."""
+
+  def __init__(self, guid, words, labels=None, line=None):
+    self.guid = guid
+    self.words = words
+    self.labels = labels
+    # Line of the sentence's first word, for messages.
+    self.line = line
+
+
+class InputFeatures:
+  """One sequence of a sentence (a long sentence gives several)."""
+
+  def __init__(self, input_ids, input_mask, segment_ids, label_ids, label_weights,
+               example_index, word_start, word_positions):
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.label_ids = label_ids
+    self.label_weights = label_weights
+    # Which sentence, its first word in this sequence, and each such word's first-token position.
+    self.example_index = example_index
+    self.word_start = word_start
+    self.word_positions = word_positions
+
+
+def read_conll_examples(input_file, set_type, labels=CONLL2003_LABELS):
+  """Sentences of a CoNLL column file: the first column is the word, the last its tag.
+
+  Blank lines end sentences; -DOCSTART- lines (document breaks) are not sentences. All token lines
+  of a file must have the same number of columns (CoNLL-2003: word, POS, chunk, NER), so a line
+  that lost its tag is an error naming the file and line rather than a shifted column; so is a
+  tag outside `labels` (None skips that check).
+  """
+  examples = []
+  words, tags, first_line = [], [], None
+  width = None
+  label_set = set(labels) if labels is not None else None
+
+  def finish():
+    if words:
+      examples.append(NerExample(f"{set_type}-{len(examples)}", list(words), list(tags),
+                                 first_line))
+      words.clear()
+      tags.clear()
+
+  for number, line in fileio.read_lines(input_file):
+    fields = line.split()
+    if not fields:
+      finish()
+      continue
+    if fields[0] == _DOCSTART:
+      finish()
+      continue
+    if width is None:
+      width = len(fields)
+      if width < 2:
+        raise fileio.InputError(f"{input_file}:{number}: expected a word and its tag, found "
+                                f"{line!r}")
+    if len(fields) != width:
+      raise fileio.InputError(f"{input_file}:{number}: expected {width} columns like the file's "
+                              f"first token line, found {len(fields)} ({line!r}); a missing tag?")
+    tag = fields[-1]
+    if label_set is not None and tag not in label_set:
+      raise fileio.InputError(f"{input_file}:{number}: unknown tag {tag!r}; expected one of "
+                              f"{', '.join(labels)}")
+    if not words:
+      first_line = number
+    words.append(fields[0])
+    tags.append(tag)
+  finish()
+  return examples
+
+
+class ConllProcessor:
+  """The train/dev/test files of a CoNLL-2003 style data directory."""
+
+  def __init__(self, labels=None):
+    self.labels = tuple(labels) if labels else CONLL2003_LABELS
+
+  def get_train_examples(self, data_dir):
+    return read_conll_examples(os.path.join(data_dir, "train.txt"), "train", self.labels)
+
+  def get_dev_examples(self, data_dir):
+    path = os.path.join(data_dir, "valid.txt")
+    if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, "dev.txt")):
+      path = os.path.join(data_dir, "dev.txt")
+    return read_conll_examples(path, "dev", self.labels)
+
+  def get_test_examples(self, data_dir):
+    return read_conll_examples(os.path.join(data_dir, "test.txt"), "test", self.labels)
+
+  def get_labels(self):
+    return list(self.labels)
+
+
+def _word_pieces(tokenizer, words):
+  """WordPiece tokens per word; a word the tokenizer drops entirely (e.g. only control
+  characters) becomes [UNK] so every word still has a position to carry its tag."""
+  if hasattr(tokenizer, "tokenize_batch"):
+    pieces = tokenizer.tokenize_batch(words)
+  else:
+    pieces = [tokenizer.tokenize(word) for word in words]
+  return [p if p else ["[UNK]"] for p in pieces]
+
+
+def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer):
+  """Sentences -> InputFeatures, splitting long sentences into consecutive sequences.
+
+  Each sequence is [CLS] word pieces [SEP]. label_ids holds the tag id at each word's first
+  sub-token and 0 elsewhere; label_weights is 1.0 exactly at those first sub-tokens. A sentence
+  longer than max_seq_length - 2 pieces is cut at word boundaries (no overlap), so each word is
+  predicted once; a single word longer than that keeps only its first pieces.
+  """
+  if max_seq_length < 3:
+    raise fileio.InputError(f"max_seq_length must be at least 3 ([CLS] word [SEP]), not "
+                            f"{max_seq_length}")
+  label_map = {label: i for i, label in enumerate(label_list)}
+  max_pieces = max_seq_length - 2
+  features = []
+  for example_index, example in enumerate(examples):
+    pieces = _word_pieces(tokenizer, example.words)
+    word_start = 0
+    while word_start < len(example.words) or (word_start == 0 and not example.words):
+      tokens = ["[CLS]"]
+      label_ids = [0]
+      label_weights = [0.0]
+      word_positions = []
+      word = word_start
+      while word < len(example.words):
+        word_pieces = pieces[word][:max_pieces]
+        if len(tokens) - 1 + len(word_pieces) > max_pieces:
+          break
+        word_positions.append(len(tokens))
+        label = example.labels[word] if example.labels else None
+        if label is not None and label not in label_map:
+          raise fileio.InputError(f"sentence {example.guid} (line {example.line}): unknown tag "
+                                  f"{label!r}")
+        for i, piece in enumerate(word_pieces):
+          tokens.append(piece)
+          label_ids.append(label_map.get(label, 0) if i == 0 else 0)
+          label_weights.append(1.0 if i == 0 and label is not None else 0.0)
+        word += 1
+      tokens.append("[SEP]")
+      label_ids.append(0)
+      label_weights.append(0.0)
+
+      input_ids = tokenizer.convert_tokens_to_ids(tokens)
+      input_mask = [1] * len(input_ids)
+      segment_ids = [0] * len(input_ids)
+      padding = max_seq_length - len(input_ids)
+      input_ids += [0] * padding
+      input_mask += [0] * padding
+      segment_ids += [0] * padding
+      label_ids += [0] * padding
+      label_weights += [0.0] * padding
+
+      if example_index < 5:
+        logging.info("*** Example ***")
+        logging.info("guid: %s", example.guid)
+        logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+        logging.info("label_ids: %s", " ".join(str(x) for x in label_ids))
+        logging.info("label_weights: %s", " ".join(str(int(x)) for x in label_weights))
+
+      features.append(InputFeatures(input_ids, input_mask, segment_ids, label_ids, label_weights,
+                                    example_index, word_start, word_positions))
+      if not example.words:
+        break
+      word_start = word
+  return features
+
+
+def create_int_feature(values):
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def create_float_feature(values):
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            output_file):
+  """Writes the features of `examples` to a TFRecord file atomically; returns the features.
+
+  Records: input_ids, input_mask, segment_ids, label_ids ([max_seq_length] int64) and
+  label_weights ([max_seq_length] float). The returned InputFeatures map predictions back to
+  words (`word_predictions`).
+  """
+  features = convert_examples_to_features(examples, label_list, max_seq_length, tokenizer)
+  with fileio.atomic_path(output_file) as tmp_file:
+    with tf.io.TFRecordWriter(tmp_file) as writer:
+      for feature in features:
+        record = collections.OrderedDict()
+        record["input_ids"] = create_int_feature(feature.input_ids)
+        record["input_mask"] = create_int_feature(feature.input_mask)
+        record["segment_ids"] = create_int_feature(feature.segment_ids)
+        record["label_ids"] = create_int_feature(feature.label_ids)
+        record["label_weights"] = create_float_feature(feature.label_weights)
+        writer.write(tf.train.Example(
+            features=tf.train.Features(feature=record)).SerializeToString())
+  return features
+
+
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                                shuffle_buffer_size=10000, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  `batch_size` is global; with a `tf.distribute.InputContext` each pipeline reads its shard and
+  batches its per-replica share. Training data is shuffled and repeated. input_ids, input_mask,
+  segment_ids, label_ids come out int32 [batch, seq_length]; label_weights float32.
+  """
+  name_to_features = {
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_weights": tf.io.FixedLenFeature([seq_length], tf.float32),
+  }
+
+  def decode_batch(records):
+    example = tf.io.parse_example(records, name_to_features)
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+            for name, t in example.items()}
+
+  def input_fn(batch_size, input_context=None):
+    d = tf.data.TFRecordDataset(input_file)
+    if input_context is not None:
+      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if is_training:
+      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+      d = d.repeat()
+    d = d.batch(batch_size, drop_remainder=drop_remainder)
+    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+def word_predictions(examples, features, predicted_ids, label_list):
+  """One predicted tag per word of each sentence, from per-token predictions of the features.
+
+  `predicted_ids` is indexable by feature (in `features` order) and then token position, e.g. the
+  argmax of the logits, [num_features, max_seq_length]. Each word takes the prediction at its
+  first sub-token.
+  """
+  sentences = [[None] * len(example.words) for example in examples]
+  for feature, ids in zip(features, predicted_ids):
+    tags = sentences[feature.example_index]
+    for offset, position in enumerate(feature.word_positions):
+      tags[feature.word_start + offset] = label_list[int(ids[position])]
+  for example, tags in zip(examples, sentences):
+    if None in tags:
+      raise ValueError(f"sentence {example.guid}: no prediction for word {tags.index(None)}")
+  return sentences
+
+
+def write_conll_predictions(output_file, examples, predicted_tags):
+  """'word gold predicted' lines with blank lines between sentences, the input conlleval reads."""
+  with fileio.open_atomic(output_file) as writer:
+    for example, tags in zip(examples, predicted_tags):
+      gold = example.labels or ["O"] * len(example.words)
+      for word, gold_tag, tag in zip(example.words, gold, tags):
+        writer.write(f"{word} {gold_tag} {tag}\n")
+      writer.write("\n")
+
+
+def main(_):
+  raise NotImplementedError("training wiring lands with training.py")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("data_dir")
+  flags.mark_flag_as_required("vocab_file")
+  flags.mark_flag_as_required("output_dir")
+  fileio.run_main(main)

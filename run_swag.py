@@ -1,0 +1,285 @@
+"""BERT fine-tuning for multiple choice on SWAG (Situations With Adversarial Generations).
+
+The data half of the task: reading the SWAG CSV files (one row per situation: a first sentence,
+the start of a second one and four candidate endings) and turning each row into four sequences,
+[CLS] sent1 [SEP] sent2 + ending [SEP], one per choice, as in the BERT paper. The model scores the
+four with one shared output unit and a softmax over the choices. Fine-tuning itself lives in
+`training.py` and `modeling.py`.
+"""
+
+import collections
+import csv
+import os
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import fileio
+import tokenization
+
+FLAGS = flags.FLAGS
+
+## Required parameters
+flags.DEFINE_string("data_dir", None, "Directory with the SWAG train.csv, val.csv and test.csv.")
+
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+
+flags.DEFINE_string(
+    "output_dir", None,
+    "The output directory where the model checkpoints (and feature files) will be written.")
+
+## Other parameters
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Whether to lower case the input text. Should be True for uncased models and False for "
+    "cased models.")
+
+flags.DEFINE_integer(
+    "max_seq_length", 128,
+    "The maximum total length of each choice's sequence after WordPiece tokenization. Longer "
+    "ones are truncated, shorter ones padded.")
+
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+
+flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+
+flags.DEFINE_bool("do_predict", False, "Whether to run the model on the test set.")
+
+NUM_CHOICES = 4
+
+# Columns read from SWAG's header (the files also have video-id, startphrase, gold-source, and an
+# unnamed leading index column in some releases; they are not needed).
+_ENDING_COLUMNS = tuple(f"ending{i}" for i in range(NUM_CHOICES))
+
+
+class SwagExample:
+  """A single SWAG situation with its four candidate endings."""
+
+  def __init__(self, swag_id, context_sentence, start_ending, endings, label=None):
+    self.swag_id = swag_id
+    self.context_sentence = context_sentence
+    self.start_ending = start_ending
+    self.endings = endings
+    self.label = label
+
+  def __repr__(self):
+    parts = [f"swag_id: {self.swag_id}", f"context_sentence: {self.context_sentence}",
+             f"start_ending: {self.start_ending}"]
+    parts += [f"ending_{i}: {ending}" for i, ending in enumerate(self.endings)]
+    if self.label is not None:
+      parts.append(f"label: {self.label}")
+    return ", ".join(parts)
+
+
+class InputFeatures:
+  """The four sequences of one example: each list holds NUM_CHOICES lists of max_seq_length."""
+
+  def __init__(self, example_id, input_ids, input_mask, segment_ids, label, is_real_example=True):
+    self.example_id = example_id
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.label = label
+    self.is_real_example = is_real_example
+
+
+def read_swag_examples(input_file, is_training=True):
+  """Reads a SWAG CSV (with its header) into SwagExamples.
+
+  Columns are found by header name: fold-ind (id), sent1, sent2, ending0..ending3, label. The
+  label is required for training and read when present otherwise (the test file has none). A row
+  with the wrong number of fields or a label outside 0..3 is an error naming file and line.
+  """
+  fileio.check_file(input_file, "SWAG file")
+  rows = []
+  try:
+    with open(input_file, encoding="utf-8-sig", newline="") as f:
+      reader = csv.reader(f, strict=True)
+      line = 1
+      for fields in reader:
+        if fields:
+          rows.append((line, fields))
+        line = reader.line_num + 1
+  except csv.Error as e:
+    raise fileio.InputError(f"{input_file}:{line}: malformed CSV row ({e})") from None
+  except UnicodeDecodeError as e:
+    raise fileio.InputError(f"{input_file}: not UTF-8 (byte {e.start})") from None
+  if not rows:
+    raise fileio.InputError(f"{input_file}: the file is empty")
+
+  header_line, header = rows[0]
+  required = ("sent1", "sent2") + _ENDING_COLUMNS + (("label",) if is_training else ())
+  missing = [name for name in required if name not in header]
+  if missing:
+    raise fileio.InputError(f"{input_file}:{header_line}: the header has no column "
+                            f"{', '.join(missing)}; expected SWAG's video-id,fold-ind,startphrase,"
+                            f"sent1,sent2,gold-source,ending0..ending3,label")
+  column = {name: i for i, name in enumerate(header)}
+  id_column = column.get("fold-ind")
+
+  examples = []
+  for i, (line, fields) in enumerate(rows[1:], start=1):
+    if len(fields) != len(header):
+      raise fileio.InputError(f"{input_file}:{line}: expected {len(header)} fields as in the "
+                              f"header, found {len(fields)}")
+    label = None
+    if "label" in column:
+      text = fields[column["label"]].strip()
+      if text or is_training:
+        if text not in {str(k) for k in range(NUM_CHOICES)}:
+          raise fileio.InputError(f"{input_file}:{line}: label {text!r} is not a choice 0 to "
+                                  f"{NUM_CHOICES - 1}")
+        label = int(text)
+    examples.append(SwagExample(
+        swag_id=fields[id_column] if id_column is not None else str(i),
+        context_sentence=fields[column["sent1"]],
+        start_ending=fields[column["sent2"]],
+        endings=[fields[column[name]] for name in _ENDING_COLUMNS],
+        label=label))
+  return examples
+
+
+class SwagProcessor:
+  """SWAG's train.csv, val.csv and test.csv in one directory."""
+
+  def get_train_examples(self, data_dir):
+    return read_swag_examples(os.path.join(data_dir, "train.csv"), is_training=True)
+
+  def get_dev_examples(self, data_dir):
+    return read_swag_examples(os.path.join(data_dir, "val.csv"), is_training=True)
+
+  def get_test_examples(self, data_dir):
+    return read_swag_examples(os.path.join(data_dir, "test.csv"), is_training=False)
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+  """Truncates a sequence pair in place, one token at a time from the longer one."""
+  while len(tokens_a) + len(tokens_b) > max_length:
+    if len(tokens_a) > len(tokens_b):
+      tokens_a.pop()
+    else:
+      tokens_b.pop()
+
+
+def convert_single_example(ex_index, example, max_seq_length, tokenizer):
+  """One SwagExample -> InputFeatures of its four [CLS] sent1 [SEP] sent2 ending [SEP] sequences."""
+  context_tokens = tokenizer.tokenize(example.context_sentence)
+  start_ending_tokens = tokenizer.tokenize(example.start_ending)
+
+  input_ids, input_mask, segment_ids = [], [], []
+  for ending_index, ending in enumerate(example.endings):
+    # Each choice truncates its own copy: the context may keep more tokens next to a short ending.
+    context_tokens_choice = context_tokens[:]
+    ending_tokens = start_ending_tokens + tokenizer.tokenize(ending)
+    # Account for [CLS], [SEP], [SEP] with "- 3".
+    _truncate_seq_pair(context_tokens_choice, ending_tokens, max_seq_length - 3)
+
+    tokens = ["[CLS]"] + context_tokens_choice + ["[SEP]"] + ending_tokens + ["[SEP]"]
+    choice_segment_ids = [0] * (len(context_tokens_choice) + 2) + [1] * (len(ending_tokens) + 1)
+    choice_input_ids = tokenizer.convert_tokens_to_ids(tokens)
+    choice_input_mask = [1] * len(choice_input_ids)
+
+    padding = max_seq_length - len(choice_input_ids)
+    choice_input_ids += [0] * padding
+    choice_input_mask += [0] * padding
+    choice_segment_ids += [0] * padding
+
+    assert len(choice_input_ids) == max_seq_length
+    assert len(choice_input_mask) == max_seq_length
+    assert len(choice_segment_ids) == max_seq_length
+
+    input_ids.append(choice_input_ids)
+    input_mask.append(choice_input_mask)
+    segment_ids.append(choice_segment_ids)
+
+    if ex_index < 3:
+      logging.info("*** Example ***")
+      logging.info("swag_id: %s, choice: %d", example.swag_id, ending_index)
+      logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+      logging.info("input_ids: %s", " ".join(str(x) for x in choice_input_ids))
+      logging.info("segment_ids: %s", " ".join(str(x) for x in choice_segment_ids))
+  if ex_index < 3:
+    logging.info("label: %s", example.label)
+
+  return InputFeatures(example.swag_id, input_ids, input_mask, segment_ids,
+                       example.label if example.label is not None else 0)
+
+
+def convert_examples_to_features(examples, max_seq_length, tokenizer):
+  return [convert_single_example(i, example, max_seq_length, tokenizer)
+          for i, example in enumerate(examples)]
+
+
+def create_int_feature(values):
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer, output_file):
+  """Writes the features of `examples` to a TFRecord file atomically; returns the record count.
+
+  Records: input_ids, input_mask, segment_ids ([NUM_CHOICES * max_seq_length] int64, choice-major),
+  label_ids ([1] int64, the correct choice; 0 where unknown) and is_real_example ([1] int64).
+  """
+  with fileio.atomic_path(output_file) as tmp_file:
+    with tf.io.TFRecordWriter(tmp_file) as writer:
+      for ex_index, example in enumerate(examples):
+        if ex_index % 10000 == 0:
+          logging.info("Writing example %d of %d", ex_index, len(examples))
+        feature = convert_single_example(ex_index, example, max_seq_length, tokenizer)
+        record = collections.OrderedDict()
+        record["input_ids"] = create_int_feature(sum(feature.input_ids, []))
+        record["input_mask"] = create_int_feature(sum(feature.input_mask, []))
+        record["segment_ids"] = create_int_feature(sum(feature.segment_ids, []))
+        record["label_ids"] = create_int_feature([feature.label])
+        record["is_real_example"] = create_int_feature([int(feature.is_real_example)])
+        writer.write(tf.train.Example(
+            features=tf.train.Features(feature=record)).SerializeToString())
+  return len(examples)
+
+
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                                shuffle_buffer_size=10000, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  input_ids, input_mask, segment_ids come out int32 [batch, NUM_CHOICES, seq_length]; label_ids
+  and is_real_example int32 [batch]. `batch_size` is global; with a `tf.distribute.InputContext`
+  each pipeline reads its shard and batches its per-replica share. Training data is shuffled and
+  repeated.
+  """
+  name_to_features = {
+      "input_ids": tf.io.FixedLenFeature([NUM_CHOICES, seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([NUM_CHOICES, seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([NUM_CHOICES, seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.int64),
+      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+  }
+
+  def decode_batch(records):
+    example = tf.io.parse_example(records, name_to_features)
+    return {name: tf.cast(t, tf.int32) for name, t in example.items()}
+
+  def input_fn(batch_size, input_context=None):
+    d = tf.data.TFRecordDataset(input_file)
+    if input_context is not None:
+      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+      batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if is_training:
+      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+      d = d.repeat()
+    d = d.batch(batch_size, drop_remainder=drop_remainder)
+    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(tf.data.AUTOTUNE)
+
+  return input_fn
+
+
+def main(_):
+  raise NotImplementedError("training wiring lands with training.py")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("data_dir")
+  flags.mark_flag_as_required("vocab_file")
+  flags.mark_flag_as_required("output_dir")
+  fileio.run_main(main)

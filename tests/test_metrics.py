@@ -1,0 +1,194 @@
+"""metrics.py against hand-computed values and independent formulas, on real GLUE and CoNLL data."""
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import SHARED, requires_shared
+
+import metrics
+
+GLUE = os.path.join(SHARED, "data", "glue")
+CONLL = os.path.join(SHARED, "data", "conll2003")
+
+
+def _column(path, index, skip_header):
+  with open(path, encoding="utf-8-sig") as f:
+    lines = f.read().splitlines()
+  return [line.split("\t")[index] for line in lines[1 if skip_header else 0:] if line]
+
+
+def test_accuracy_and_f1_hand_computed():
+  labels = [1, 1, 0, 0, 1, 0, 1, 1]
+  preds = [1, 0, 0, 1, 1, 0, 1, 0]
+  # tp = 3 (positions 0, 4, 6), fp = 1 (3), fn = 2 (1, 7), tn = 2.
+  assert metrics.accuracy(labels, preds) == pytest.approx(5 / 8)
+  assert metrics.f1_binary(labels, preds) == pytest.approx(2 * 3 / (2 * 3 + 1 + 2))
+  assert metrics.f1_binary([0, 0], [0, 0]) == 0.0  # no positive at all: F1 undefined -> 0
+
+
+def test_matthews_hand_computed_and_degenerate():
+  labels = [1, 1, 1, 1, 0, 0, 0, 1, 0, 1]
+  preds = [1, 1, 0, 1, 0, 1, 0, 1, 0, 0]
+  # tp = 4, tn = 3, fp = 1, fn = 2.
+  expected = (4 * 3 - 1 * 2) / np.sqrt((4 + 1) * (4 + 2) * (3 + 1) * (3 + 2))
+  assert metrics.matthews_corrcoef(labels, preds) == pytest.approx(expected)
+  assert metrics.matthews_corrcoef([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0
+  assert metrics.matthews_corrcoef(labels, labels) == pytest.approx(1.0)
+  assert metrics.matthews_corrcoef(labels, [1 - x for x in labels]) == pytest.approx(-1.0)
+
+
+@requires_shared
+def test_matthews_on_real_cola_labels():
+  labels = np.array([int(x) for x in _column(os.path.join(GLUE, "CoLA", "dev.tsv"), 1, False)])
+  assert labels.size == 1043
+  rng = np.random.default_rng(0)
+  preds = np.where(rng.random(labels.size) < 0.2, 1 - labels, labels)
+  tp = np.sum((preds == 1) & (labels == 1))
+  tn = np.sum((preds == 0) & (labels == 0))
+  fp = np.sum((preds == 1) & (labels == 0))
+  fn = np.sum((preds == 0) & (labels == 1))
+  expected = (tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+  assert metrics.matthews_corrcoef(labels, preds) == pytest.approx(expected, abs=1e-12)
+  # The GLUE entry for CoLA is exactly this one metric.
+  assert list(metrics.glue_metrics("CoLA", labels, preds)) == ["mcc"]
+
+
+def test_spearman_hand_computed_with_ties():
+  # Ranks of x with the tie averaged: [1, 2.5, 2.5, 4]; y: [1, 3, 2, 4]; deviations from 2.5:
+  # dx = [-1.5, 0, 0, 1.5], dy = [-1.5, .5, -.5, 1.5]: sum dx*dy = 4.5, sum dx^2 = 4.5,
+  # sum dy^2 = 5.
+  assert metrics.rank_average_ties([10, 20, 20, 30]).tolist() == [1, 2.5, 2.5, 4]
+  assert metrics.spearman([10, 20, 20, 30], [1, 3, 2, 4]) == pytest.approx(4.5 / np.sqrt(4.5 * 5))
+  assert metrics.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+
+
+def _average_ranks_slow(values):
+  # Independent definition: rank = (#smaller) + (#equal + 1) / 2.
+  values = list(values)
+  return np.array([sum(v < x for v in values) + (sum(v == x for v in values) + 1) / 2
+                   for x in values])
+
+
+@requires_shared
+def test_pearson_spearman_on_real_stsb_scores():
+  scores = np.array([float(x) for x in _column(os.path.join(GLUE, "STS-B", "dev.tsv"), 9, True)])
+  assert scores.size == 1500
+  assert len(np.unique(scores)) < scores.size  # real ties, so the average rank rule matters
+  rng = np.random.default_rng(1)
+  preds = np.clip(scores + rng.normal(0, 1.0, scores.size), 0, 5).round(1)  # rounding adds ties
+  assert metrics.pearson(scores, preds) == pytest.approx(np.corrcoef(scores, preds)[0, 1],
+                                                         abs=1e-12)
+  subset = slice(0, 400)  # the O(n^2) reference ranks stay fast on a slice
+  expected = np.corrcoef(_average_ranks_slow(scores[subset]),
+                         _average_ranks_slow(preds[subset]))[0, 1]
+  assert metrics.spearman(scores[subset], preds[subset]) == pytest.approx(expected, abs=1e-12)
+  np.testing.assert_array_equal(metrics.rank_average_ties(scores[subset]),
+                                _average_ranks_slow(scores[subset]))
+  result = metrics.glue_metrics("sts-b", scores, preds)
+  assert list(result) == ["pearson", "spearman"]
+  assert 0.7 < result["spearman"] < 1.0
+
+
+def test_glue_metric_sets():
+  labels, preds = [0, 1, 1, 0], [0, 1, 0, 0]
+  assert list(metrics.glue_metrics("MRPC", labels, preds)) == ["f1", "accuracy"]
+  assert list(metrics.glue_metrics("qqp", labels, preds)) == ["f1", "accuracy"]
+  for task in ("sst-2", "mnli", "mnli-mm", "qnli", "rte", "wnli", "xnli"):
+    assert list(metrics.glue_metrics(task, labels, preds)) == ["accuracy"]
+  assert metrics.glue_metrics("mrpc", labels, preds)["f1"] == pytest.approx(2 / 3)
+
+
+def test_conlleval_hand_computed():
+  gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+  result = metrics.conll_evaluate(gold, [["B-PER", "I-PER", "O", "B-ORG"]])
+  assert (result["precision"], result["recall"], result["f1"]) == (0.5, 0.5, 0.5)
+  assert result["accuracy"] == 0.75
+  # A chunk cut short is wrong: only LOC is correct, but two chunks were still found.
+  result = metrics.conll_evaluate(gold, [["B-PER", "O", "O", "B-LOC"]])
+  assert result["counts"].found_guessed == 2 and result["counts"].correct_chunks == 1
+  # IOB1: an I- tag after O starts a chunk, so this prediction is fully correct.
+  result = metrics.conll_evaluate(gold, [["I-PER", "I-PER", "O", "I-LOC"]])
+  assert result["f1"] == 1.0
+  # An I- of another type starts a new chunk: two predicted chunks, neither correct.
+  result = metrics.conll_evaluate(gold, [["B-PER", "I-LOC", "O", "O"]])
+  assert result["counts"].found_guessed == 2 and result["counts"].correct_chunks == 0
+  # Chunks never run across sentence boundaries.
+  result = metrics.conll_evaluate([["B-PER"], ["I-PER"]], [["B-PER"], ["I-PER"]])
+  assert result["counts"].found_correct == 2 and result["f1"] == 1.0
+  # Per type: PER right, LOC predicted as ORG.
+  result = metrics.conll_evaluate(gold, [["B-PER", "I-PER", "O", "B-ORG"]])
+  assert result["per_type"]["PER"]["f1"] == 1.0
+  assert result["per_type"]["LOC"]["recall"] == 0.0 and result["per_type"]["ORG"]["precision"] == 0.0
+
+
+def _conll_sentences(path):
+  sentences, current = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      fields = line.split()
+      if not fields or fields[0] == "-DOCSTART-":
+        if current:
+          sentences.append(current)
+        current = []
+      else:
+        current.append(fields[-1])
+  if current:
+    sentences.append(current)
+  return sentences
+
+
+@requires_shared
+def test_conlleval_on_real_conll_dev():
+  gold = _conll_sentences(os.path.join(CONLL, "valid.txt"))
+  assert len(gold) == 3250
+  # Independent chunk count for BIO: a chunk starts at every B- and at an I- whose predecessor
+  # is O or of another type.
+  starts = 0
+  for tags in gold:
+    previous = "O"
+    for tag in tags:
+      if tag.startswith("B-") or (tag.startswith("I-") and previous[2:] != tag[2:]):
+        starts += 1
+      previous = tag
+  assert starts == 5942  # the CoNLL-2003 dev set's entity count
+  perfect = metrics.conll_evaluate(gold, gold)
+  assert perfect["f1"] == 1.0 and perfect["counts"].found_correct == 5942
+  assert perfect["counts"].tokens == sum(len(t) for t in gold) == 51362
+
+  # Damage known chunks and count the effect by hand.
+  predicted = [list(tags) for tags in gold]
+  retyped = dropped = 0
+  for tags in predicted:
+    for i, tag in enumerate(tags):
+      if tag == "B-LOC" and (i + 1 == len(tags) or not tags[i + 1].startswith("I-")):
+        if retyped < 100:  # a one-token LOC becomes ORG: one chunk wrong, counts unchanged
+          tags[i] = "B-ORG"
+          retyped += 1
+      elif tag == "B-PER" and (i + 1 == len(tags) or not tags[i + 1].startswith("I-")):
+        if dropped < 50:  # a one-token PER disappears: one chunk fewer found
+          tags[i] = "O"
+          dropped += 1
+  assert (retyped, dropped) == (100, 50)
+  result = metrics.conll_evaluate(gold, predicted)
+  correct = 5942 - 150
+  assert result["counts"].correct_chunks == correct
+  assert result["counts"].found_guessed == 5942 - 50
+  assert result["precision"] == pytest.approx(correct / (5942 - 50))
+  assert result["recall"] == pytest.approx(correct / 5942)
+  assert result["accuracy"] == pytest.approx((51362 - 150) / 51362)
+  assert result["per_type"]["LOC"]["recall"] == pytest.approx(
+      (perfect["counts"].found_correct_by_type["LOC"] - 100)
+      / perfect["counts"].found_correct_by_type["LOC"])
+
+  # The same chunks written in IOB1 (B- only between adjacent chunks of one type) score 100%.
+  iob1 = []
+  for tags in gold:
+    out, previous = [], "O"
+    for tag in tags:
+      out.append("I-" + tag[2:] if tag.startswith("B-") and previous[2:] != tag[2:] else tag)
+      previous = tag
+    iob1.append(out)
+  assert metrics.conll_evaluate(gold, iob1)["f1"] == 1.0
+  assert "phrases; found: 5942 phrases; correct: 5942." in metrics.conll_report(perfect)
