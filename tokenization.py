@@ -96,7 +96,7 @@ def check_special_tokens(vocab, vocab_file):
 
 
 def convert_by_vocab(vocab, items):
-  """Maps each item through `vocab` (a token->id or id->token dict); unknown items raise KeyError."""
+  """Maps items through `vocab` (token->id or id->token); an unknown item raises KeyError."""
   return [vocab[item] for item in items]
 
 

@@ -23,8 +23,8 @@ SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 CONLL = os.path.join(SHARED, "data", "conll2003", "valid.txt")
 
 # Characters whose handling differs between tokenizers: dropped (NUL, U+FFFD, controls, format
-# characters such as the zero-width joiner and BOM), turned into spaces (tab, no-break space, ideographic
-# space), splitting words without being spaces (line/paragraph separators), CJK, accents and
+# characters such as the zero-width joiner and BOM), turned into spaces (tab, no-break space,
+# ideographic space), splitting words without being spaces (line/paragraph separators), CJK, accents and
 # combining marks, case-folding traps (ß, İ, final sigma, ligature), ASCII symbols that Unicode
 # does not call punctuation, and astral-plane emoji.
 EDGE_CHARS = ("\x00", "\ufffd", "\x07", "\x1c", "\x7f", "\x85", "\u200d", "\ufeff", "\t", "\n",
@@ -115,7 +115,8 @@ def test_basic_tokenizer_lower_and_cased():
   assert tokenization.BasicTokenizer(do_lower_case=False).tokenize(text) == [
       "HeLLo", "!", "how", "Are", "yoU", "?"]
   assert tokenization.BasicTokenizer().tokenize("H\u00e9llo") == ["hello"]
-  assert tokenization.BasicTokenizer().tokenize("ah\u535a\u63a8zz") == ["ah", "\u535a", "\u63a8", "zz"]
+  assert tokenization.BasicTokenizer().tokenize("ah\u535a\u63a8zz") == [
+      "ah", "\u535a", "\u63a8", "zz"]
 
 
 def test_character_classes():
