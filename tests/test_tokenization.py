@@ -24,9 +24,9 @@ CONLL = os.path.join(SHARED, "data", "conll2003", "valid.txt")
 
 # Characters whose handling differs between tokenizers: dropped (NUL, U+FFFD, controls, format
 # characters such as the zero-width joiner and BOM), turned into spaces (tab, no-break space,
-# ideographic space), splitting words without being spaces (line/paragraph separators), CJK, accents and
-# combining marks, case-folding traps (ß, İ, final sigma, ligature), ASCII symbols that Unicode
-# does not call punctuation, and astral-plane emoji.
+# ideographic space), splitting words without being spaces (line/paragraph separators), CJK,
+# accents and combining marks, case-folding traps (ß, İ, final sigma, ligature), ASCII symbols
+# that Unicode does not call punctuation, and astral-plane emoji.
 EDGE_CHARS = ("\x00", "\ufffd", "\x07", "\x1c", "\x7f", "\x85", "\u200d", "\ufeff", "\t", "\n",
               "\r", "\x0b", "\u00a0", "\u3000", "\u2028", "\u2029", "你", "好", "\uf900",
               "\U00020000", "é", "e\u0301", "\u0301", "ß", "İ", "Σ", "ﬁ", "…", "½", "º", "$",
