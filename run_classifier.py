@@ -540,7 +540,8 @@ class DelimitedProcessor(DataProcessor):
       return header.index(column)
 
     header = rows[0][1] if self.skip_header else None
-    text_a, text_b, label = (index(c, header) for c in self.columns)
+    text_a, text_b = index(self.columns[0], header), index(self.columns[1], header)
+    label = index(self.columns[2], header) if read_label else None
     # Test files may leave the label column out, so rows only need to reach the texts.
     needed = [text_a] + [c for c in (text_b,) if c is not None]
     if read_label:

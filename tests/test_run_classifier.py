@@ -1,0 +1,265 @@
+"""run_classifier.py's data half: every GLUE processor on the real files, features, TFRecords."""
+
+import importlib
+import os
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED, requires_shared
+
+import fileio
+import tokenization
+
+
+def _import_script(name):
+  """Imports a fine-tuning script. Each defines the original's absl flags (data_dir,
+  max_seq_length, ...) at import, as the original scripts did, so flags left by another script
+  imported into this test process are removed first; the functions under test take arguments
+  and never read flags."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if module.startswith("run_") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
+
+
+run_classifier = _import_script("run_classifier")
+
+GLUE = os.path.join(SHARED, "data", "glue")
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+# task, directory, (train, dev, test) counts from ../shared/data/README.md, labels.
+GLUE_TASKS = [
+    ("mrpc", "MRPC", (3668, 408, 1725), ["0", "1"]),
+    ("sst-2", "SST-2", (67349, 872, 1821), ["0", "1"]),
+    ("cola", "CoLA", (8551, 1043, 1063), ["0", "1"]),
+    ("sts-b", "STS-B", (5749, 1500, 1379), []),
+    ("rte", "RTE", (2490, 277, 3000), ["entailment", "not_entailment"]),
+    ("wnli", "WNLI", (635, 71, 146), ["0", "1"]),
+]
+
+
+@requires_shared
+@pytest.mark.parametrize("task,directory,counts,labels", GLUE_TASKS)
+def test_glue_processor_reads_real_files(task, directory, counts, labels):
+  processor = run_classifier.get_processor(task)
+  data_dir = os.path.join(GLUE, directory)
+  train = processor.get_train_examples(data_dir)
+  dev = processor.get_dev_examples(data_dir)
+  test = processor.get_test_examples(data_dir)
+  assert (len(train), len(dev), len(test)) == counts
+  assert processor.get_labels() == labels
+  if processor.is_regression:
+    assert processor.num_labels() == 1
+    scores = [e.label for e in train + dev]
+    assert all(isinstance(s, float) and 0.0 <= s <= 5.0 for s in scores)
+    assert len(set(scores)) > 100
+  else:
+    assert processor.num_labels() == len(labels)
+    # Both classes occur in train and dev; test examples carry the placeholder label.
+    assert {e.label for e in train} == set(labels) == {e.label for e in dev} | set(labels)
+    assert {e.label for e in test} == {labels[0]}
+  pair = task not in ("sst-2", "cola")
+  assert all((e.text_b is not None) == pair for e in train[:50] + test[:50])
+  assert all(e.text_a.strip() for e in train + dev + test)
+  assert len({e.guid for e in train}) == len(train)
+
+
+@requires_shared
+def test_first_rows_and_header_handling():
+  # MRPC train starts with a UTF-8 BOM before its header: the header is still recognized.
+  mrpc = run_classifier.get_processor("MRPC").get_train_examples(os.path.join(GLUE, "MRPC"))
+  assert mrpc[0].text_a.startswith("Amrozi accused his brother, whom he called \"the witness\"")
+  assert (mrpc[0].label, mrpc[0].guid) == ("1", "train-1")
+  # CoLA train/dev have no header: the very first line is an example.
+  cola = run_classifier.get_processor("cola")
+  dev = cola.get_dev_examples(os.path.join(GLUE, "CoLA"))
+  assert (dev[0].text_a, dev[0].label) == ("The sailors rode the breeze clear of the rocks.", "1")
+  test = cola.get_test_examples(os.path.join(GLUE, "CoLA"))
+  assert test[0].text_a == "Bill whistled past the house."
+  # SST-2 keeps the text as is (tokenization deals with the trailing space).
+  sst = run_classifier.get_processor("SST2").get_dev_examples(os.path.join(GLUE, "SST-2"))
+  assert sst[0].text_a == "it 's a charming and often affecting journey . "
+  stsb = run_classifier.get_processor("STS_B").get_dev_examples(os.path.join(GLUE, "STS-B"))
+  assert (stsb[0].text_a, stsb[0].text_b, stsb[0].label) == (
+      "A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.", 5.0)
+
+
+@requires_shared
+def test_mnli_and_qqp_samples():
+  mnli = run_classifier.get_processor("mnli")
+  train = mnli.get_train_examples(os.path.join(GLUE, "MNLI-sample"))
+  dev = mnli.get_dev_examples(os.path.join(GLUE, "MNLI-sample"))
+  assert (len(train), len(dev)) == (48, 48)
+  assert {e.label for e in train + dev} <= set(mnli.get_labels())
+  # MNLI guids carry the file's index column, as the original's did.
+  assert dev[0].guid == "dev_matched-284269"
+  assert dev[0].text_b == "Not many of them spoke Spanish."
+  assert isinstance(run_classifier.get_processor("mnli-mm"), run_classifier.MnliMismatchedProcessor)
+  qqp = run_classifier.get_processor("qqp")
+  train = qqp.get_train_examples(os.path.join(GLUE, "QQP-sample"))
+  dev = qqp.get_dev_examples(os.path.join(GLUE, "QQP-sample"))
+  assert (len(train), len(dev)) == (32, 32)
+  assert train[0].text_b == "Why is having a baby a blessing?" and train[0].label == "1"
+
+
+def _write(path, text):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(text, encoding="utf-8")
+  return str(path)
+
+
+def test_malformed_rows_name_file_and_line(tmp_path):
+  header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+  data_dir = tmp_path / "mrpc"
+  path = _write(data_dir / "train.tsv", header + "1\t1\t2\tA \"quoted\" text.\tAnother.\n"
+                + "0\t3\t4\tOnly four columns\n")
+  with pytest.raises(fileio.InputError, match=f"{path}:3: expected 5 tab-separated columns, found 4"):
+    run_classifier.get_processor("mrpc").get_train_examples(str(data_dir))
+  path = _write(data_dir / "dev.tsv", header + "1\t1\t2\ta\tb\n\n" + "2\t3\t4\tc\td\n")
+  with pytest.raises(fileio.InputError, match=f"{path}:4: unknown label '2'"):
+    run_classifier.get_processor("mrpc").get_dev_examples(str(data_dir))
+  stsb_dir = tmp_path / "stsb"
+  path = _write(stsb_dir / "dev.tsv", "index\tsentence1\tsentence2\tscore\n0\ta\tb\thigh\n")
+  with pytest.raises(fileio.InputError, match=f"{path}:2: label 'high' is not a number"):
+    run_classifier.StsbProcessor().get_dev_examples(str(stsb_dir))
+  path = _write(tmp_path / "rte" / "train.tsv", "id\tpremise\thypothesis\tlabel\n")
+  with pytest.raises(fileio.InputError, match="expected a header row naming the columns"):
+    run_classifier.RteProcessor().get_train_examples(str(tmp_path / "rte"))
+  with pytest.raises(fileio.InputError, match="not a known task"):
+    run_classifier.get_processor("squad")
+
+
+def test_truncate_seq_pair_pops_from_the_longer():
+  a, b = list(range(10)), list(range(4))
+  run_classifier._truncate_seq_pair(a, b, 8)
+  assert (a, b) == (list(range(4)), list(range(4)))
+  # Ties pop from b first: 5+5 -> b 4 -> a 4 -> b 3.
+  a, b = list(range(5)), list(range(5))
+  run_classifier._truncate_seq_pair(a, b, 7)
+  assert (len(a), len(b)) == (4, 3)
+
+
+@requires_shared
+def test_convert_single_example_layout(tokenizer):
+  example = run_classifier.InputExample("x-0", "Is this Jacksonville?", "No it is not.", "1")
+  feature = run_classifier.convert_single_example(0, example, ["0", "1"], 16, tokenizer)
+  tokens = ["[CLS]", "is", "this", "jacksonville", "?", "[SEP]", "no", "it", "is", "not", ".",
+            "[SEP]"]
+  assert feature.input_ids == tokenizer.convert_tokens_to_ids(tokens) + [0] * 4
+  assert feature.segment_ids == [0] * 6 + [1] * 6 + [0] * 4
+  assert feature.input_mask == [1] * 12 + [0] * 4
+  assert feature.label_id == 1 and feature.is_real_example
+  # Single sentence truncated to max_seq_length - 2 word pieces.
+  single = run_classifier.InputExample("x-1", "one two three four five six seven", None, "0")
+  feature = run_classifier.convert_single_example(0, single, ["0", "1"], 6, tokenizer)
+  assert feature.input_ids == tokenizer.convert_tokens_to_ids(
+      ["[CLS]", "one", "two", "three", "four", "[SEP]"])
+  padding = run_classifier.convert_single_example(0, run_classifier.PaddingInputExample(),
+                                                  ["0", "1"], 6, tokenizer)
+  assert padding.input_ids == [0] * 6 and not padding.is_real_example
+  with pytest.raises(fileio.InputError, match="unknown label 'maybe'"):
+    run_classifier.convert_single_example(
+        0, run_classifier.InputExample("x-2", "a", None, "maybe"), ["0", "1"], 6, tokenizer)
+
+
+@requires_shared
+def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
+  processor = run_classifier.get_processor("mrpc")
+  examples = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))
+  output_file = str(tmp_path / "eval.tf_record")
+  count = run_classifier.file_based_convert_examples_to_features(
+      examples, processor.get_labels(), 128, tokenizer, output_file)
+  assert count == 408 and os.path.exists(output_file)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary left over
+
+  input_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
+                                                        drop_remainder=False)
+  batches = list(input_fn(batch_size=100))
+  assert [int(b["input_ids"].shape[0]) for b in batches] == [100, 100, 100, 100, 8]
+  first = batches[0]
+  assert set(first) == {"input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example"}
+  assert all(t.dtype == tf.int32 for t in first.values())
+  expected = run_classifier.convert_single_example(0, examples[0], processor.get_labels(), 128,
+                                                   tokenizer)
+  np.testing.assert_array_equal(first["input_ids"][0], expected.input_ids)
+  np.testing.assert_array_equal(first["segment_ids"][0], expected.segment_ids)
+  labels = np.concatenate([b["label_ids"].numpy() for b in batches])
+  np.testing.assert_array_equal(labels, [int(e.label) for e in examples])
+
+  # Sharded per input pipeline, with the per-replica share of the global batch size.
+  context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                       num_replicas_in_sync=2)
+  shard = list(input_fn(batch_size=64, input_context=context))
+  assert int(shard[0]["input_ids"].shape[0]) == 32
+  assert sum(int(b["input_ids"].shape[0]) for b in shard) == 204
+  np.testing.assert_array_equal(shard[0]["label_ids"].numpy()[:3], labels[1:6:2])
+
+  # Training: shuffled, repeated, fixed batch shape.
+  train_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=True,
+                                                        drop_remainder=True, seed=1)
+  for batch in train_fn(batch_size=256).take(3):
+    assert batch["input_ids"].shape == (256, 128)
+
+
+@requires_shared
+def test_regression_features_are_float(tokenizer, tmp_path):
+  processor = run_classifier.get_processor("sts-b")
+  examples = processor.get_dev_examples(os.path.join(GLUE, "STS-B"))[:20]
+  output_file = str(tmp_path / "stsb.tf_record")
+  run_classifier.file_based_convert_examples_to_features(examples, processor.get_labels(), 64,
+                                                         tokenizer, output_file,
+                                                         is_regression=True)
+  input_fn = run_classifier.file_based_input_fn_builder(output_file, 64, False, False,
+                                                        is_regression=True)
+  batch = next(iter(input_fn(batch_size=20)))
+  assert batch["label_ids"].dtype == tf.float32
+  np.testing.assert_allclose(batch["label_ids"].numpy(), [e.label for e in examples], rtol=1e-6)
+
+
+def test_custom_tsv_and_csv_tasks(tmp_path):
+  data_dir = tmp_path / "reviews"
+  _write(data_dir / "train.tsv", "id\treview\tstars\n1\tGreat phone\tpos\n2\tBroke in a day\tneg\n"
+         "3\t\"Fine\" I guess\tneutral\n")
+  _write(data_dir / "dev.tsv", "id\treview\tstars\n7\tWorks\tpos\n")
+  _write(data_dir / "test.tsv", "id\treview\n9\tNo idea yet\n")
+  processor = run_classifier.get_processor("tsv", delimited_options=dict(
+      text_a_column="review", label_column="stars"))
+  train = processor.get_train_examples(str(data_dir))
+  assert processor.get_labels() == ["neg", "neutral", "pos"]
+  assert train[2].text_a == "\"Fine\" I guess" and train[2].text_b is None
+  assert [e.label for e in processor.get_dev_examples(str(data_dir))] == ["pos"]
+  test = processor.get_test_examples(str(data_dir))
+  assert (test[0].text_a, test[0].label) == ("No idea yet", "neg")
+  path = _write(data_dir / "dev.tsv", "id\treview\tstars\n7\tWorks\tgreat\n")
+  with pytest.raises(fileio.InputError, match=f"{path}:2: unknown label 'great'"):
+    processor.get_dev_examples(str(data_dir))
+
+  # CSV: quoted fields may hold commas, quotes and newlines; columns by number, no header.
+  csv_dir = tmp_path / "pairs"
+  _write(csv_dir / "train.csv", '"Hello, world",Hi,1\n"He said ""no""\nthen left",He left,0\n'
+         "a,b,2\n")
+  processor = run_classifier.get_processor("csv", delimited_options=dict(
+      text_a_column="0", text_b_column="1", label_column="2", skip_header=False))
+  train = processor.get_train_examples(str(csv_dir))
+  assert processor.get_labels() == ["0", "1", "2"]  # numeric labels sort as numbers
+  assert train[1].text_a == 'He said "no"\nthen left' and train[1].text_b == "He left"
+  path = _write(csv_dir / "dev.csv", "x,y,1\n\"unterminated,y,1\n")
+  with pytest.raises(fileio.InputError, match=path):
+    processor.get_dev_examples(str(csv_dir))
+  with pytest.raises(fileio.InputError, match="need a header row"):
+    run_classifier.get_processor("tsv", delimited_options=dict(
+        text_a_column="review", label_column="2", skip_header=False))
