@@ -1,0 +1,313 @@
+"""run_squad.py's data half on the real SQuAD dev files: reading, windows, spans, predictions."""
+
+import collections
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED, requires_shared
+
+import evaluate_squad
+import fileio
+import tokenization
+
+
+def _import_script(name):
+  """Imports a fine-tuning script. Each defines the original's absl flags (data_dir,
+  max_seq_length, ...) at import, as the original scripts did, so flags left by another script
+  imported into this test process are removed first; the functions under test take arguments
+  and never read flags."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if module.startswith("run_") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
+
+
+run_squad = _import_script("run_squad")
+
+SQUAD = os.path.join(SHARED, "data", "squad")
+V1_DEV = os.path.join(SQUAD, "dev-v1.1.json")
+V2_DEV = os.path.join(SQUAD, "dev-v2.0.Normans_subset.json")
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def v1_training_data(tokenizer):
+  """The whole v1.1 dev set read as training data (first answer) and its 384/128 features."""
+  skipped = []
+  examples = run_squad.read_squad_examples(V1_DEV, is_training=True, skipped=skipped)
+  features = []
+  start = time.time()
+  run_squad.convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_stride=128,
+                                         max_query_length=64, is_training=True,
+                                         output_fn=features.append)
+  seconds = time.time() - start
+  return examples, features, skipped, seconds
+
+
+@requires_shared
+def test_reads_whole_v1_dev(v1_training_data):
+  examples, features, skipped, seconds = v1_training_data
+  assert len(examples) == 10570 and skipped == []
+  assert len(run_squad.read_squad_examples(V1_DEV, is_training=False)) == 10570
+  # Whole dev set, 384 tokens with stride 128: one or more windows per question.
+  assert len(features) == 10833
+  assert seconds < 60
+  assert [f.unique_id for f in features[:3]] == [1000000000, 1000000001, 1000000002]
+  first = examples[0]
+  assert first.qas_id == "56be4db0acb8001400a502ec"
+  assert first.orig_answer_text == "Denver Broncos"
+  assert " ".join(first.doc_tokens[first.start_position:first.end_position + 1]) == "Denver Broncos"
+
+
+@requires_shared
+def test_answer_spans_recovered_from_features(v1_training_data):
+  """For 99.5% or more of dev questions (measured: 10533 of 10570, 99.65%), the answer tokens at
+  the feature's start/end positions turn back into the annotated answer (modulo the official
+  normalization) through the same de-tokenization as write_predictions. The rest are answers
+  annotated inside a word that WordPiece keeps whole ("gold" in "golden", "8" in "20–18")."""
+  examples, features, _, _ = v1_training_data
+  by_example = collections.defaultdict(list)
+  for feature in features:
+    by_example[feature.example_index].append(feature)
+  recovered = 0
+  for index, example in enumerate(examples):
+    containing = [f for f in by_example[index] if f.start_position > 0]
+    assert containing, example.qas_id  # every answer fits in some window
+    feature = containing[0]
+    assert feature.tokens[0] == "[CLS]" and feature.segment_ids[feature.start_position] == 1
+    assert feature.start_position <= feature.end_position
+    text = run_squad.span_text(example, feature, feature.start_position, feature.end_position,
+                               do_lower_case=True)
+    if evaluate_squad.normalize_answer(text) == evaluate_squad.normalize_answer(
+        example.orig_answer_text):
+      recovered += 1
+  assert recovered / len(examples) >= 0.995
+  assert recovered == 10533
+
+
+@requires_shared
+def test_write_predictions_from_ideal_logits(v1_training_data, tmp_path):
+  """Logits that put the model's mass on the labelled start/end give back the gold answers."""
+  examples, features, _, _ = v1_training_data
+  examples = examples[:1000]
+  features = [f for f in features if f.example_index < 1000]
+  results = []
+  for feature in features:
+    start_logits = np.zeros(384, np.float32)
+    end_logits = np.zeros(384, np.float32)
+    start_logits[feature.start_position] += 10.0
+    end_logits[feature.end_position] += 10.0
+    results.append(run_squad.RawResult(feature.unique_id, start_logits, end_logits))
+  prediction_file = str(tmp_path / "predictions.json")
+  nbest_file = str(tmp_path / "nbest_predictions.json")
+  predictions, nbest, _ = run_squad.write_predictions(
+      examples, features, results, n_best_size=20, max_answer_length=30, do_lower_case=True,
+      output_prediction_file=prediction_file, output_nbest_file=nbest_file,
+      output_null_log_odds_file=None)
+  with open(prediction_file, encoding="utf-8") as f:
+    assert json.load(f) == predictions
+  assert len(predictions) == 1000
+  assert predictions["56be4db0acb8001400a502ec"] == "Denver Broncos"
+  first = nbest["56be4db0acb8001400a502ec"]
+  assert first[0]["text"] == "Denver Broncos" and len(first) <= 20
+  assert sum(entry["probability"] for entry in first) == pytest.approx(1.0)
+
+  with open(V1_DEV, encoding="utf-8") as f:
+    dataset = json.load(f)["data"]
+  ids = set(predictions)
+  for article in dataset:
+    for paragraph in article["paragraphs"]:
+      paragraph["qas"] = [qa for qa in paragraph["qas"] if qa["id"] in ids]
+  scores = evaluate_squad.evaluate_v1(dataset, predictions)
+  # The 16 misses of these 1000 are all answers annotated inside a WordPiece-whole word ("8" in
+  # "20–18"), which no span prediction can produce; the Super Bowl articles have many scores.
+  assert scores["exact_match"] == pytest.approx(98.4)
+  assert scores["f1"] >= scores["exact_match"]
+
+  # Each prediction is the text of the labelled span, taken from a window where its first token
+  # has maximum context.
+  for example_index, example in enumerate(examples):
+    feature = next(f for f in features if f.example_index == example_index and
+                   f.start_position > 0 and f.token_is_max_context[f.start_position])
+    assert predictions[example.qas_id] == run_squad.span_text(
+        example, feature, feature.start_position, feature.end_position, True)
+
+
+@requires_shared
+def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
+  examples = run_squad.read_squad_examples(V2_DEV, is_training=True, version_2_with_negative=True)
+  assert len(examples) == 208
+  impossible = [e for e in examples if e.is_impossible]
+  assert len(impossible) == 112
+  assert all((e.start_position, e.end_position, e.orig_answer_text) == (-1, -1, "")
+             for e in impossible)
+  features = []
+  run_squad.convert_examples_to_features(examples, tokenizer, 384, 128, 64, True, features.append)
+  for feature in features:
+    if feature.is_impossible:
+      assert (feature.start_position, feature.end_position) == (0, 0)
+
+  writer_file = str(tmp_path / "train.tf_record")
+  with run_squad.FeatureWriter(writer_file, is_training=True) as writer:
+    for feature in features:
+      writer.process_feature(feature)
+  assert writer.num_features == len(features)
+  input_fn = run_squad.input_fn_builder(writer_file, 384, is_training=False, drop_remainder=False)
+  # Training records also hold the positions (read here through a training-mode pipeline).
+  train_fn = run_squad.input_fn_builder(writer_file, 384, is_training=True, drop_remainder=True)
+  batch = next(iter(train_fn(batch_size=8)))
+  assert set(batch) == {"unique_ids", "input_ids", "input_mask", "segment_ids",
+                        "start_positions", "end_positions", "is_impossible"}
+  first = next(iter(input_fn(batch_size=len(features))))
+  np.testing.assert_array_equal(first["unique_ids"].numpy(), [f.unique_id for f in features])
+  np.testing.assert_array_equal(first["input_ids"].numpy()[5], features[5].input_ids)
+
+  # Logits shaped like the training targets: [CLS] for no answer, the span otherwise.
+  results = []
+  for feature in features:
+    start_logits = np.zeros(384, np.float32)
+    end_logits = np.zeros(384, np.float32)
+    start_logits[feature.start_position] += 10.0
+    end_logits[feature.end_position] += 10.0
+    results.append(run_squad.RawResult(feature.unique_id, start_logits, end_logits))
+  odds_file = str(tmp_path / "null_odds.json")
+  predictions, _, score_diffs = run_squad.write_predictions(
+      examples, features, results, 20, 30, True, str(tmp_path / "predictions.json"),
+      str(tmp_path / "nbest.json"), odds_file, version_2_with_negative=True,
+      null_score_diff_threshold=0.0)
+  assert all(predictions[e.qas_id] == "" for e in impossible)
+  assert all(score_diffs[e.qas_id] == pytest.approx(20.0) for e in impossible)
+  with open(odds_file, encoding="utf-8") as f:
+    assert json.load(f) == pytest.approx(score_diffs)
+  with open(V2_DEV, encoding="utf-8") as f:
+    dataset = json.load(f)["data"]
+  scores = evaluate_squad.evaluate_v2(dataset, predictions, na_probs=score_diffs)
+  assert (scores["NoAns_exact"], scores["NoAns_total"]) == (100.0, 112)
+  assert scores["HasAns_exact"] == 100.0 and scores["best_exact"] == 100.0
+
+
+@requires_shared
+def test_v2_data_needs_the_flag_for_training():
+  with pytest.raises(fileio.InputError, match="--version_2_with_negative"):
+    run_squad.read_squad_examples(V2_DEV, is_training=True)
+  # Prediction does not need answers.
+  assert len(run_squad.read_squad_examples(V2_DEV, is_training=False)) == 208
+
+
+@requires_shared
+def test_sliding_windows_and_max_context(tokenizer):
+  examples = run_squad.read_squad_examples(V1_DEV, is_training=False)
+  longest = max(examples[:2000], key=lambda e: len(e.doc_tokens))
+  features = []
+  run_squad.convert_examples_to_features([longest], tokenizer, max_seq_length=128, doc_stride=32,
+                                         max_query_length=16, is_training=False,
+                                         output_fn=features.append)
+  query_length = len(tokenizer.tokenize(longest.question_text)[:16])
+  doc_tokens = [t for word in longest.doc_tokens for t in tokenizer.tokenize(word)]
+  max_tokens_for_doc = 128 - query_length - 3
+  assert len(features) == 1 + -(-(len(doc_tokens) - max_tokens_for_doc) // 32)
+  max_context_count = collections.Counter()
+  for index, feature in enumerate(features):
+    doc_positions = sorted(feature.token_to_orig_map)
+    assert doc_positions[0] == query_length + 2
+    assert len(doc_positions) == min(max_tokens_for_doc, len(doc_tokens) - 32 * index)
+    window = [feature.tokens[p] for p in doc_positions]
+    assert window == doc_tokens[32 * index:32 * index + len(window)]
+    for offset, position in enumerate(doc_positions):
+      if feature.token_is_max_context[position]:
+        max_context_count[32 * index + offset] += 1
+  # Every document token is scored in exactly one window.
+  assert sorted(max_context_count) == list(range(len(doc_tokens)))
+  assert set(max_context_count.values()) == {1}
+
+
+def test_original_helpers_hand_checked(tokenizer):
+  # Spans A (0-4), B (3-7), C (6-10): token 7 has 4 left / 0 right context in B but 1 / 3 in C.
+  spans = [run_squad._DocSpan(0, 5), run_squad._DocSpan(3, 5), run_squad._DocSpan(6, 5)]
+  assert run_squad._check_is_max_context(spans, 2, 7)
+  assert not run_squad._check_is_max_context(spans, 1, 7)
+  # "(1895-1943)." is one whitespace word; WordPiece splits it so the answer "1895" is exact.
+  doc = tokenizer.tokenize("(1895-1943).")
+  assert doc == ["(", "1895", "-", "1943", ")", "."]
+  assert run_squad._improve_answer_span(doc, 0, 5, tokenizer, "1895") == (1, 1)
+  assert run_squad.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
+  assert run_squad.get_final_text("unrelated", "Steve Smith's", True) == "Steve Smith's"
+  probs = run_squad._compute_softmax([1.0, 2.0, 3.0])
+  assert sum(probs) == pytest.approx(1.0) and probs[2] > probs[1] > probs[0]
+  assert run_squad._get_best_indexes([0.1, 3.0, 2.0, 3.0], 3) == [1, 3, 2]
+
+
+def _squad_file(path, qas, context="The Normans were in Normandy in the 10th century."):
+  data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context,
+                                                                    "qas": qas}]}]}
+  path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+  return str(path)
+
+
+def test_bad_answer_offsets_are_skipped_and_reported(tmp_path, caplog):
+  qas = [
+      {"id": "good", "question": "Who?", "answers": [{"text": "Normans", "answer_start": 4}]},
+      {"id": "shifted", "question": "Where?", "answers": [{"text": "Normandy", "answer_start": 3}]},
+      {"id": "beyond", "question": "When?", "answers": [{"text": "10th", "answer_start": 400}]},
+  ]
+  path = _squad_file(tmp_path / "train.json", qas)
+  skipped = []
+  with caplog.at_level(logging.WARNING):
+    examples = run_squad.read_squad_examples(path, is_training=True, skipped=skipped)
+  assert [e.qas_id for e in examples] == ["good"] and skipped == ["shifted", "beyond"]
+  lines = path_lines = open(path, encoding="utf-8").read().splitlines()
+  shifted_line = next(i for i, line in enumerate(path_lines, 1) if '"shifted"' in line)
+  assert f"{path}:{shifted_line}: question shifted" in caplog.text
+  assert "skipped 2 questions" in caplog.text and lines
+  # Not training: nothing is skipped.
+  assert len(run_squad.read_squad_examples(path, is_training=False)) == 3
+
+
+def test_malformed_squad_files(tmp_path):
+  broken = tmp_path / "broken.json"
+  broken.write_text('{"data": [\n {"paragraphs": ]}', encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=f"{broken}:2: not valid JSON"):
+    run_squad.read_squad_examples(str(broken), is_training=False)
+  no_context = tmp_path / "no_context.json"
+  no_context.write_text(json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}), encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=r"data\[0\]\.paragraphs\[0\]: missing or invalid "
+                     r"\"context\""):
+    run_squad.read_squad_examples(str(no_context), is_training=False)
+  path = _squad_file(tmp_path / "no_answer.json", [{"id": "q", "question": "?", "answers": []}])
+  with pytest.raises(fileio.InputError, match="question q has no answer to train on"):
+    run_squad.read_squad_examples(path, is_training=True)
+  with pytest.raises(fileio.InputError, match="must be greater than max_query_length"):
+    run_squad.convert_examples_to_features([], None, 64, 128, 64, False, print)
+
+
+def test_feature_writer_leaves_no_partial_file(tmp_path):
+  output = tmp_path / "eval.tf_record"
+  with pytest.raises(RuntimeError):
+    with run_squad.FeatureWriter(str(output), is_training=False) as writer:
+      writer.process_feature(run_squad.InputFeatures(1, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]))
+      raise RuntimeError("interrupted")
+  assert not list(tmp_path.iterdir())
+  with run_squad.FeatureWriter(str(output), is_training=False) as writer:
+    writer.process_feature(run_squad.InputFeatures(7, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]))
+  record = next(iter(tf.data.TFRecordDataset(str(output))))
+  parsed = tf.train.Example.FromString(record.numpy()).features.feature
+  assert sorted(parsed) == ["input_ids", "input_mask", "segment_ids", "unique_ids"]
+  assert list(parsed["unique_ids"].int64_list.value) == [7]
