@@ -1,0 +1,140 @@
+"""run_ner.py's data half on the real CoNLL-2003 files: sentences, first-sub-token labels, windows."""
+
+import importlib
+import os
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED, requires_shared
+
+import fileio
+import metrics
+import tokenization
+
+
+def _import_script(name):
+  """Imports a fine-tuning script. Each defines the original's absl flags (data_dir,
+  max_seq_length, ...) at import, as the original scripts did, so flags left by another script
+  imported into this test process are removed first; the functions under test take arguments
+  and never read flags."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if module.startswith("run_") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
+
+
+run_ner = _import_script("run_ner")
+
+CONLL = os.path.join(SHARED, "data", "conll2003")
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def dev():
+  return run_ner.ConllProcessor().get_dev_examples(CONLL)
+
+
+@requires_shared
+def test_reads_sentences_and_skips_docstart():
+  processor = run_ner.ConllProcessor()
+  train = processor.get_train_examples(CONLL)
+  test = processor.get_test_examples(CONLL)
+  dev = processor.get_dev_examples(CONLL)
+  assert (len(train), len(dev), len(test)) == (14041, 3250, 3453)
+  # The file starts with -DOCSTART- and a blank line; the first sentence follows.
+  assert train[0].words == ["EU", "rejects", "German", "call", "to", "boycott", "British",
+                            "lamb", "."]
+  assert train[0].labels == ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"]
+  assert train[0].line == 3
+  assert train[1].words == ["Peter", "Blackburn"] and train[1].labels == ["B-PER", "I-PER"]
+  assert not any("-DOCSTART-" in e.words for e in train + dev + test)
+  assert sum(len(e.words) for e in dev) == 51362
+  tags = {t for e in train for t in e.labels}
+  assert tags == set(run_ner.CONLL2003_LABELS)
+
+
+def test_missing_tag_and_unknown_tag_name_file_and_line(tmp_path):
+  path = tmp_path / "train.txt"
+  path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP\n", encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=f"{path}:4: expected 4 columns.*missing tag"):
+    run_ner.read_conll_examples(str(path), "train")
+  path.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP B-ACTION\n", encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=f"{path}:2: unknown tag 'B-ACTION'"):
+    run_ner.read_conll_examples(str(path), "train")
+  # With a custom label set the same tag is fine.
+  examples = run_ner.read_conll_examples(str(path), "train", labels=["O", "B-ORG", "B-ACTION"])
+  assert examples[0].labels == ["B-ORG", "B-ACTION"]
+
+
+@requires_shared
+def test_labels_on_first_sub_tokens(tokenizer, dev):
+  labels = run_ner.CONLL2003_LABELS
+  features = run_ner.convert_examples_to_features(dev, labels, 128, tokenizer)
+  # A few dev sentences are longer than 126 word pieces and take a second sequence.
+  assert len(features) == 3253
+  for feature in features[:300]:
+    example = dev[feature.example_index]
+    weights = np.array(feature.label_weights)
+    assert weights.sum() == len(feature.word_positions)
+    assert np.flatnonzero(weights).tolist() == feature.word_positions
+    for offset, position in enumerate(feature.word_positions):
+      word = example.words[feature.word_start + offset]
+      pieces = tokenizer.tokenize(word) or ["[UNK]"]
+      assert tokenizer.convert_ids_to_tokens([feature.input_ids[position]]) == pieces[:1]
+      assert labels[feature.label_ids[position]] == example.labels[feature.word_start + offset]
+  # Every word of every sentence gets exactly one labelled position overall.
+  assert sum(len(f.word_positions) for f in features) == 51362
+  predicted = run_ner.word_predictions(dev, features, [f.label_ids for f in features], labels)
+  assert predicted == [e.labels for e in dev]
+  result = metrics.conll_evaluate([e.labels for e in dev], predicted)
+  assert result["f1"] == 1.0 and result["counts"].found_correct == 5942
+
+
+@requires_shared
+def test_long_sentences_split_at_word_boundaries(tokenizer, dev):
+  labels = run_ner.CONLL2003_LABELS
+  longest = max(dev, key=lambda e: len(e.words))
+  features = run_ner.convert_examples_to_features([longest], labels, 16, tokenizer)
+  assert len(features) > 1
+  assert [f.word_start for f in features][0] == 0
+  for feature, following in zip(features, features[1:]):
+    assert following.word_start == feature.word_start + len(feature.word_positions)
+    assert sum(feature.input_mask) <= 16
+  assert features[-1].word_start + len(features[-1].word_positions) == len(longest.words)
+  # Shifting each prediction by one tag shows the words are mapped back in order.
+  shifted = [[(i + 1) % len(labels) if w else 0 for i, w in zip(f.label_ids, f.label_weights)]
+             for f in features]
+  predicted = run_ner.word_predictions([longest], features, shifted, labels)[0]
+  assert predicted == [labels[(labels.index(t) + 1) % len(labels)] for t in longest.labels]
+
+
+@requires_shared
+def test_tfrecord_round_trip(tokenizer, dev, tmp_path):
+  output = str(tmp_path / "dev.tf_record")
+  features = run_ner.file_based_convert_examples_to_features(dev[:40], run_ner.CONLL2003_LABELS,
+                                                             64, tokenizer, output)
+  input_fn = run_ner.file_based_input_fn_builder(output, 64, is_training=False,
+                                                 drop_remainder=False)
+  batch = next(iter(input_fn(batch_size=len(features))))
+  assert set(batch) == {"input_ids", "input_mask", "segment_ids", "label_ids", "label_weights"}
+  assert batch["label_ids"].dtype == tf.int32 and batch["label_weights"].dtype == tf.float32
+  np.testing.assert_array_equal(batch["label_ids"].numpy(), [f.label_ids for f in features])
+  np.testing.assert_array_equal(batch["label_weights"].numpy(), [f.label_weights for f in features])
+  out = tmp_path / "predictions.txt"
+  run_ner.write_conll_predictions(str(out), dev[:2], [e.labels for e in dev[:2]])
+  lines = out.read_text(encoding="utf-8").splitlines()
+  assert lines[0] == f"{dev[0].words[0]} {dev[0].labels[0]} {dev[0].labels[0]}"
+  assert lines[len(dev[0].words)] == ""

@@ -1,0 +1,127 @@
+"""run_swag.py's data half on a small SWAG-format CSV (no SWAG data is shipped)."""
+
+import importlib
+import os
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED, requires_shared
+
+import fileio
+import tokenization
+
+
+def _import_script(name):
+  """Imports a fine-tuning script. Each defines the original's absl flags (data_dir,
+  max_seq_length, ...) at import, as the original scripts did, so flags left by another script
+  imported into this test process are removed first; the functions under test take arguments
+  and never read flags."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if module.startswith("run_") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
+
+
+run_swag = _import_script("run_swag")
+
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+
+# SWAG's layout: an unnamed index column, then video-id, fold-ind, startphrase, sent1, sent2,
+# gold-source, four endings and the label. Fields with commas or quotes are quoted.
+HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
+ROWS = [
+    '0,anetv_a1b2c3d4e5f,4821,"A man is standing on a ladder next to a house. He","A man is standing '
+    'on a ladder next to a house.",He,gold,scrapes old paint off the window frame.,jumps into the '
+    'swimming pool below.,"eats a sandwich, then falls asleep.",drives the ladder down the street.,0\n',
+    '1,lsmdc3005_PARIS-12345,17302,"Someone closes the door behind her. She","Someone closes the '
+    'door behind her.",She,gen,"turns on the lamp and looks around the room.",flies out through the '
+    'chimney.,"pours the door into a cup.","says ""hello"" to the empty hallway.",3\n',
+    '2,anetv_zz9yy8xx7ww,88,A girl holds a hula hoop around her waist. She,A girl holds a hula hoop '
+    'around her waist.,She,gold,spins it around her hips several times.,throws the hoop into the '
+    'lake and dives.,paints the hoop with a toothbrush.,reads a newspaper upside down.,0\n',
+]
+
+
+@pytest.fixture
+def swag_dir(tmp_path):
+  (tmp_path / "train.csv").write_text(HEADER + "".join(ROWS), encoding="utf-8")
+  (tmp_path / "val.csv").write_text(HEADER + ROWS[1], encoding="utf-8")
+  test_header = HEADER.replace(",label\n", "\n")
+  test_rows = [row[:row.rstrip("\n").rfind(",")] + "\n" for row in ROWS[:2]]
+  (tmp_path / "test.csv").write_text(test_header + "".join(test_rows), encoding="utf-8")
+  return tmp_path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+def test_reads_swag_rows(swag_dir):
+  processor = run_swag.SwagProcessor()
+  train = processor.get_train_examples(str(swag_dir))
+  assert len(train) == 3 and len(processor.get_dev_examples(str(swag_dir))) == 1
+  first = train[0]
+  assert first.swag_id == "4821"
+  assert first.context_sentence == "A man is standing on a ladder next to a house."
+  assert first.start_ending == "He"
+  assert first.endings[2] == "eats a sandwich, then falls asleep."
+  assert first.label == 0
+  assert train[1].endings[3] == 'says "hello" to the empty hallway.' and train[1].label == 3
+  test = processor.get_test_examples(str(swag_dir))
+  assert [e.label for e in test] == [None, None]
+
+
+@requires_shared
+def test_four_choice_features(swag_dir, tokenizer, tmp_path):
+  example = run_swag.SwagProcessor().get_train_examples(str(swag_dir))[0]
+  feature = run_swag.convert_single_example(0, example, 32, tokenizer)
+  assert len(feature.input_ids) == run_swag.NUM_CHOICES and feature.label == 0
+  context = tokenizer.tokenize(example.context_sentence)
+  for choice, ending in enumerate(example.endings):
+    second = tokenizer.tokenize(example.start_ending) + tokenizer.tokenize(ending)
+    tokens = ["[CLS]"] + context + ["[SEP]"] + second + ["[SEP]"]
+    assert len(tokens) <= 32
+    ids = feature.input_ids[choice]
+    assert ids[:len(tokens)] == tokenizer.convert_tokens_to_ids(tokens)
+    assert ids[len(tokens):] == [0] * (32 - len(tokens))
+    assert feature.segment_ids[choice][:len(tokens)] == [0] * (len(context) + 2) + [1] * (
+        len(second) + 1)
+    assert sum(feature.input_mask[choice]) == len(tokens)
+
+  # Truncation: each choice trims the longer of context and ending to fit.
+  short = run_swag.convert_single_example(0, example, 12, tokenizer)
+  for choice in range(4):
+    assert sum(short.input_mask[choice]) == 12
+    assert tokenizer.convert_ids_to_tokens(short.input_ids[choice][:1]) == ["[CLS]"]
+
+  output = str(tmp_path / "train.tf_record")
+  examples = run_swag.SwagProcessor().get_train_examples(str(swag_dir))
+  assert run_swag.file_based_convert_examples_to_features(examples, 32, tokenizer, output) == 3
+  input_fn = run_swag.file_based_input_fn_builder(output, 32, is_training=False,
+                                                  drop_remainder=False)
+  batch = next(iter(input_fn(batch_size=3)))
+  assert batch["input_ids"].shape == (3, 4, 32) and batch["input_ids"].dtype == tf.int32
+  np.testing.assert_array_equal(batch["input_ids"].numpy()[0], feature.input_ids)
+  np.testing.assert_array_equal(batch["label_ids"].numpy(), [0, 3, 0])
+
+
+def test_malformed_swag_rows_name_file_and_line(tmp_path):
+  path = tmp_path / "train.csv"
+  path.write_text(HEADER + ROWS[0] + ROWS[1].replace(",3\n", ",4\n"), encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=f"{path}:3: label '4' is not a choice 0 to 3"):
+    run_swag.read_swag_examples(str(path))
+  path.write_text(HEADER + "0,vid,1,start,sent1,sent2,gold,a,b,c\n", encoding="utf-8")
+  with pytest.raises(fileio.InputError, match=f"{path}:2: expected 12 fields"):
+    run_swag.read_swag_examples(str(path))
+  path.write_text("sent1,sent2,ending0\n", encoding="utf-8")
+  with pytest.raises(fileio.InputError, match="no column ending1"):
+    run_swag.read_swag_examples(str(path))
