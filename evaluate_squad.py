@@ -286,7 +286,8 @@ def evaluate_files(data_file, pred_file, na_prob_file=None, na_prob_thresh=1.0,
                       dataset_json.get("version"))
     return evaluate_v1(dataset, predictions), False
   except (KeyError, TypeError) as e:
-    raise fileio.InputError(f"{data_file}: not in the SQuAD format ({type(e).__name__}: {e})") from None
+    raise fileio.InputError(f"{data_file}: not in the SQuAD format ({type(e).__name__}: "
+                            f"{e})") from None
 
 
 def define_flags():

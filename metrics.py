@@ -19,7 +19,8 @@ def _as_arrays(labels, predictions):
   labels = np.asarray(labels)
   predictions = np.asarray(predictions)
   if labels.shape != predictions.shape:
-    raise ValueError(f"labels and predictions differ in shape: {labels.shape} vs {predictions.shape}")
+    raise ValueError(f"labels and predictions differ in shape: {labels.shape} vs "
+                     f"{predictions.shape}")
   if labels.size == 0:
     raise ValueError("no examples to score")
   return labels, predictions
@@ -147,7 +148,8 @@ def glue_metrics(task_name, labels, predictions):
 
 
 def _split_tag(tag, outside="O"):
-  """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). Like conlleval, the type is all after the first '-'."""
+  """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). As in conlleval, the type is all after the first
+  '-'."""
   if tag == outside:
     return "O", ""
   prefix, dash, kind = tag.partition("-")
@@ -202,7 +204,8 @@ def conll_counts(true_sequences, pred_sequences, outside="O"):
     raise ValueError(f"{len(true_sequences)} gold sentences but {len(pred_sequences)} predicted")
   for number, (gold_tags, pred_tags) in enumerate(zip(true_sequences, pred_sequences)):
     if len(gold_tags) != len(pred_tags):
-      raise ValueError(f"sentence {number}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+      raise ValueError(f"sentence {number}: {len(gold_tags)} gold tags but {len(pred_tags)} "
+                       f"predicted")
     # conlleval's state carries over sentence breaks, which are 'O O' tokens; starting each
     # sentence from 'O' and appending one boundary token at its end is the same thing.
     in_correct = False

@@ -20,6 +20,7 @@ from absl import logging
 import tensorflow as tf
 
 import fileio
+import input_pipeline
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -484,7 +485,8 @@ class DelimitedProcessor(DataProcessor):
 
   def get_train_examples(self, data_dir):
     """See base class."""
-    return self._create_examples(self._path(data_dir, "train"), "train", self._checked_labels(data_dir))
+    return self._create_examples(self._path(data_dir, "train"), "train",
+                                 self._checked_labels(data_dir))
 
   def get_dev_examples(self, data_dir):
     """See base class."""
@@ -502,7 +504,8 @@ class DelimitedProcessor(DataProcessor):
     if self._labels is None:
       data_dir = data_dir or self._data_dir
       if data_dir is None:
-        raise fileio.InputError("give --labels, or --data_dir with a training file to read them from")
+        raise fileio.InputError("give --labels, or --data_dir with a training file to read them "
+                                "from")
       train_file = self._path(data_dir, "train")
       if not os.path.exists(train_file):
         raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels from")
@@ -563,7 +566,8 @@ class DelimitedProcessor(DataProcessor):
           try:
             value = float(value)
           except ValueError:
-            raise fileio.InputError(f"{input_file}:{line}: label {value!r} is not a number") from None
+            raise fileio.InputError(f"{input_file}:{line}: label {value!r} is not a "
+                                    f"number") from None
         elif labels is not None and value not in labels:
           raise fileio.InputError(f"{input_file}:{line}: unknown label {value!r}; expected one of "
                                   f"{', '.join(labels)}")
@@ -745,48 +749,33 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   return len(examples)
 
 
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, shuffle_buffer_size=10000, seed=None):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is the global batch size. Given a `tf.distribute.InputContext` (as passed by
-  `strategy.distribute_datasets_from_function`) each input pipeline reads its own shard of the
-  records and batches its per-replica share. Training data is shuffled and repeated forever.
-  Integer features come out as int32 (what the model and accelerators want); label_ids is float32
-  for regression.
-  """
-  name_to_features = {
+def feature_spec(seq_length, is_regression=False):
+  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes."""
+  return {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
-  return _tfrecord_input_fn(input_file, name_to_features, is_training, drop_remainder,
-                            shuffle_buffer_size, seed)
 
 
-def _tfrecord_input_fn(input_files, name_to_features, is_training, drop_remainder,
-                       shuffle_buffer_size=10000, seed=None):
-  """The tf.data pipeline shared by the fine-tuning scripts' TFRecord files."""
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
+                                is_regression=False, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
 
-  def decode_batch(records):
-    # Parsing a whole batch at once is one op instead of one per record.
-    example = tf.io.parse_example(records, name_to_features)
-    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-            for name, t in example.items()}
+  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext` of
+  `strategy.distribute_datasets_from_function`, as for `input_pipeline.tfrecord_dataset`, which
+  does the reading (sharding per input pipeline; shuffling and repeating when training). Integer
+  features come out int32 [batch] or [batch, seq_length]; label_ids is float32 for regression.
+  """
+  name_to_features = feature_spec(seq_length, is_regression)
+  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
 
   def input_fn(batch_size, input_context=None):
-    d = tf.data.TFRecordDataset(input_files)
-    if input_context is not None:
-      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-      batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if is_training:
-      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-      d = d.repeat()
-    d = d.batch(batch_size, drop_remainder=drop_remainder)
-    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    return d.prefetch(tf.data.AUTOTUNE)
+    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
+                                           input_context=input_context, seed=seed,
+                                           drop_remainder=drop_remainder)
 
   return input_fn
 

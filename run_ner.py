@@ -16,6 +16,7 @@ from absl import logging
 import tensorflow as tf
 
 import fileio
+import input_pipeline
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -263,15 +264,9 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   return features
 
 
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                shuffle_buffer_size=10000, seed=None):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is global; with a `tf.distribute.InputContext` each pipeline reads its shard and
-  batches its per-replica share. Training data is shuffled and repeated. input_ids, input_mask,
-  segment_ids, label_ids come out int32 [batch, seq_length]; label_weights float32.
-  """
-  name_to_features = {
+def feature_spec(seq_length):
+  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes."""
+  return {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -279,22 +274,22 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
       "label_weights": tf.io.FixedLenFeature([seq_length], tf.float32),
   }
 
-  def decode_batch(records):
-    example = tf.io.parse_example(records, name_to_features)
-    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
-            for name, t in example.items()}
+
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
+  `input_pipeline.tfrecord_dataset`, which does the reading (training data shuffled and repeated).
+  input_ids, input_mask, segment_ids, label_ids come out int32 [batch, seq_length];
+  label_weights float32.
+  """
+  name_to_features = feature_spec(seq_length)
+  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
 
   def input_fn(batch_size, input_context=None):
-    d = tf.data.TFRecordDataset(input_file)
-    if input_context is not None:
-      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-      batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if is_training:
-      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-      d = d.repeat()
-    d = d.batch(batch_size, drop_remainder=drop_remainder)
-    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    return d.prefetch(tf.data.AUTOTUNE)
+    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
+                                           input_context=input_context, seed=seed,
+                                           drop_remainder=drop_remainder)
 
   return input_fn
 

@@ -18,6 +18,7 @@ from absl import logging
 import tensorflow as tf
 
 import fileio
+import input_pipeline
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -581,15 +582,8 @@ class FeatureWriter:
     return False
 
 
-def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                     shuffle_buffer_size=10000, seed=None):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is global; with a `tf.distribute.InputContext` each pipeline reads its shard of
-  the records and batches its per-replica share. Training data is shuffled and repeated. Features
-  come out int32: unique_ids, input_ids, input_mask, segment_ids, and in training
-  start_positions, end_positions, is_impossible.
-  """
+def feature_spec(seq_length, is_training):
+  """name -> tf.io feature of the records FeatureWriter writes (positions only for training)."""
   name_to_features = {
       "unique_ids": tf.io.FixedLenFeature([], tf.int64),
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -600,22 +594,24 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder,
     name_to_features["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
     name_to_features["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
     name_to_features["is_impossible"] = tf.io.FixedLenFeature([], tf.int64)
+  return name_to_features
 
-  def decode_batch(records):
-    example = tf.io.parse_example(records, name_to_features)
-    return {name: tf.cast(t, tf.int32) for name, t in example.items()}
+
+def input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None):
+  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
+
+  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
+  `input_pipeline.tfrecord_dataset`, which does the reading (training data shuffled and repeated).
+  Features come out int32: unique_ids, input_ids, input_mask, segment_ids, and in training
+  start_positions, end_positions, is_impossible.
+  """
+  name_to_features = feature_spec(seq_length, is_training)
+  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
 
   def input_fn(batch_size, input_context=None):
-    d = tf.data.TFRecordDataset(input_file)
-    if input_context is not None:
-      d = d.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-      batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if is_training:
-      d = d.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-      d = d.repeat()
-    d = d.batch(batch_size, drop_remainder=drop_remainder)
-    d = d.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    return d.prefetch(tf.data.AUTOTUNE)
+    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
+                                           input_context=input_context, seed=seed,
+                                           drop_remainder=drop_remainder)
 
   return input_fn
 

@@ -1,4 +1,4 @@
-"""evaluate_squad.py: the official SQuAD rules on the real dev files, against hand-computed scores."""
+"""evaluate_squad.py: the official SQuAD rules on the real dev files vs hand-computed scores."""
 
 import json
 import os
@@ -38,7 +38,8 @@ def test_normalization_and_token_f1_rules():
   assert evaluate_squad.compute_f1("the", "a") == 1
   assert evaluate_squad.f1_v1("the", "a") == 0
   # Bag of tokens: precision 2/3, recall 1.
-  assert evaluate_squad.compute_f1("Denver Broncos", "the Denver Broncos team") == pytest.approx(0.8)
+  assert evaluate_squad.compute_f1("Denver Broncos",
+                                   "the Denver Broncos team") == pytest.approx(0.8)
 
 
 @requires_shared

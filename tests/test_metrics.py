@@ -120,7 +120,8 @@ def test_conlleval_hand_computed():
   # Per type: PER right, LOC predicted as ORG.
   result = metrics.conll_evaluate(gold, [["B-PER", "I-PER", "O", "B-ORG"]])
   assert result["per_type"]["PER"]["f1"] == 1.0
-  assert result["per_type"]["LOC"]["recall"] == 0.0 and result["per_type"]["ORG"]["precision"] == 0.0
+  assert result["per_type"]["LOC"]["recall"] == 0.0
+  assert result["per_type"]["ORG"]["precision"] == 0.0
 
 
 def _conll_sentences(path):

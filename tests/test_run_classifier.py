@@ -127,7 +127,8 @@ def test_malformed_rows_name_file_and_line(tmp_path):
   data_dir = tmp_path / "mrpc"
   path = _write(data_dir / "train.tsv", header + "1\t1\t2\tA \"quoted\" text.\tAnother.\n"
                 + "0\t3\t4\tOnly four columns\n")
-  with pytest.raises(fileio.InputError, match=f"{path}:3: expected 5 tab-separated columns, found 4"):
+  with pytest.raises(fileio.InputError,
+                     match=f"{path}:3: expected 5 tab-separated columns, found 4"):
     run_classifier.get_processor("mrpc").get_train_examples(str(data_dir))
   path = _write(data_dir / "dev.tsv", header + "1\t1\t2\ta\tb\n\n" + "2\t3\t4\tc\td\n")
   with pytest.raises(fileio.InputError, match=f"{path}:4: unknown label '2'"):
@@ -200,10 +201,10 @@ def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
   labels = np.concatenate([b["label_ids"].numpy() for b in batches])
   np.testing.assert_array_equal(labels, [int(e.label) for e in examples])
 
-  # Sharded per input pipeline, with the per-replica share of the global batch size.
+  # Sharded per input pipeline; batch_size is per replica.
   context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
                                        num_replicas_in_sync=2)
-  shard = list(input_fn(batch_size=64, input_context=context))
+  shard = list(input_fn(batch_size=32, input_context=context))
   assert int(shard[0]["input_ids"].shape[0]) == 32
   assert sum(int(b["input_ids"].shape[0]) for b in shard) == 204
   np.testing.assert_array_equal(shard[0]["label_ids"].numpy()[:3], labels[1:6:2])

@@ -1,4 +1,4 @@
-"""run_ner.py's data half on the real CoNLL-2003 files: sentences, first-sub-token labels, windows."""
+"""run_ner.py's data half on the real CoNLL-2003 files: sentences, first-piece labels, windows."""
 
 import importlib
 import os

@@ -36,17 +36,21 @@ VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 
 # SWAG's layout: an unnamed index column, then video-id, fold-ind, startphrase, sent1, sent2,
 # gold-source, four endings and the label. Fields with commas or quotes are quoted.
-HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
+HEADER = (",video-id,fold-ind,startphrase,sent1,sent2,gold-source,"
+          "ending0,ending1,ending2,ending3,label\n")
 ROWS = [
-    '0,anetv_a1b2c3d4e5f,4821,"A man is standing on a ladder next to a house. He","A man is standing '
-    'on a ladder next to a house.",He,gold,scrapes old paint off the window frame.,jumps into the '
-    'swimming pool below.,"eats a sandwich, then falls asleep.",drives the ladder down the street.,0\n',
-    '1,lsmdc3005_PARIS-12345,17302,"Someone closes the door behind her. She","Someone closes the '
-    'door behind her.",She,gen,"turns on the lamp and looks around the room.",flies out through the '
-    'chimney.,"pours the door into a cup.","says ""hello"" to the empty hallway.",3\n',
-    '2,anetv_zz9yy8xx7ww,88,A girl holds a hula hoop around her waist. She,A girl holds a hula hoop '
-    'around her waist.,She,gold,spins it around her hips several times.,throws the hoop into the '
-    'lake and dives.,paints the hoop with a toothbrush.,reads a newspaper upside down.,0\n',
+    '0,anetv_a1b2c3d4e5f,4821,"A man is standing on a ladder next to a house. He",'
+    '"A man is standing on a ladder next to a house.",He,gold,'
+    'scrapes old paint off the window frame.,jumps into the swimming pool below.,'
+    '"eats a sandwich, then falls asleep.",drives the ladder down the street.,0\n',
+    '1,lsmdc3005_PARIS-12345,17302,"Someone closes the door behind her. She",'
+    '"Someone closes the door behind her.",She,gen,'
+    '"turns on the lamp and looks around the room.",flies out through the chimney.,'
+    '"pours the door into a cup.","says ""hello"" to the empty hallway.",3\n',
+    '2,anetv_zz9yy8xx7ww,88,A girl holds a hula hoop around her waist. She,'
+    'A girl holds a hula hoop around her waist.,She,gold,'
+    'spins it around her hips several times.,throws the hoop into the lake and dives.,'
+    'paints the hoop with a toothbrush.,reads a newspaper upside down.,0\n',
 ]
 
 
