@@ -136,7 +136,9 @@ def glue_metrics(task_name, labels, predictions):
   or real scores for STS-B. Tasks outside GLUE (custom TSV/CSV tasks) get accuracy, or Pearson and
   Spearman when `predictions` are floats of a regression task.
   """
-  names = _GLUE_TASK_METRICS.get(task_name.lower())
+  # "SST-2", "sst2" and "sst_2" name the same task, as in run_classifier.
+  key = task_name.lower().replace("-", "").replace("_", "")
+  names = next((v for k, v in _GLUE_TASK_METRICS.items() if k.replace("-", "") == key), None)
   if names is None:
     is_real = np.asarray(predictions).dtype.kind == "f"
     names = ("pearson", "spearman") if is_real else ("accuracy",)

@@ -98,6 +98,12 @@ def test_glue_metric_sets():
   for task in ("sst-2", "mnli", "mnli-mm", "qnli", "rte", "wnli", "xnli"):
     assert list(metrics.glue_metrics(task, labels, preds)) == ["accuracy"]
   assert metrics.glue_metrics("mrpc", labels, preds)["f1"] == pytest.approx(2 / 3)
+  assert list(metrics.glue_metrics("STS_B", [1.0, 2.0, 3.0], [1, 2, 4])) == ["pearson", "spearman"]
+  assert list(metrics.glue_metrics("CoLA", labels, preds)) == ["mcc"]
+  # Tasks outside GLUE: accuracy for classes, correlations for real-valued predictions.
+  assert list(metrics.glue_metrics("tsv", labels, preds)) == ["accuracy"]
+  assert list(metrics.glue_metrics("csv", [0.5, 1.0, 2.0], [0.4, 1.2, 1.9])) == [
+      "pearson", "spearman"]
 
 
 def test_conlleval_hand_computed():

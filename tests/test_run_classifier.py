@@ -264,3 +264,32 @@ def test_custom_tsv_and_csv_tasks(tmp_path):
   with pytest.raises(fileio.InputError, match="need a header row"):
     run_classifier.get_processor("tsv", delimited_options=dict(
         text_a_column="review", label_column="2", skip_header=False))
+
+
+def test_xnli_language_rows(tmp_path):
+  # XNLI's layout: translated MultiNLI training files and one all-languages dev/test file.
+  _write(tmp_path / "multinli" / "multinli.train.de.tsv",
+         "premise\thypo\tlabel\nEr kam spät.\tEr war pünktlich.\tcontradictory\n"
+         "Sie lacht.\tSie ist froh.\tentailment\n")
+  columns = ["language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse",
+             "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "promptID", "pairID",
+             "genre", "label1", "label2", "label3", "label4", "label5"]
+
+  def row(language, label, premise, hypothesis):
+    values = dict.fromkeys(columns, "x")
+    values.update(language=language, gold_label=label, sentence1=premise, sentence2=hypothesis)
+    return "\t".join(values[c] for c in columns) + "\n"
+
+  _write(tmp_path / "xnli.dev.tsv", "\t".join(columns) + "\n"
+         + row("en", "neutral", "He walked.", "He walked home.")
+         + row("de", "neutral", "Er ging.", "Er ging nach Hause.")
+         + row("de", "entailment", "Es regnet.", "Es ist nass."))
+  processor = run_classifier.get_processor("xnli", xnli_language="de")
+  train = processor.get_train_examples(str(tmp_path))
+  assert [e.label for e in train] == ["contradiction", "entailment"]
+  assert train[0].text_a == "Er kam spät."
+  dev = processor.get_dev_examples(str(tmp_path))
+  assert [(e.guid, e.text_a, e.label) for e in dev] == [
+      ("dev-2", "Er ging.", "neutral"), ("dev-3", "Es regnet.", "entailment")]
+  with pytest.raises(fileio.InputError, match="no rows for language 'fr'"):
+    run_classifier.get_processor("xnli", xnli_language="fr").get_dev_examples(str(tmp_path))
