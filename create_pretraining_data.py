@@ -31,6 +31,7 @@ pre-training (next_sentence_labels is still written, as 0, so every reader keeps
 """
 
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -216,6 +217,10 @@ class VocabIds:
         self.is_subword[token_id] = 1
 
 
+# bit_length() of small ints, looked up rather than called in the shuffle's inner loop.
+_BIT_LENGTHS = [n.bit_length() for n in range(4096)]
+
+
 class ExactRandom:
   """Python's random.Random draws, reproduced draw for draw, with less call overhead.
 
@@ -223,8 +228,8 @@ class ExactRandom:
   random(); randint(a, b), which is a + randbelow(b - a + 1); shuffle, a Fisher-Yates pass from
   the back. CPython's randbelow(n) takes n.bit_length() bits per try and retries values >= n
   (randbelow(1) too). The library methods spend most of their time checking arguments and
-  dispatching; these run the same loop inline, which halves the cost of the per-instance shuffle.
-  A test checks them against random.Random itself.
+  dispatching; these run the same loop inline, which makes the per-instance shuffle (the bulk of
+  exact mode's work) over twice as fast. A test checks them against random.Random itself.
   """
 
   def __init__(self, seed):
@@ -244,12 +249,19 @@ class ExactRandom:
 
   def shuffle(self, items):
     getrandbits = self._getrandbits
-    for i in range(len(items) - 1, 0, -1):
-      n = i + 1
-      k = n.bit_length()
-      j = getrandbits(k)
-      while j >= n:
+    if len(items) > len(_BIT_LENGTHS):
+      for i in range(len(items) - 1, 0, -1):
+        k = (i + 1).bit_length()
         j = getrandbits(k)
+        while j > i:
+          j = getrandbits(k)
+        items[i], items[j] = items[j], items[i]
+      return
+    bits = _BIT_LENGTHS
+    for i in range(len(items) - 1, 0, -1):
+      j = getrandbits(bits[i + 1])
+      while j > i:
+        j = getrandbits(bits[i + 1])
       items[i], items[j] = items[j], items[i]
 
 
@@ -292,15 +304,13 @@ def iter_document_lines(input_files, end_document_at_file_end=False, max_documen
 def encode_lines(tokenizer, lines):
   """Lines -> lists of token ids, through the batch tokenizer when there is one.
 
-  The batch path gives the same tokens as tokenize() one line at a time, only faster.
+  The batch path gives the same ids as tokenize() and the vocab one line at a time, only faster.
   """
-  tokenize_batch = getattr(tokenizer, "tokenize_batch", None)
-  if tokenize_batch is not None:
-    token_lists = tokenize_batch(lines)
-  else:
-    token_lists = [tokenizer.tokenize(line) for line in lines]
+  encode_batch = getattr(tokenizer, "encode_batch", None)
+  if encode_batch is not None:
+    return encode_batch(lines)
   vocab = tokenizer.vocab
-  return [[vocab[token] for token in tokens] for tokens in token_lists]
+  return [[vocab[token] for token in tokenizer.tokenize(line)] for line in lines]
 
 
 def tokenize_documents(tokenizer, line_documents, compact=False):
@@ -324,7 +334,8 @@ def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
   """Reads and tokenizes every document of `input_files` in order, as the original does.
 
   Tokenizing is the only part of exact mode that can run in parallel (it draws no random
-  numbers), so with a `pool` batches of documents are tokenized in worker processes, in order.
+  numbers), so with a `pool` (see worker_pool) batches of documents are tokenized in worker
+  processes, at most `window` batches at a time, and collected in order.
   """
   documents = []
   batches = _batched(iter_document_lines(input_files), _TOKENIZE_BATCH_DOCUMENTS)
@@ -333,7 +344,7 @@ def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
                 sum(n for _, n in batch)) for batch in batches)
   else:
     tasks = (([lines for lines, _ in batch], sum(n for _, n in batch)) for batch in batches)
-    results = _ordered_map(pool, _tokenize_task, tasks, window)
+    results = ordered_map(pool, _tokenize_task, tasks, window)
   done = 0
   for batch_documents, nbytes in results:
     documents.extend(batch_documents)
@@ -500,32 +511,45 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
       else:
         candidates.append([i])
   else:
-    candidates = [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
+    candidates = _candidate_positions(tokens, cls_id, sep_id)
   rng.shuffle(candidates)
 
   num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+  if do_whole_word_mask:
+    chosen = []
+    for word in candidates:
+      if len(chosen) >= num_to_predict:
+        break
+      if len(chosen) + len(word) <= num_to_predict:
+        chosen.extend(word)
+  else:
+    chosen = candidates[:num_to_predict]
+
   output = list(tokens)
-  positions = []
-  random_ = rng.random
+  random_, randbelow = rng.random, rng.randbelow
   word_ids = vocab_ids.word_ids
   mask_id = vocab_ids.mask_id
-  if do_whole_word_mask:
-    groups = candidates
-  else:
-    groups = ([i] for i in candidates[:num_to_predict])
-  for group in groups:
-    if len(positions) >= num_to_predict:
-      break
-    if len(positions) + len(group) > num_to_predict:
-      continue
-    for index in group:
-      if random_() < 0.8:
-        output[index] = mask_id
-      elif random_() >= 0.5:
-        output[index] = word_ids[rng.randbelow(len(word_ids))]
-      positions.append(index)
-  positions.sort()
-  return output, positions, [tokens[p] for p in positions]
+  for index in chosen:
+    if random_() < 0.8:
+      output[index] = mask_id
+    elif random_() >= 0.5:
+      output[index] = word_ids[randbelow(len(word_ids))]
+  chosen.sort()
+  return output, chosen, [tokens[p] for p in chosen]
+
+
+def _candidate_positions(tokens, cls_id, sep_id):
+  """The positions that are neither [CLS] nor [SEP]: ranges around the special tokens' known
+  places when counting (at C speed) shows they are the only ones, else a full scan."""
+  n = len(tokens)
+  if tokens[0] == cls_id and tokens[-1] == sep_id and tokens.count(cls_id) == 1:
+    separators = tokens.count(sep_id)
+    if separators == 1:
+      return list(range(1, n - 1))
+    if separators == 2:
+      middle = tokens.index(sep_id)
+      return [*range(1, middle), *range(middle + 1, n - 1)]
+  return [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
 
 
 def mask_instances_batch(instances, masked_lm_prob, max_predictions_per_seq, max_seq_length,
@@ -573,6 +597,15 @@ def mask_instances_batch(instances, masked_lm_prob, max_predictions_per_seq, max
 # Encoding and writing records.
 
 
+def _varint_table(size):
+  """_varint(i) for i in range(size), built without a Python loop per byte."""
+  table = [bytes((i,)) for i in range(min(size, 1 << 7))]
+  table += [bytes((i & 0x7F | 0x80, i >> 7)) for i in range(1 << 7, min(size, 1 << 14))]
+  table += [bytes((i & 0x7F | 0x80, (i >> 7) & 0x7F | 0x80, i >> 14))
+            for i in range(1 << 14, min(size, 1 << 21))]
+  return table + [_varint(i) for i in range(1 << 21, size)]
+
+
 def _varint(value):
   out = bytearray()
   while value > 0x7F:
@@ -585,57 +618,73 @@ def _varint(value):
 class ExampleEncoder:
   """Serializes instances as tf.train.Example bytes directly, without building protos.
 
-  Building an Example proto per record costs more than creating the instance; the wire format of
-  these seven fixed features is simple (packed varint int64 lists, a packed float list), so the
-  bytes are assembled from precomputed pieces. Parsing the result with tf.train.Example gives the
-  features the original wrote (tests compare them); map entries are in FEATURE_NAMES order.
+  Building an Example proto per record costs more than creating the instance, and the wire
+  format of these seven features is simple: Example{features: Features{map entries}}, each entry
+  {key, Feature{int64_list | float_list {packed values}}}. Every entry is its key and list tags,
+  lengths and payload; the entries whose payload has a fixed length (input_mask, weights, the
+  label) are precomputed whole. Parsing the result with tf.train.Example gives the features the
+  original wrote (tests compare them); map entries are in FEATURE_NAMES order.
   """
 
   def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size):
     self.max_seq_length = max_seq_length
     self.max_predictions_per_seq = max_predictions_per_seq
-    longest = max(vocab_size, 8 * max_seq_length + 64)
-    self._varints = [_varint(i) for i in range(longest)]
-    self._zeros = [b"\x00" * i for i in range(max_seq_length + 1)]
-    self._ones = [b"\x01" * i for i in range(max_seq_length + 1)]
+    seq, preds = max_seq_length, max_predictions_per_seq
+    self._varints = _varint_table(max(vocab_size, seq + 1))
+    self._zeros = [b"\x00" * i for i in range(seq + 1)]
+    self._ones = [b"\x01" * i for i in range(seq + 1)]
+    self._prefixes = {name: {} for name in FEATURE_NAMES}
+    self._input_mask = [self._entry("input_mask", b"\x01" * n + b"\x00" * (seq - n))
+                        for n in range(seq + 1)]
     one, zero = struct.pack("<f", 1.0), struct.pack("<f", 0.0)
-    self._weights = [one * i + zero * (max_predictions_per_seq - i)
-                     for i in range(max_predictions_per_seq + 1)]
-    # Map entry prefix per feature: key field, then the value field's tag.
-    self._keys = [b"\x0a" + _varint(len(name)) + name.encode() for name in FEATURE_NAMES]
+    self._weights = [self._entry("masked_lm_weights", one * k + zero * (preds - k), is_float=True)
+                     for k in range(preds + 1)]
+    self._labels = [self._entry("next_sentence_labels", bytes([label])) for label in (0, 1)]
+    self._segment_prefix = self._prefix("segment_ids", seq)
 
-  def _length(self, n):
-    return self._varints[n] if n < len(self._varints) else _varint(n)
+  def _prefix(self, name, payload_length, is_float=False):
+    """The bytes of a map entry before its payload (the payload ends the entry)."""
+    prefixes = self._prefixes[name]
+    prefix = prefixes.get(payload_length)
+    if prefix is None:
+      key = name.encode()
+      values_header = b"\x0a" + _varint(payload_length)
+      list_length = len(values_header) + payload_length
+      feature_header = (b"\x12" if is_float else b"\x1a") + _varint(list_length)
+      feature_length = len(feature_header) + list_length
+      entry_body = (b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(feature_length) +
+                    feature_header + values_header)
+      prefix = b"\x0a" + _varint(len(entry_body) + payload_length) + entry_body
+      prefixes[payload_length] = prefix
+    return prefix
 
-  def _entry(self, key, list_tag, payload):
-    length = self._length
-    values = b"\x0a" + length(len(payload)) + payload
-    feature = list_tag + length(len(values)) + values
-    entry = key + b"\x12" + length(len(feature)) + feature
-    return b"\x0a" + length(len(entry)) + entry
+  def _entry(self, name, payload, is_float=False):
+    return self._prefix(name, len(payload), is_float) + payload
 
   def encode(self, input_ids, segment_a_length, positions, label_ids, is_random_next):
     """One record from an instance's ids (unpadded lists); padding and weights are added here."""
-    varints = self._varints
+    varint = self._varints.__getitem__
     zeros, ones = self._zeros, self._ones
     n, k = len(input_ids), len(positions)
     pad = self.max_seq_length - n
     missing = self.max_predictions_per_seq - k
-    keys = self._keys
-    int_tag, float_tag = b"\x1a", b"\x12"
+    ids = b"".join(map(varint, input_ids)) + zeros[pad]
+    position_bytes = b"".join(map(varint, positions)) + zeros[missing]
+    label_bytes = b"".join(map(varint, label_ids)) + zeros[missing]
+    prefixes = self._prefixes
     features = b"".join((
-        self._entry(keys[0], int_tag, b"".join(map(varints.__getitem__, input_ids)) + zeros[pad]),
-        self._entry(keys[1], int_tag, ones[n] + zeros[pad]),
-        self._entry(keys[2], int_tag,
-                    zeros[segment_a_length] + ones[n - segment_a_length] + zeros[pad]),
-        self._entry(keys[3], int_tag,
-                    b"".join(map(varints.__getitem__, positions)) + zeros[missing]),
-        self._entry(keys[4], int_tag,
-                    b"".join(map(varints.__getitem__, label_ids)) + zeros[missing]),
-        self._entry(keys[5], float_tag, self._weights[k]),
-        self._entry(keys[6], int_tag, b"\x01" if is_random_next else b"\x00"),
+        prefixes["input_ids"].get(len(ids)) or self._prefix("input_ids", len(ids)), ids,
+        self._input_mask[n],
+        self._segment_prefix, zeros[segment_a_length], ones[n - segment_a_length], zeros[pad],
+        (prefixes["masked_lm_positions"].get(len(position_bytes)) or
+         self._prefix("masked_lm_positions", len(position_bytes))), position_bytes,
+        (prefixes["masked_lm_ids"].get(len(label_bytes)) or
+         self._prefix("masked_lm_ids", len(label_bytes))), label_bytes,
+        self._weights[k],
+        self._labels[1 if is_random_next else 0],
     ))
-    return b"\x0a" + self._length(len(features)) + features
+    length = len(features)
+    return b"\x0a" + (varint(length) if length < len(self._varints) else _varint(length)) + features
 
 
 def example_feature_spec(max_seq_length, max_predictions_per_seq):
@@ -788,15 +837,21 @@ class _WorkerState:
   encoder: ExampleEncoder
 
 
+  @classmethod
+  def create(cls, options, tokenizer=None):
+    if tokenizer is None:
+      tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                             do_lower_case=options.do_lower_case)
+    vocab_ids = VocabIds(tokenizer.vocab)
+    encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
+                             vocab_ids.size)
+    return cls(options, tokenizer, vocab_ids, encoder)
+
+
 def _init_worker(options):
-  """Builds the tokenizer once per process (pool initializer, or in-process with one worker)."""
+  """Pool initializer: builds the tokenizer and encoder once per worker process."""
   global _worker
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  vocab_ids = VocabIds(tokenizer.vocab)
-  encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
-                           vocab_ids.size)
-  _worker = _WorkerState(options, tokenizer, vocab_ids, encoder)
+  _worker = _WorkerState.create(options)
 
 
 def _tokenize_task(task):
@@ -859,9 +914,9 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
   return records, stats
 
 
-def _chunk_task(task):
+def _chunk_task(task, state=None):
   chunk_index, line_documents, nbytes = task
-  state = _worker
+  state = state or _worker
   records, stats = process_chunk(chunk_index, line_documents, state.options, state.tokenizer,
                                  state.vocab_ids, state.encoder)
   stats.input_bytes = nbytes
@@ -882,56 +937,57 @@ def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES):
     yield index, documents, nbytes
 
 
-def _ordered_map(pool, function, tasks, window):
-  """pool.imap with at most `window` tasks in flight, so reading cannot outrun the workers.
+def ordered_map(pool, function, tasks, window):
+  """Like pool.map, in order, but with at most `window` tasks in flight.
 
-  Pool.imap reads its input eagerly, which would hold the whole corpus in memory.
+  Executor.map and Pool.imap submit the whole input at once, which would hold the corpus in
+  memory; here reading stays just ahead of the workers.
   """
   in_flight = collections.deque()
   for task in tasks:
-    in_flight.append(pool.apply_async(function, (task,)))
+    in_flight.append(pool.submit(function, task))
     if len(in_flight) >= window:
-      yield in_flight.popleft().get()
+      yield in_flight.popleft().result()
   while in_flight:
-    yield in_flight.popleft().get()
+    yield in_flight.popleft().result()
 
 
 @contextlib.contextmanager
-def _worker_pool(options, num_workers):
-  """A pool of `num_workers` initialized processes, or None to work in this process.
+def worker_pool(options, num_workers):
+  """A pool of `num_workers` processes with a tokenizer each.
 
   Workers are spawned, not forked: the parent may already run TensorFlow's threads, and a fresh
-  interpreter only imports what tokenizing needs.
+  interpreter imports only what tokenizing needs. A ProcessPoolExecutor rather than a Pool
+  because a worker that dies (killed for memory, say) then fails the run instead of hanging it.
   """
-  if num_workers <= 1:
-    _init_worker(options)
-    yield None
-    return
-  pool = multiprocessing.get_context("spawn").Pool(num_workers, _init_worker, (options,))
+  pool = concurrent.futures.ProcessPoolExecutor(
+      num_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+      initargs=(options,))
   try:
     yield pool
-    pool.close()
   finally:
-    pool.terminate()
-    pool.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
-def create_fast_records(input_files, options, stats, num_workers):
+def create_fast_records(input_files, options, stats, num_workers, tokenizer=None):
   """Fast mode: yields serialized records chunk by chunk, mixed by a bounded shuffle buffer.
 
-  `stats` is updated as chunks complete. Raises InputError when the input holds no document.
+  With one worker everything runs in this process (with `tokenizer` if given). `stats` is
+  updated as chunks complete. Raises InputError when the input holds no document.
   """
   total_bytes = sum(os.path.getsize(path) for path in input_files)
   progress = Progress("fast mode", total_bytes, "B", options.progress_seconds)
   buffer_rng = ExactRandom(f"{options.random_seed}/output")
   buffer = []
   size = options.shuffle_buffer_size
-  with _worker_pool(options, num_workers) as pool:
+  with contextlib.ExitStack() as stack:
     chunks = iter_chunks(input_files, options.chunk_documents)
-    if pool is None:
-      results = map(_chunk_task, chunks)
+    if num_workers <= 1:
+      state = _WorkerState.create(options, tokenizer)
+      results = (_chunk_task(chunk, state) for chunk in chunks)
     else:
-      results = _ordered_map(pool, _chunk_task, chunks, window=num_workers + 2)
+      pool = stack.enter_context(worker_pool(options, num_workers))
+      results = ordered_map(pool, _chunk_task, chunks, window=num_workers + 2)
     for records, chunk_stats in results:
       stats.add(chunk_stats)
       progress.update(stats.input_bytes,
@@ -981,7 +1037,7 @@ def run(options):
   if options.mode == "fast":
     stats = Stats()
     # closing(): an error while writing stops the workers now, not when the generator is freed.
-    records = create_fast_records(input_files, options, stats, num_workers)
+    records = create_fast_records(input_files, options, stats, num_workers, tokenizer)
     with contextlib.closing(records):
       count = write_records(records, output_files)
     assert count == stats.instances
@@ -990,8 +1046,11 @@ def run(options):
     # Worker start-up (a few seconds) only pays off for inputs of some size.
     workers = num_workers if total_bytes > (16 << 20) else 1
     progress = Progress("reading and tokenizing", total_bytes, "B", options.progress_seconds)
-    with _worker_pool(options, workers) as pool:
-      documents = read_documents(input_files, tokenizer, pool, workers + 2, progress)
+    if workers > 1:
+      with worker_pool(options, workers) as pool:
+        documents = read_documents(input_files, tokenizer, pool, workers + 2, progress)
+    else:
+      documents = read_documents(input_files, tokenizer, progress=progress)
     if not documents:
       raise fileio.InputError(_no_documents_message(input_files))
     logging.info("Read %d documents in %.1f s", len(documents), time.monotonic() - start)
