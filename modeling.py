@@ -10,6 +10,7 @@ matrix work: weights are cast at use, while LayerNorm, softmax and the losses st
 mixed precision changes speed, not the numerics that matter.
 """
 
+import contextlib
 import copy
 import json
 import math
@@ -466,3 +467,111 @@ def pretraining_losses(features, outputs):
       "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count),
       "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), nsp_count),
   }
+
+
+class OutputLayer(tf.Module):
+  """The one new layer of fine-tuning: logits = x @ output_weights^T + output_bias (float32).
+
+  Created outside any name scope by default, so the variables are `output_weights` /
+  `output_bias` as in the original's run_classifier.py (SQuAD's live under `cls/squad`).
+  """
+
+  def __init__(self, config, num_outputs, scope=None):
+    super().__init__(name="output_layer")
+    with tf.name_scope(scope) if scope else contextlib.nullcontext():
+      self.output_weights = tf.Variable(_initializer(config)([num_outputs, config.hidden_size]),
+                                        name="output_weights")
+      self.output_bias = tf.Variable(tf.zeros([num_outputs]), name="output_bias")
+
+  def __call__(self, x):
+    logits = tf.matmul(x, tf.cast(self.output_weights, x.dtype), transpose_b=True)
+    return tf.cast(logits, tf.float32) + self.output_bias
+
+
+def _head_seed(dropout_seed):
+  """A dropout seed for the output layer distinct from every encoder dropout seed."""
+  if dropout_seed is None:
+    return None
+  return tf.random.experimental.stateless_fold_in(tf.cast(dropout_seed, tf.int64), 1 << 20)
+
+
+class BertClassifier(tf.Module):
+  """[CLS] classification (softmax over `num_labels`) or regression (`num_labels` = 1)."""
+
+  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(name="classifier")
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, num_labels)
+    self.head_dropout = head_dropout
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                        training=training, dropout_seed=dropout_seed)
+    pooled = dropout(outputs["pooled_output"], self.head_dropout, training,
+                     _head_seed(dropout_seed))
+    outputs["logits"] = self.output_layer(pooled)
+    return outputs
+
+
+class BertSpanLabeler(tf.Module):
+  """Start / end logits over the sequence (SQuAD): `cls/squad/output_{weights,bias}` [2, H]."""
+
+  def __init__(self, config, compute_dtype=tf.float32):
+    super().__init__(name="span_labeler")
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, 2, scope="cls/squad")
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                        training=training, dropout_seed=dropout_seed)
+    logits = self.output_layer(outputs["sequence_output"])  # [batch, seq, 2]
+    outputs["start_logits"], outputs["end_logits"] = logits[..., 0], logits[..., 1]
+    return outputs
+
+
+class BertTokenClassifier(tf.Module):
+  """Per-token logits over `num_labels` (tagging, e.g. NER)."""
+
+  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(name="token_classifier")
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, num_labels)
+    self.head_dropout = head_dropout
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                        training=training, dropout_seed=dropout_seed)
+    sequence = dropout(outputs["sequence_output"], self.head_dropout, training,
+                       _head_seed(dropout_seed))
+    outputs["logits"] = self.output_layer(sequence)  # [batch, seq, num_labels]
+    return outputs
+
+
+class BertMultipleChoice(tf.Module):
+  """One score per choice from its [CLS] (SWAG); inputs are [batch, num_choices, seq]."""
+
+  def __init__(self, config, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(name="multiple_choice")
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, 1)
+    self.head_dropout = head_dropout
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    ids = features["input_ids"]
+    num_choices, seq = ids.shape[1], tf.shape(ids)[2]
+    flat = lambda t: tf.reshape(t, [-1, seq])
+    outputs = self.bert(flat(ids), flat(features["input_mask"]), flat(features["segment_ids"]),
+                        training=training, dropout_seed=dropout_seed)
+    pooled = dropout(outputs["pooled_output"], self.head_dropout, training,
+                     _head_seed(dropout_seed))
+    outputs["logits"] = tf.reshape(self.output_layer(pooled), [-1, num_choices])
+    return outputs
+
+
+def softmax_cross_entropy(logits, labels, weights):
+  """(sum of weighted negative log-likelihoods, sum of weights, weighted correct count)."""
+  labels = tf.cast(labels, tf.int32)
+  weights = tf.cast(weights, tf.float32)
+  nll = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=len(labels.shape))
+  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+  return tf.reduce_sum(nll * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)

@@ -17,13 +17,18 @@ import os
 
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 import fileio
 import input_pipeline
+import metrics
+import modeling
 import tokenization
+import training
 
 FLAGS = flags.FLAGS
+training.define_fine_tuning_flags()
 
 ## Required parameters
 flags.DEFINE_string(
@@ -802,13 +807,133 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
           for i, example in enumerate(examples)]
 
 
+def classifier_losses(is_regression):
+  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0."""
+
+  def loss_fn(features, outputs):
+    weights = tf.cast(features["is_real_example"], tf.float32)
+    logits = outputs["logits"]
+    if is_regression:
+      squared = tf.square(logits[:, 0] - tf.cast(features["label_ids"], tf.float32))
+      return {"regression_loss": (tf.reduce_sum(squared * weights), tf.reduce_sum(weights))}
+    nll, count, correct = modeling.softmax_cross_entropy(logits, features["label_ids"], weights)
+    return {"classification_loss": (nll, count), "accuracy": (correct, count)}
+
+  return loss_fn
+
+
+def _padded(examples, batch_size):
+  """Pads with PaddingInputExample to a multiple of the batch size: fixed-shape batches (TPU,
+  XLA) without dropping the last real examples, which the metrics then weight out."""
+  return list(examples) + [PaddingInputExample()] * (-len(examples) % batch_size)
+
+
+def _predictions(trainer, input_file, batch_size, is_regression):
+  """Runs the model over a feature file; returns (probabilities or scores, is_real_example)."""
+  input_fn = file_based_input_fn_builder(input_file, FLAGS.max_seq_length, is_training=False,
+                                         drop_remainder=True, is_regression=is_regression)
+  outputs, real = [], []
+  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
+    logits = batch["logits"]
+    outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
+    real.append(batch["is_real_example"].astype(bool))
+  return np.concatenate(outputs), np.concatenate(real)
+
+
 def main(_):
-  raise NotImplementedError("training wiring lands with training.py")
+  tf.random.set_seed(FLAGS.seed)
+  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
+  for name in ("data_dir", "task_name", "vocab_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                           FLAGS.max_seq_length)
+  processor = processor_from_flags()
+  label_list = processor.get_labels()
+  is_regression = processor.is_regression
+  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+
+  strategy = training.strategy_from_flags()
+  replicas = strategy.num_replicas_in_sync
+  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
+  if FLAGS.do_train:
+    train_examples = processor.get_train_examples(FLAGS.data_dir)
+    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
+        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion)
+  with strategy.scope():
+    model = modeling.BertClassifier(config, processor.num_labels(),
+                                    training.compute_dtype_from_flags())
+    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
+                                                     num_warmup_steps)
+  trainer = training.Trainer(strategy, model, classifier_losses(is_regression), optimizer,
+                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+
+  if FLAGS.do_train:
+    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+    file_based_convert_examples_to_features(train_examples, label_list, FLAGS.max_seq_length,
+                                            tokenizer, train_file, is_regression)
+    logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
+                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
+    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
+                                            FLAGS.gradient_accumulation_steps)
+    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
+                                           drop_remainder=True, is_regression=is_regression,
+                                           seed=FLAGS.seed)
+    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
+                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                  steps_per_loop=FLAGS.iterations_per_loop,
+                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+  else:
+    trainer.restore_or_initialize(init_fn)
+
+  if FLAGS.do_eval:
+    examples = processor.get_dev_examples(FLAGS.data_dir)
+    eval_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
+    file_based_convert_examples_to_features(_padded(examples, FLAGS.eval_batch_size), label_list,
+                                            FLAGS.max_seq_length, tokenizer, eval_file,
+                                            is_regression)
+    batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy, "eval_batch_size")
+    outputs, real = _predictions(trainer, eval_file, batch, is_regression)
+    outputs = outputs[real]
+    labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
+                       for e in examples])
+    if is_regression:
+      predictions, loss = outputs, float(np.mean((outputs - labels) ** 2))
+    else:
+      predictions = outputs.argmax(-1)
+      loss = float(-np.mean(np.log(np.maximum(outputs[np.arange(len(labels)), labels.astype(int)],
+                                              1e-30))))
+    task_metrics = metrics.glue_metrics(FLAGS.task_name, labels, predictions)
+    summary = {f"eval_{k}": float(v) for k, v in task_metrics.items()}
+    summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
+                   eval_examples=len(examples))
+    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+
+  if FLAGS.do_predict:
+    examples = processor.get_test_examples(FLAGS.data_dir)
+    predict_file = os.path.join(FLAGS.output_dir, "predict.tf_record")
+    file_based_convert_examples_to_features(_padded(examples, FLAGS.predict_batch_size),
+                                            label_list, FLAGS.max_seq_length, tokenizer,
+                                            predict_file, is_regression)
+    batch = training.per_replica_batch_size(FLAGS.predict_batch_size, strategy,
+                                            "predict_batch_size")
+    outputs, real = _predictions(trainer, predict_file, batch, is_regression)
+    output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
+    with fileio.open_atomic(output_path) as f:
+      for row in outputs[real]:
+        values = [row] if is_regression else row
+        f.write("\t".join(f"{v:.8g}" for v in values) + "\n")
+    logging.info("Wrote %d predictions to %s", int(real.sum()), output_path)
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("data_dir")
-  flags.mark_flag_as_required("task_name")
-  flags.mark_flag_as_required("vocab_file")
-  flags.mark_flag_as_required("output_dir")
   fileio.run_main(main)

@@ -96,16 +96,7 @@ def main(_):
                                                     drop_remainder=True),
         max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
-    write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
-
-
-def write_eval_results(path, metrics):
-  """The original's `key = value` lines, sorted by key."""
-  with fileio.open_atomic(path) as f:
-    for key in sorted(metrics):
-      logging.info("  %s = %s", key, metrics[key])
-      f.write(f"{key} = {metrics[key]}\n")
-  logging.info("Wrote %s", path)
+    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,23 @@ flags.DEFINE_integer("max_nonfinite_loops", 3,
                      "Stop when this many consecutive loops of steps all had a non-finite loss.")
 
 
+def define_fine_tuning_flags():
+  """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
+  flags.DEFINE_string("bert_config_file", None,
+                      "bert_config.json (or HF config.json); default: the one beside "
+                      "--init_checkpoint.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors "
+                      "directory, or one of this project's checkpoints.")
+  flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
+  flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
+  flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (AdamW).")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training data.")
+  flags.DEFINE_float("warmup_proportion", 0.1,
+                     "Fraction of training steps with a linear learning-rate warm-up.")
+
+
 class TrainingError(RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept."""
 
@@ -207,8 +224,10 @@ class Trainer:
                                              for k, (s, c) in stats.items()}
     grads = ctx.all_reduce("SUM", grads)
     applied, norm = self.optimizer.apply_gradients(grads, self.variables)
-    totals["applied_steps"] = (tf.cast(applied, tf.float32), 1.0 / ctx.num_replicas_in_sync)
-    totals["gradient_norm"] = (norm / ctx.num_replicas_in_sync, 1.0 / ctx.num_replicas_in_sync)
+    # Every replica holds the same value; the sum over replicas divided by the count is that value.
+    share = tf.constant(1.0 / ctx.num_replicas_in_sync)
+    totals["applied_steps"] = (tf.cast(applied, tf.float32) * share, share)
+    totals["gradient_norm"] = (norm * share, share)
     return totals
 
   @tf.function
@@ -370,6 +389,46 @@ class Trainer:
       yield {k: np.concatenate([np.asarray(x) for x in
                                 self.strategy.experimental_local_results(v)])
              for k, v in outputs.items()}
+
+
+def write_eval_results(path, metrics):
+  """The original's eval_results.txt: `key = value` lines, sorted by key."""
+  with fileio.open_atomic(path) as f:
+    for key in sorted(metrics):
+      logging.info("  %s = %s", key, metrics[key])
+      f.write(f"{key} = {metrics[key]}\n")
+  logging.info("Wrote %s", path)
+
+
+def bert_config_from_flags(bert_config_file, init_checkpoint, max_seq_length):
+  """The model config: --bert_config_file, else the config.json / bert_config.json beside
+  --init_checkpoint (a HuggingFace directory needs no separate flag). Checks max_seq_length."""
+  from modeling import BertConfig  # pylint: disable=g-import-not-at-top
+  path = bert_config_file
+  if not path and init_checkpoint:
+    directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
+        init_checkpoint)
+    path = next((os.path.join(directory, n) for n in ("bert_config.json", "config.json")
+                 if os.path.exists(os.path.join(directory, n))), None)
+  if not path:
+    raise fileio.InputError("--bert_config_file is required (no config.json / bert_config.json "
+                            "beside --init_checkpoint)")
+  config = BertConfig.from_json_file(path)
+  if max_seq_length > config.max_position_embeddings:
+    raise fileio.InputError(
+        f"--max_seq_length={max_seq_length} is above max_position_embeddings="
+        f"{config.max_position_embeddings} of {path}")
+  return config
+
+
+def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_proportion):
+  """(num_train_steps, num_warmup_steps) as the original computes them."""
+  num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
+  if num_train_steps < 1:
+    raise fileio.InputError(
+        f"{num_examples} training examples at --train_batch_size={train_batch_size} for "
+        f"--num_train_epochs={num_train_epochs} make no training step")
+  return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
 def create_optimizer_from_flags(learning_rate, num_train_steps, num_warmup_steps):

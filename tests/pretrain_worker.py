@@ -1,0 +1,66 @@
+"""Test helper process: a few pre-training steps under a given strategy; saves losses + weights.
+
+Run as `python tests/pretrain_worker.py STRATEGY OUT.npz` (multi_worker_mirrored reads TF_CONFIG).
+The data order is fixed (no shuffling) and dropout is off, so every strategy sees the same global
+batches and should take the same steps: tests/test_run_pretraining.py compares them.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf
+
+STRATEGY, OUT = sys.argv[1], sys.argv[2]
+RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))), "shared", "reference", "pretraining", "default.tfrecord")
+GLOBAL_BATCH, STEPS = 16, 4
+
+
+def main():
+  if STRATEGY == "mirrored":
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  elif STRATEGY == "multi_worker_mirrored":
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+  else:
+    strategy = tf.distribute.get_strategy()
+  import input_pipeline  # pylint: disable=g-import-not-at-top
+  import modeling
+  import optimization
+  import training
+  tf.random.set_seed(7)
+  config = modeling.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=128, type_vocab_size=2,
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  with strategy.scope():
+    model = modeling.BertPretrainer(config)
+    optimizer = optimization.create_optimizer(1e-3, 100, 0)
+  trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
+  per_replica = GLOBAL_BATCH // strategy.num_replicas_in_sync
+  spec = input_pipeline.pretraining_features(128, 20)
+
+  def dataset_fn(ctx):
+    # Step g uses records [16g, 16g+16) under every strategy: one device takes them as one
+    # batch; mirrored hands consecutive per-replica batches of 8 to its two replicas; two workers
+    # each read every other record (shard), 8 of them per step.
+    ds = tf.data.TFRecordDataset(RECORDS).take(GLOBAL_BATCH * STEPS)
+    ds = ds.map(lambda r: input_pipeline._decode(r, spec))  # pylint: disable=protected-access
+    ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+    return ds.batch(per_replica, drop_remainder=True)
+
+  iterator = iter(trainer.distribute(dataset_fn))
+  losses = []
+  for _ in range(STEPS):
+    stats = trainer._train_loop(iterator, tf.constant(1))  # pylint: disable=protected-access
+    losses.append(training.metrics_from_stats(stats)["loss"])
+  np.savez(OUT, losses=np.array(losses),
+           **{v.name.split(":")[0].replace("/", "."): v.numpy() for v in model.variables})
+
+
+if __name__ == "__main__":
+  main()
