@@ -30,61 +30,54 @@ from absl import logging
 
 import fileio
 
-# --- Official answer normalization and scores -------------------------------------------------
+# --- Answer comparison --------------------------------------------------------------------------
 
+# Comparison ignores ASCII punctuation and the English articles, wherever they are.
 _PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_ARTICLE_WORD = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
 def normalize_answer(text):
-  """Lower case, drop ASCII punctuation, replace articles by a space, collapse whitespace."""
-  text = text.lower()
-  text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-  text = _ARTICLES.sub(" ", text)
-  return " ".join(text.split())
+  """The form in which answers are compared: "The  Denver-Broncos!" -> "denverbroncos".
+
+  Steps, in this order: lower-case, delete every ASCII punctuation character, put a space where an
+  article (a, an, the) stood as a whole word, and reduce whitespace runs to single spaces.
+  """
+  no_punct = "".join(c for c in text.lower() if c not in _PUNCTUATION)
+  return " ".join(_ARTICLE_WORD.sub(" ", no_punct).split())
 
 
-def get_tokens(text):
-  """Normalized tokens of an answer; none for an empty answer (v2.0's 'no answer')."""
-  if not text:
-    return []
+def _words(text):
   return normalize_answer(text).split()
 
 
-def exact_match_v1(prediction, ground_truth):
-  return normalize_answer(prediction) == normalize_answer(ground_truth)
+def _bag_f1(predicted_words, gold_words):
+  """Harmonic mean of word precision and recall; a word shared n times counts n times."""
+  shared = sum((collections.Counter(predicted_words) & collections.Counter(gold_words)).values())
+  if shared == 0:
+    return 0
+  precision = shared / len(predicted_words)
+  recall = shared / len(gold_words)
+  return (2 * precision * recall) / (precision + recall)
+
+
+def _same_answer(first, second):
+  return int(normalize_answer(first) == normalize_answer(second))
 
 
 def f1_v1(prediction, ground_truth):
-  """v1.1 F1: token overlap; an empty side simply has no overlap (score 0)."""
-  prediction_tokens = normalize_answer(prediction).split()
-  ground_truth_tokens = normalize_answer(ground_truth).split()
-  common = collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)
-  num_same = sum(common.values())
-  if num_same == 0:
-    return 0
-  precision = num_same / len(prediction_tokens)
-  recall = num_same / len(ground_truth_tokens)
-  return (2 * precision * recall) / (precision + recall)
-
-
-def compute_exact(gold, prediction):
-  return int(normalize_answer(gold) == normalize_answer(prediction))
+  """F1 by the v1.1 rules: an answer that normalizes to nothing shares no word, so scores 0."""
+  return _bag_f1(_words(prediction), _words(ground_truth))
 
 
 def compute_f1(gold, prediction):
-  """v2.0 F1: as v1.1, except that when either side is empty it is 1 if both are, else 0."""
-  gold_tokens = get_tokens(gold)
-  prediction_tokens = get_tokens(prediction)
-  if not gold_tokens or not prediction_tokens:
-    return int(gold_tokens == prediction_tokens)
-  common = collections.Counter(gold_tokens) & collections.Counter(prediction_tokens)
-  num_same = sum(common.values())
-  if num_same == 0:
-    return 0
-  precision = num_same / len(prediction_tokens)
-  recall = num_same / len(gold_tokens)
-  return (2 * precision * recall) / (precision + recall)
+  """F1 by the v2.0 rules: 'no answer' (empty after normalization) on either side scores 1 when
+  both sides are empty and 0 otherwise; other pairs score as in v1.1."""
+  gold_words = _words(gold)
+  predicted_words = _words(prediction)
+  if gold_words and predicted_words:
+    return _bag_f1(predicted_words, gold_words)
+  return int(gold_words == predicted_words)
 
 
 def _questions(dataset):
@@ -95,10 +88,10 @@ def _questions(dataset):
 
 def is_version_2(dataset_json):
   """True for SQuAD 2.0 data: a '2.x' version field, or any question with `is_impossible`."""
-  version = str(dataset_json.get("version", ""))
-  if version.lstrip("v").startswith("2"):
+  version = str(dataset_json.get("version", "")).lstrip("v")
+  if version.startswith("2"):
     return True
-  if version.lstrip("v").startswith("1"):
+  if version.startswith("1"):
     return False
   return any("is_impossible" in qa for qa in _questions(dataset_json["data"]))
 
@@ -107,136 +100,131 @@ def is_version_2(dataset_json):
 
 
 def evaluate_v1(dataset, predictions):
-  """The official v1.1 result {'exact_match', 'f1'} in percent.
+  """The v1.1 result {'exact_match', 'f1'} in percent.
 
-  `dataset` is the data file's "data" list, `predictions` maps question id to answer text. A
-  question without a prediction scores 0 and counts in the total, as in the official script.
+  `dataset` is the data file's "data" list, `predictions` maps question id to answer text. Each
+  question takes its best score over its gold answers. A question with no prediction adds 0 but
+  still counts in the denominator.
   """
-  exact_match = f1 = total = 0
+  exact_sum = f1_sum = 0
+  asked = 0
   for qa in _questions(dataset):
-    total += 1
-    if qa["id"] not in predictions:
-      logging.warning("Unanswered question %s will receive score 0.", qa["id"])
+    asked += 1
+    qid = qa["id"]
+    if qid not in predictions:
+      logging.warning("question %s has no prediction; it scores 0", qid)
       continue
-    ground_truths = [answer["text"] for answer in qa["answers"]]
-    prediction = predictions[qa["id"]]
-    exact_match += max(exact_match_v1(prediction, truth) for truth in ground_truths)
-    f1 += max(f1_v1(prediction, truth) for truth in ground_truths)
-  return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+    answer = predictions[qid]
+    golds = [gold["text"] for gold in qa["answers"]]
+    exact_sum += max(_same_answer(answer, gold) for gold in golds)
+    f1_sum += max(f1_v1(answer, gold) for gold in golds)
+  return {"exact_match": 100.0 * exact_sum / asked, "f1": 100.0 * f1_sum / asked}
 
 
 # --- v2.0 -------------------------------------------------------------------------------------
 
 
-def make_qid_to_has_ans(dataset):
+def _answerable(dataset):
+  """question id -> whether it has gold answers (False: the right answer is 'no answer')."""
   return {qa["id"]: bool(qa["answers"]) for qa in _questions(dataset)}
 
 
-def get_raw_scores(dataset, predictions):
-  """Per-question exact and F1 (0..1) before any no-answer threshold.
+def _scores_v2(dataset, predictions):
+  """Per-question (exact, F1) dicts for the predicted questions, before any no-answer threshold.
 
-  Gold answers that normalize to nothing are dropped; a question left with none (unanswerable)
-  has the empty string as its only correct answer. Questions without a prediction are left out of
-  the scores (and so of every total), as in the official script.
+  Only gold answers that still say something after normalization count; when none does, the
+  empty string is the one correct answer. Questions without a prediction get no entry, so they
+  are in no total.
   """
-  exact_scores = {}
-  f1_scores = {}
+  exact = {}
+  f1 = {}
   for qa in _questions(dataset):
     qid = qa["id"]
-    gold_answers = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])]
-    if not gold_answers:
-      gold_answers = [""]
     if qid not in predictions:
-      logging.warning("Missing prediction for %s", qid)
+      logging.warning("question %s has no prediction; it is left out of the scores", qid)
       continue
-    prediction = predictions[qid]
-    exact_scores[qid] = max(compute_exact(a, prediction) for a in gold_answers)
-    f1_scores[qid] = max(compute_f1(a, prediction) for a in gold_answers)
-  return exact_scores, f1_scores
+    golds = [gold["text"] for gold in qa["answers"] if normalize_answer(gold["text"])] or [""]
+    answer = predictions[qid]
+    exact[qid] = max(_same_answer(gold, answer) for gold in golds)
+    f1[qid] = max(compute_f1(gold, answer) for gold in golds)
+  return exact, f1
 
 
-def apply_no_ans_threshold(scores, na_probs, qid_to_has_ans, na_prob_thresh):
-  """A question whose no-answer probability exceeds the threshold counts as answered 'no answer'."""
-  new_scores = {}
+def _thresholded(scores, na_probs, answerable, na_prob_thresh):
+  """Scores after treating each question whose no-answer probability is above the threshold as
+  answered with nothing: 1 where that is right (no gold answer), else 0."""
+  result = {}
   for qid, score in scores.items():
     if qid not in na_probs:
       raise fileio.InputError(f"no-answer probabilities have no entry for question {qid}")
-    if na_probs[qid] > na_prob_thresh:
-      new_scores[qid] = float(not qid_to_has_ans[qid])
-    else:
-      new_scores[qid] = score
-  return new_scores
+    said_no_answer = na_probs[qid] > na_prob_thresh
+    result[qid] = float(not answerable[qid]) if said_no_answer else score
+  return result
 
 
-def make_eval_dict(exact_scores, f1_scores, qid_list=None):
-  if qid_list is None:
-    qid_list = list(exact_scores)
-  total = len(qid_list)
-  if not total:
+def _averages(exact, f1, qids):
+  """Mean exact and F1 over `qids` in percent, with their count (zeros for no questions)."""
+  count = len(qids)
+  if count == 0:
     return collections.OrderedDict([("exact", 0.0), ("f1", 0.0), ("total", 0)])
   return collections.OrderedDict([
-      ("exact", 100.0 * sum(exact_scores[k] for k in qid_list) / total),
-      ("f1", 100.0 * sum(f1_scores[k] for k in qid_list) / total),
-      ("total", total),
+      ("exact", 100.0 * sum(exact[qid] for qid in qids) / count),
+      ("f1", 100.0 * sum(f1[qid] for qid in qids) / count),
+      ("total", count),
   ])
 
 
-def find_best_thresh(predictions, scores, na_probs, qid_to_has_ans):
-  """Best score over no-answer thresholds, and the threshold, as the official sweep finds them.
+def _best_threshold(predictions, scores, na_probs, answerable):
+  """(best score in percent, the no-answer probability at which it is reached).
 
-  Starting from 'answer nothing' (every unanswerable question right), questions are switched to
-  their predicted answer in increasing order of no-answer probability; the best running total and
-  the probability at which it was reached are kept. The percentage is over the scored questions.
+  Sweeps the threshold upwards: below every probability all questions are answered 'nothing',
+  which earns one point per unanswerable question. Passing a question's probability switches it
+  to its predicted answer, which earns its score if it is answerable and costs the point if it is
+  not (unless the prediction is empty anyway). The first threshold with the highest total wins;
+  the percentage is over the scored questions.
   """
-  num_no_ans = sum(1 for has_ans in qid_to_has_ans.values() if not has_ans)
-  current = best = num_no_ans
-  best_thresh = 0.0
-  for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+  total = sum(1 for has_answer in answerable.values() if not has_answer)
+  best_total, best_thresh = total, 0.0
+  for qid in sorted(na_probs, key=lambda q: na_probs[q]):
     if qid not in scores:
       continue
-    if qid_to_has_ans[qid]:
-      diff = scores[qid]
-    else:
-      diff = -1 if predictions[qid] else 0
-    current += diff
-    if current > best:
-      best = current
-      best_thresh = na_probs[qid]
-  return 100.0 * best / len(scores), best_thresh
+    if answerable[qid]:
+      total += scores[qid]
+    elif predictions[qid]:
+      total -= 1
+    if total > best_total:
+      best_total, best_thresh = total, na_probs[qid]
+  return 100.0 * best_total / len(scores), best_thresh
 
 
 def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
-  """The official v2.0 result dict (percentages), with best thresholds when `na_probs` is given.
+  """The v2.0 result dict (percentages), with best thresholds when `na_probs` is given.
 
   Keys: exact, f1, total, then HasAns_exact/f1/total and NoAns_exact/f1/total when the data has
   such questions, then best_exact, best_exact_thresh, best_f1, best_f1_thresh with `na_probs`.
   Without `na_probs` every no-answer probability is 0, so the threshold never applies.
   """
-  with_na_probs = na_probs is not None
-  if not with_na_probs:
-    na_probs = {k: 0.0 for k in predictions}
-  qid_to_has_ans = make_qid_to_has_ans(dataset)
-  exact_raw, f1_raw = get_raw_scores(dataset, predictions)
+  sweep = na_probs is not None
+  if not sweep:
+    na_probs = dict.fromkeys(predictions, 0.0)
+  answerable = _answerable(dataset)
+  exact_raw, f1_raw = _scores_v2(dataset, predictions)
   if not exact_raw:
     raise fileio.InputError("no prediction matches a question of the data file")
-  exact_thresh = apply_no_ans_threshold(exact_raw, na_probs, qid_to_has_ans, na_prob_thresh)
-  f1_thresh = apply_no_ans_threshold(f1_raw, na_probs, qid_to_has_ans, na_prob_thresh)
-  result = make_eval_dict(exact_thresh, f1_thresh)
-  # The official script would crash on a missing prediction here; the subsets count only the
-  # questions that were scored, like the overall total.
-  has_ans_qids = [k for k, v in qid_to_has_ans.items() if v and k in exact_thresh]
-  no_ans_qids = [k for k, v in qid_to_has_ans.items() if not v and k in exact_thresh]
-  if has_ans_qids:
-    for key, value in make_eval_dict(exact_thresh, f1_thresh, has_ans_qids).items():
-      result["HasAns_" + key] = value
-  if no_ans_qids:
-    for key, value in make_eval_dict(exact_thresh, f1_thresh, no_ans_qids).items():
-      result["NoAns_" + key] = value
-  if with_na_probs:
-    result["best_exact"], result["best_exact_thresh"] = find_best_thresh(
-        predictions, exact_raw, na_probs, qid_to_has_ans)
-    result["best_f1"], result["best_f1_thresh"] = find_best_thresh(
-        predictions, f1_raw, na_probs, qid_to_has_ans)
+  exact = _thresholded(exact_raw, na_probs, answerable, na_prob_thresh)
+  f1 = _thresholded(f1_raw, na_probs, answerable, na_prob_thresh)
+  result = _averages(exact, f1, list(exact))
+  # The subsets, like the overall total, hold only questions that have a prediction (the
+  # official script would fail on a missing one instead).
+  for prefix, wanted in (("HasAns_", True), ("NoAns_", False)):
+    qids = [qid for qid, has_answer in answerable.items() if has_answer == wanted and qid in exact]
+    if qids:
+      result.update((prefix + key, value) for key, value in _averages(exact, f1, qids).items())
+  if sweep:
+    result["best_exact"], result["best_exact_thresh"] = _best_threshold(
+        predictions, exact_raw, na_probs, answerable)
+    result["best_f1"], result["best_f1_thresh"] = _best_threshold(
+        predictions, f1_raw, na_probs, answerable)
   return result
 
 
@@ -282,7 +270,7 @@ def evaluate_files(data_file, pred_file, na_prob_file=None, na_prob_thresh=1.0,
     if v2:
       return evaluate_v2(dataset, predictions, na_probs, na_prob_thresh), True
     if str(dataset_json.get("version", "1.1")) != "1.1":
-      logging.warning("Evaluation expects v-1.1, but got dataset with v-%s",
+      logging.warning("%s declares version %s; scoring it by the v1.1 rules", data_file,
                       dataset_json.get("version"))
     return evaluate_v1(dataset, predictions), False
   except (KeyError, TypeError) as e:
@@ -297,10 +285,10 @@ def define_flags():
                       "has no answer, e.g. run_squad.py's null_odds.json. Adds best_exact/best_f1 "
                       "and their thresholds (v2.0).", short_name="n")
   flags.DEFINE_float("na_prob_thresh", 1.0,
-                     "Predict no answer where the no-answer probability exceeds this (v2.0).",
-                     short_name="t")
-  flags.DEFINE_string("out_file", None, "Write the result JSON here instead of stdout.",
-                      short_name="o")
+                     "v2.0: a question whose no-answer probability is above this value counts "
+                     "as answered with the empty string.", short_name="t")
+  flags.DEFINE_string("out_file", None, "File for the result JSON; without it the JSON goes to "
+                      "stdout.", short_name="o")
   flags.DEFINE_enum("squad_version", "auto", ["auto", "1.1", "2.0"],
                     "Scoring rules: auto reads the data's version field (and `is_impossible`).")
   flags.DEFINE_string("data_file", None, "SQuAD data JSON (or the first positional argument).")

@@ -59,16 +59,17 @@ def matthews_corrcoef(labels, predictions):
   y_true, y_pred = encoded[:labels.size], encoded[labels.size:]
   confusion = np.zeros((len(classes), len(classes)), dtype=np.float64)
   np.add.at(confusion, (y_true, y_pred), 1)
-  true_per_class = confusion.sum(axis=1)
-  pred_per_class = confusion.sum(axis=0)
-  correct = np.trace(confusion)
-  samples = confusion.sum()
-  cov_ytyp = correct * samples - np.dot(true_per_class, pred_per_class)
-  cov_ypyp = samples**2 - np.dot(pred_per_class, pred_per_class)
-  cov_ytyt = samples**2 - np.dot(true_per_class, true_per_class)
-  if cov_ypyp * cov_ytyt == 0:
+  n = confusion.sum()
+  gold_counts = confusion.sum(axis=1)  # examples per true class
+  guess_counts = confusion.sum(axis=0)  # examples per predicted class
+  # With s_k = gold_counts, p_k = guess_counts and c = correct predictions:
+  # MCC = (c*n - sum s_k p_k) / sqrt((n^2 - sum p_k^2) (n^2 - sum s_k^2)).
+  agreement = np.trace(confusion) * n - np.dot(gold_counts, guess_counts)
+  guess_spread = n**2 - np.dot(guess_counts, guess_counts)
+  gold_spread = n**2 - np.dot(gold_counts, gold_counts)
+  if guess_spread * gold_spread == 0:
     return 0.0
-  return float(cov_ytyp / np.sqrt(cov_ytyt * cov_ypyp))
+  return float(agreement / np.sqrt(gold_spread * guess_spread))
 
 
 def pearson(x, y):
@@ -148,40 +149,66 @@ def glue_metrics(task_name, labels, predictions):
 
 # --- Entity-level scores as conlleval counts them ---------------------------------------------
 
+# conlleval's chunk boundaries depend on the tag prefix (B, I, E, S, O, and the rarely used '.',
+# '[' and ']') and on whether the entity type changes. The rules below are its rules; no chunk
+# runs across a sentence break.
+
 
 def _split_tag(tag, outside="O"):
-  """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). As in conlleval, the type is all after the first
-  '-'."""
+  """A tag as (prefix, entity type): 'B-PER' -> ('B', 'PER'), the outside tag -> ('O', '').
+
+  The type is everything after the first '-' (so 'B-A-B' has type 'A-B'); a tag without '-' has
+  the empty type.
+  """
   if tag == outside:
     return "O", ""
-  prefix, dash, kind = tag.partition("-")
-  if not dash:
-    return prefix, ""
+  prefix, _, kind = tag.partition("-")
   return prefix, kind
 
 
 def _chunk_ends(prev_prefix, prefix, prev_type, kind):
-  """Whether a chunk ended between the previous and the current token (conlleval's rules)."""
+  """True when the token before the current one was the last token of a chunk."""
   if prev_prefix in ("E", "S", "[", "]"):
     return True
   if prev_prefix in ("B", "I") and prefix in ("B", "S", "O"):
     return True
-  # A change of type closes the chunk, even with an I- tag (the IOB1 reading).
+  # A new type closes the chunk even when the tag says I- (tags are read as IOB1 allows).
   return prev_prefix not in ("O", ".") and prev_type != kind
 
 
 def _chunk_starts(prev_prefix, prefix, prev_type, kind):
-  """Whether a chunk started at the current token (conlleval's rules)."""
+  """True when the current token is the first token of a chunk."""
   if prefix in ("B", "S", "[", "]"):
     return True
-  # An I- (or E-) after O or after a finished chunk opens a new chunk: IOB1 input is accepted.
+  # IOB1 input: I- (or E-) right after O or after a chunk's last token begins a chunk.
   if prev_prefix in ("E", "S", "O") and prefix in ("E", "I"):
     return True
   return prefix not in ("O", ".") and prev_type != kind
 
 
+class _ChunkTracker:
+  """Walks one tag sequence (gold or predicted) and reports where its chunks begin and end."""
+
+  def __init__(self):
+    self.prefix = "O"
+    self.kind = ""
+
+  def step(self, prefix, kind):
+    """Moves on to a token; returns (chunk closed before it, chunk opens at it, previous type)."""
+    closed = _chunk_ends(self.prefix, prefix, self.kind, kind)
+    opened = _chunk_starts(self.prefix, prefix, self.kind, kind)
+    previous_kind = self.kind
+    self.prefix, self.kind = prefix, kind
+    return closed, opened, previous_kind
+
+
 class ConllCounts:
-  """Chunk and token counts accumulated over sentences, overall and per entity type."""
+  """Chunk and token counts accumulated over sentences, overall and per entity type.
+
+  correct_chunks: chunks predicted exactly (same first token, last token and type) as in the gold
+  tags; found_correct: chunks in the gold tags; found_guessed: chunks in the predictions;
+  correct_tags / tokens: token-level tag accuracy.
+  """
 
   def __init__(self):
     self.correct_chunks = 0
@@ -195,54 +222,50 @@ class ConllCounts:
 
 
 def conll_counts(true_sequences, pred_sequences, outside="O"):
-  """Counts chunks over sentences of (gold, predicted) tags exactly as conlleval does.
+  """Counts chunks and tags over sentences of (gold, predicted) tags with conlleval's rules.
 
-  Sentences are separate lists; the break between them acts as an 'O' token (conlleval's blank
-  line), so no chunk runs across sentences. A chunk is correct when gold and prediction start it on
-  the same token with the same type and end it on the same token.
+  Each sentence is scored from a fresh 'outside' state and followed by one extra 'outside'
+  position, which is how conlleval's blank line between sentences acts; so no chunk spans two
+  sentences.
   """
-  counts = ConllCounts()
   if len(true_sequences) != len(pred_sequences):
     raise ValueError(f"{len(true_sequences)} gold sentences but {len(pred_sequences)} predicted")
+  counts = ConllCounts()
+  sentence_end = ("O", "")
   for number, (gold_tags, pred_tags) in enumerate(zip(true_sequences, pred_sequences)):
     if len(gold_tags) != len(pred_tags):
       raise ValueError(f"sentence {number}: {len(gold_tags)} gold tags but {len(pred_tags)} "
                        f"predicted")
-    # conlleval's state carries over sentence breaks, which are 'O O' tokens; starting each
-    # sentence from 'O' and appending one boundary token at its end is the same thing.
-    in_correct = False
-    last_correct, last_correct_type = "O", ""
-    last_guessed, last_guessed_type = "O", ""
-    items = [(_split_tag(g, outside), _split_tag(p, outside), True)
-             for g, p in zip(gold_tags, pred_tags)]
-    items.append((("O", ""), ("O", ""), False))
-    for (correct, correct_type), (guessed, guessed_type), is_token in items:
-      end_correct = _chunk_ends(last_correct, correct, last_correct_type, correct_type)
-      end_guessed = _chunk_ends(last_guessed, guessed, last_guessed_type, guessed_type)
-      start_correct = _chunk_starts(last_correct, correct, last_correct_type, correct_type)
-      start_guessed = _chunk_starts(last_guessed, guessed, last_guessed_type, guessed_type)
-      if in_correct:
-        if end_correct and end_guessed and last_guessed_type == last_correct_type:
-          in_correct = False
+    gold, pred = _ChunkTracker(), _ChunkTracker()
+    # True while a gold and a predicted chunk that opened on the same token with the same type
+    # are both still open and have agreed on every token so far.
+    aligned = False
+    positions = [(_split_tag(g, outside), _split_tag(p, outside))
+                 for g, p in zip(gold_tags, pred_tags)]
+    positions.append((sentence_end, sentence_end))
+    for index, (gold_tag, pred_tag) in enumerate(positions):
+      gold_closed, gold_opened, gold_before = gold.step(*gold_tag)
+      pred_closed, pred_opened, pred_before = pred.step(*pred_tag)
+      if aligned:
+        if gold_closed and pred_closed and gold_before == pred_before:
           counts.correct_chunks += 1
-          counts.correct_by_type[last_correct_type] += 1
-        elif end_correct != end_guessed or guessed_type != correct_type:
-          in_correct = False
-      if start_correct and start_guessed and guessed_type == correct_type:
-        in_correct = True
-      if start_correct:
+          counts.correct_by_type[gold_before] += 1
+          aligned = False
+        elif gold_closed != pred_closed or gold_tag[1] != pred_tag[1]:
+          aligned = False
+      if gold_opened:
         counts.found_correct += 1
-        counts.found_correct_by_type[correct_type] += 1
-      if start_guessed:
+        counts.found_correct_by_type[gold_tag[1]] += 1
+      if pred_opened:
         counts.found_guessed += 1
-        counts.found_guessed_by_type[guessed_type] += 1
-      if is_token:
-        if correct == guessed and guessed_type == correct_type:
-          counts.correct_tags += 1
+        counts.found_guessed_by_type[pred_tag[1]] += 1
+      if gold_opened and pred_opened and gold_tag[1] == pred_tag[1]:
+        aligned = True
+      if index < len(gold_tags):
         counts.tokens += 1
-      last_correct, last_correct_type = correct, correct_type
-      last_guessed, last_guessed_type = guessed, guessed_type
-    # The boundary token closes every chunk, so in_correct is settled here.
+        if gold_tag == pred_tag:
+          counts.correct_tags += 1
+    # The sentence-end position closes every chunk, so nothing is left aligned here.
   return counts
 
 

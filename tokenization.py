@@ -65,7 +65,7 @@ def convert_to_unicode(text):
     return text
   if isinstance(text, bytes):
     return text.decode("utf-8", "ignore")
-  raise ValueError(f"Unsupported string type: {type(text)}")
+  raise ValueError(f"expected text as str or UTF-8 bytes, got {type(text).__name__}")
 
 
 def printable_text(text):
@@ -125,8 +125,9 @@ def _is_control(char):
 
 
 def _is_punctuation(char):
-  # Every ASCII symbol counts, including ^ $ ` + < = > | ~ which Unicode files as symbols (S*),
-  # so that ASCII text splits the same way whatever the Unicode category.
+  # The four ASCII ranges below are every printable character that is not a letter, digit or
+  # space; nine of them (^ $ ` + < = > | ~) are symbols (S*) to Unicode but split words all the
+  # same. Outside ASCII only the P* categories split.
   cp = ord(char)
   if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
     return True
@@ -140,6 +141,13 @@ def _is_chinese_char(cp):
   return False
 
 
+def _cleaned_char(char):
+  """What `BasicTokenizer._clean_text` puts in place of one character ("" to drop it)."""
+  if char in ("\x00", "\ufffd") or _is_control(char):
+    return ""
+  return " " if _is_whitespace(char) else char
+
+
 class BasicTokenizer:
   """Cleans text and splits it into words: whitespace, punctuation, CJK ideographs, casing."""
 
@@ -148,8 +156,8 @@ class BasicTokenizer:
 
   def tokenize(self, text):
     text = self._clean_text(convert_to_unicode(text))
-    # Ideographs are split one per word because Chinese is written without spaces; the English
-    # vocab holds the ones common in Wikipedia, so this matters for English models too.
+    # Chinese puts no spaces between words, so each ideograph is made a word of its own. English
+    # models do this too: their vocab has the ideographs that occur in English Wikipedia.
     text = self._tokenize_chinese_chars(text)
     words = []
     for word in whitespace_tokenize(text):
@@ -190,12 +198,7 @@ class BasicTokenizer:
 
   def _clean_text(self, text):
     """Drops NUL, U+FFFD and control/format characters; turns every whitespace into a space."""
-    output = []
-    for char in text:
-      if char == "\x00" or char == "\ufffd" or _is_control(char):
-        continue
-      output.append(" " if _is_whitespace(char) else char)
-    return "".join(output)
+    return "".join(map(_cleaned_char, text))
 
 
 class WordpieceTokenizer:
@@ -209,7 +212,7 @@ class WordpieceTokenizer:
     self._longest = max(map(len, vocab), default=0)
 
   def tokenize(self, text):
-    """Whitespace-separated words -> pieces, e.g. "unaffable" -> ["un", "##aff", "##able"].
+    """Whitespace-separated words -> pieces, e.g. "pretraining" -> ["pre", "##train", "##ing"].
 
     A word that cannot be covered completely by vocab pieces, or that is longer than
     `max_input_chars_per_word` characters, becomes a single `unk_token`: a partial split would
@@ -297,7 +300,7 @@ class FullTokenizer:
       fileio.check_file(spm_model_file, "SentencePiece model file")
       self.sp_model = spm.SentencePieceProcessor()
       self.sp_model.Load(spm_model_file)
-      # The model holds its own vocabulary; expose it like a vocab file for a uniform API.
+      # Callers read .vocab / .inv_vocab in either mode, so they are built from the model's pieces.
       self.vocab = collections.OrderedDict(
           (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
     else:
@@ -417,14 +420,22 @@ class FullTokenizer:
     text = _preprocess_for_sentencepiece(convert_to_unicode(text), self.do_lower_case)
     tokens = []
     for piece in self.sp_model.EncodeAsPieces(text):
-      # ALBERT re-splits pieces like "1990," so a number followed by a comma tokenizes the same
-      # as the number alone, plus ",".
-      if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-        sub = self.sp_model.EncodeAsPieces(piece[:-1].replace(_SPIECE_UNDERLINE, ""))
-        if piece[0] != _SPIECE_UNDERLINE and sub and sub[0][0] == _SPIECE_UNDERLINE:
-          sub = sub[1:] if len(sub[0]) == 1 else [sub[0][1:]] + sub[1:]
-        tokens.extend(sub)
-        tokens.append(piece[-1])
+      if len(piece) >= 2 and piece.endswith(",") and piece[-2].isdigit():
+        tokens.extend(self._split_number_comma(piece))
       else:
         tokens.append(piece)
     return tokens
+
+  def _split_number_comma(self, piece):
+    """A piece such as "▁1990," -> the pieces of "1990" on its own, then "," (ALBERT's rule).
+
+    Without it a number directly followed by a comma would get pieces unlike the bare number's.
+    """
+    number = piece[:-1].replace(_SPIECE_UNDERLINE, "")
+    parts = list(self.sp_model.EncodeAsPieces(number))
+    # Encoded alone, the number gets a word-start marker; a piece that continued a word had none.
+    if parts and not piece.startswith(_SPIECE_UNDERLINE) and parts[0].startswith(_SPIECE_UNDERLINE):
+      head = parts.pop(0)[1:]
+      if head:
+        parts.insert(0, head)
+    return parts + [","]

@@ -156,13 +156,13 @@ def test_truncate_seq_pair_pops_from_the_longer():
 
 @requires_shared
 def test_convert_single_example_layout(tokenizer):
-  example = run_classifier.InputExample("x-0", "Is this Jacksonville?", "No it is not.", "1")
+  example = run_classifier.InputExample("x-0", "Did it snow in Denver?", "Yes, all night.", "1")
   feature = run_classifier.convert_single_example(0, example, ["0", "1"], 16, tokenizer)
-  tokens = ["[CLS]", "is", "this", "jacksonville", "?", "[SEP]", "no", "it", "is", "not", ".",
-            "[SEP]"]
-  assert feature.input_ids == tokenizer.convert_tokens_to_ids(tokens) + [0] * 4
-  assert feature.segment_ids == [0] * 6 + [1] * 6 + [0] * 4
-  assert feature.input_mask == [1] * 12 + [0] * 4
+  tokens = ["[CLS]", "did", "it", "snow", "in", "denver", "?", "[SEP]", "yes", ",", "all", "night",
+            ".", "[SEP]"]
+  assert feature.input_ids == tokenizer.convert_tokens_to_ids(tokens) + [0] * 2
+  assert feature.segment_ids == [0] * 8 + [1] * 6 + [0] * 2
+  assert feature.input_mask == [1] * 14 + [0] * 2
   assert feature.label_id == 1 and feature.is_real_example
   # Single sentence truncated to max_seq_length - 2 word pieces.
   single = run_classifier.InputExample("x-1", "one two three four five six seven", None, "0")
