@@ -219,7 +219,8 @@ class Trainer:
         loss /= self.accumulation
         if loss_scale is not None:
           loss *= loss_scale.scale
-      grads = [a + tf.convert_to_tensor(g) for a, g in zip(grads, tape.gradient(loss, self.variables))]
+      grads = [a + tf.convert_to_tensor(g) for a, g in zip(grads, tape.gradient(
+          loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO))]
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
     grads = ctx.all_reduce("SUM", grads)
