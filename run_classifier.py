@@ -11,7 +11,6 @@ columns or an unknown label is reported with its file and line. A task of your o
 `--task_name=tsv` (or `csv`) with `--text_a_column`, `--text_b_column`, `--label_column`.
 """
 
-import collections
 import csv
 import os
 
@@ -30,41 +29,41 @@ import training
 FLAGS = flags.FLAGS
 training.define_fine_tuning_flags()
 
-## Required parameters
+# Where the task's files, the vocab and the outputs are (all required).
 flags.DEFINE_string(
     "data_dir", None,
-    "The input data dir. Should contain the .tsv files (or other data files) for the task.")
+    "Directory with the task's train/dev/test files: a GLUE task's .tsv files, the XNLI "
+    "layout, or the .tsv/.csv files of your own task.")
 
 flags.DEFINE_string(
     "task_name", None,
-    "The name of the task to train: cola, mnli, mnli-mm (MNLI with the mismatched dev/test "
-    "sets), mrpc, qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data "
-    "(see --text_a_column).")
+    "Which task the data is: cola, mnli, mnli-mm (MNLI with the mismatched dev/test sets), mrpc, "
+    "qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data (see "
+    "--text_a_column).")
 
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string("vocab_file", None,
+                    "WordPiece vocab (vocab.txt) shipped with the pre-trained checkpoint.")
 
 flags.DEFINE_string(
     "output_dir", None,
-    "The output directory where the model checkpoints (and the feature TFRecord files) will be "
-    "written.")
+    "Directory for checkpoints, the feature TFRecord files and the eval/test results.")
 
-## Other parameters
+# Tokenization, sequence length and which stages run.
 flags.DEFINE_bool(
     "do_lower_case", True,
-    "Whether to lower case the input text. Should be True for uncased models and False for "
-    "cased models.")
+    "Lower-case and strip accents before WordPiece: True for uncased checkpoints, False for "
+    "cased ones.")
 
 flags.DEFINE_integer(
     "max_seq_length", 128,
-    "The maximum total input sequence length after WordPiece tokenization. Sequences longer than "
-    "this will be truncated, and sequences shorter than this will be padded.")
+    "Length of every example in WordPiece tokens, [CLS] and [SEP] included: longer texts are "
+    "cut, shorter ones padded.")
 
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_train", False, "Fine-tune on the training file.")
 
-flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+flags.DEFINE_bool("do_eval", False, "Score the model on the dev file.")
 
-flags.DEFINE_bool("do_predict", False,
-                  "Whether to run the model in inference mode on the test set.")
+flags.DEFINE_bool("do_predict", False, "Write the model's predictions for the test file.")
 
 flags.DEFINE_string(
     "xnli_language", "zh",
@@ -106,20 +105,17 @@ flags.DEFINE_bool(
 
 
 class InputExample:
-  """A single training/test example for simple sequence classification."""
+  """One example of a classification task, as raw text.
+
+  Attributes:
+    guid: an identifier such as "dev-12", used in logs.
+    text_a: the first text, or the only one of a single-text task.
+    text_b: the second text of a sentence-pair task; None otherwise.
+    label: the label string (a float for regression). Test files have no labels, so their
+      examples carry a placeholder.
+  """
 
   def __init__(self, guid, text_a, text_b=None, label=None):
-    """Constructs an InputExample.
-
-    Args:
-      guid: Unique id for the example.
-      text_a: string. The untokenized text of the first sequence. For single sequence tasks,
-        only this sequence must be specified.
-      text_b: (Optional) string. The untokenized text of the second sequence. Only must be
-        specified for sequence pair tasks.
-      label: (Optional) string (a float for regression tasks). The label of the example. This
-        should be specified for train and dev examples, but not for test examples.
-    """
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
@@ -127,7 +123,7 @@ class InputExample:
 
 
 class PaddingInputExample:
-  """Fake example so the number of examples is a multiple of the batch size.
+  """A stand-in that fills up the last batch of an eval or predict run.
 
   A fixed-shape eval or predict step (TPU, XLA with static shapes) needs every batch full; padding
   with these, marked is_real_example=0, keeps the last real examples instead of dropping them, and
@@ -136,7 +132,8 @@ class PaddingInputExample:
 
 
 class InputFeatures:
-  """A single set of features of data."""
+  """What the model reads for one example: token ids, mask and segment ids, all padded to the
+  same length, plus the label id and whether the example is real or padding."""
 
   def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
     self.input_ids = input_ids
@@ -147,25 +144,25 @@ class InputFeatures:
 
 
 class DataProcessor:
-  """Base class for data converters for sequence classification data sets."""
+  """Reads one task's train, dev and test files in `data_dir` into lists of InputExample."""
 
   # Regression tasks predict one real number; `get_labels` is then empty.
   is_regression = False
 
   def get_train_examples(self, data_dir):
-    """Gets a collection of `InputExample`s for the train set."""
+    """The training split."""
     raise NotImplementedError()
 
   def get_dev_examples(self, data_dir):
-    """Gets a collection of `InputExample`s for the dev set."""
+    """The dev split, used for evaluation."""
     raise NotImplementedError()
 
   def get_test_examples(self, data_dir):
-    """Gets a collection of `InputExample`s for prediction."""
+    """The test split, for predictions only (placeholder labels)."""
     raise NotImplementedError()
 
   def get_labels(self):
-    """Gets the list of labels for this data set."""
+    """The label strings; a label's position in this list is its class id."""
     raise NotImplementedError()
 
   def num_labels(self):
@@ -174,7 +171,7 @@ class DataProcessor:
 
   @classmethod
   def _read_tsv(cls, input_file, quotechar=None):
-    """Reads a tab separated value file into a list of (line number, fields).
+    """Rows of a tab-separated file as (line number, fields) pairs.
 
     With no quotechar (GLUE's files) a row is its line split on tabs, so the stray quotes in
     QQP, QNLI and SST-2 text stay part of the text. Blank lines are skipped.
@@ -298,23 +295,19 @@ class GlueProcessor(DataProcessor):
   guid_column_name = None
 
   def get_train_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(os.path.join(data_dir, self.train_file), "train")
 
   def get_dev_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(os.path.join(data_dir, self.dev_file), "dev")
 
   def get_test_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(os.path.join(data_dir, self.test_file), "test")
 
   def get_labels(self):
-    """See base class."""
     return [] if self.is_regression else list(self.labels)
 
   def _create_examples(self, input_file, set_type):
-    """Creates examples for the training, dev and test sets."""
+    """The examples of one split's file; `set_type` starts their guids."""
     rows = self._read_tsv(input_file)
     read_label = set_type != "test"
     columns = _locate_columns(input_file, rows,
@@ -331,7 +324,7 @@ class GlueProcessor(DataProcessor):
 
 
 class ColaProcessor(GlueProcessor):
-  """Processor for the CoLA data set (GLUE version).
+  """CoLA: is one sentence grammatically acceptable (1) or not (0).
 
   Only the test set has a header ("index, sentence"); train and dev rows are
   (source, label, original mark, sentence).
@@ -343,7 +336,8 @@ class ColaProcessor(GlueProcessor):
 
 
 class MnliProcessor(GlueProcessor):
-  """Processor for the MultiNLI data set (GLUE version), matched dev and test sets."""
+  """MultiNLI: does the premise entail, contradict or leave open the hypothesis; evaluated on the
+  matched dev and test sets (the training genres)."""
 
   dev_file = "dev_matched.tsv"
   test_file = "test_matched.tsv"
@@ -352,7 +346,6 @@ class MnliProcessor(GlueProcessor):
   guid_column_name = "index"
 
   def get_dev_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(os.path.join(data_dir, self.dev_file), "dev_matched")
 
 
@@ -363,12 +356,11 @@ class MnliMismatchedProcessor(MnliProcessor):
   test_file = "test_mismatched.tsv"
 
   def get_dev_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(os.path.join(data_dir, self.dev_file), "dev_mismatched")
 
 
 class MrpcProcessor(GlueProcessor):
-  """Processor for the MRPC data set (GLUE version)."""
+  """MRPC: are two news sentences paraphrases (1) or not (0)."""
 
   text_a_column = "#1 String"
   text_b_column = "#2 String"
@@ -376,14 +368,14 @@ class MrpcProcessor(GlueProcessor):
 
 
 class Sst2Processor(GlueProcessor):
-  """Processor for the SST-2 data set (GLUE version)."""
+  """SST-2: sentiment of one movie-review sentence, negative (0) or positive (1)."""
 
   text_a_column = "sentence"
   text_b_column = None
 
 
 class QqpProcessor(GlueProcessor):
-  """Processor for the QQP data set (GLUE version)."""
+  """QQP: do two Quora questions ask the same thing (1) or not (0)."""
 
   text_a_column = "question1"
   text_b_column = "question2"
@@ -391,7 +383,7 @@ class QqpProcessor(GlueProcessor):
 
 
 class QnliProcessor(GlueProcessor):
-  """Processor for the QNLI data set (GLUE version)."""
+  """QNLI: does the sentence contain the answer to the question."""
 
   text_a_column = "question"
   text_b_column = "sentence"
@@ -399,24 +391,26 @@ class QnliProcessor(GlueProcessor):
 
 
 class RteProcessor(GlueProcessor):
-  """Processor for the RTE data set (GLUE version)."""
+  """RTE: does the first text entail the second."""
 
   labels = ("entailment", "not_entailment")
 
 
 class WnliProcessor(GlueProcessor):
-  """Processor for the WNLI data set (GLUE version)."""
+  """WNLI: does the second sentence follow from the first (Winograd schemas with a pronoun
+  replaced)."""
 
 
 class StsbProcessor(GlueProcessor):
-  """Processor for the STS-B data set (GLUE version): a similarity score from 0 to 5."""
+  """STS-B: how similar two sentences are, a real score from 0 to 5 (regression)."""
 
   label_column = "score"
   is_regression = True
 
 
 class XnliProcessor(DataProcessor):
-  """Processor for the XNLI data set: MultiNLI machine-translated for training, XNLI dev/test."""
+  """XNLI in one language: trains on MultiNLI machine-translated into it, evaluates on its rows
+  of the XNLI dev/test files."""
 
   labels = ("contradiction", "entailment", "neutral")
 
@@ -424,7 +418,6 @@ class XnliProcessor(DataProcessor):
     self.language = language
 
   def get_train_examples(self, data_dir):
-    """See base class."""
     input_file = os.path.join(data_dir, "multinli", f"multinli.train.{self.language}.tsv")
     rows = self._read_tsv(input_file)
     columns = _locate_columns(input_file, rows, ("premise", "hypo", "label"), None, True)
@@ -433,15 +426,12 @@ class XnliProcessor(DataProcessor):
                                label_aliases={"contradictory": "contradiction"})
 
   def get_dev_examples(self, data_dir):
-    """See base class."""
     return self._language_examples(os.path.join(data_dir, "xnli.dev.tsv"), "dev")
 
   def get_test_examples(self, data_dir):
-    """See base class."""
     return self._language_examples(os.path.join(data_dir, "xnli.test.tsv"), "test")
 
   def get_labels(self):
-    """See base class."""
     return list(self.labels)
 
   def _language_examples(self, input_file, set_type):
@@ -489,16 +479,13 @@ class DelimitedProcessor(DataProcessor):
     return os.path.join(data_dir, f"{split}.{self.extension}")
 
   def get_train_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(self._path(data_dir, "train"), "train",
                                  self._checked_labels(data_dir))
 
   def get_dev_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(self._path(data_dir, "dev"), "dev", self._checked_labels(data_dir))
 
   def get_test_examples(self, data_dir):
-    """See base class."""
     return self._create_examples(self._path(data_dir, "test"), "test",
                                  self._checked_labels(data_dir), read_label=False)
 
@@ -633,124 +620,86 @@ def processor_from_flags():
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
                            is_regression=False):
-  """Converts a single `InputExample` into a single `InputFeatures`."""
+  """The InputFeatures of one InputExample; all zeros, marked not real, for padding.
 
+  Layout: "[CLS] a [SEP]" for one text, "[CLS] a [SEP] b [SEP]" for a pair, where segment id 0
+  covers [CLS], a and the first [SEP] and segment id 1 covers b and the last [SEP]. The segment
+  embeddings were pre-trained on exactly this arrangement, and the classifier reads the final
+  hidden state at [CLS]. Behind the tokens come zeros up to `max_seq_length`, with mask 0 so
+  attention ignores them. `ex_index` < 5 logs the example.
+  """
   if isinstance(example, PaddingInputExample):
-    return InputFeatures(
-        input_ids=[0] * max_seq_length,
-        input_mask=[0] * max_seq_length,
-        segment_ids=[0] * max_seq_length,
-        label_id=0.0 if is_regression else 0,
-        is_real_example=False)
+    return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
+                         segment_ids=[0] * max_seq_length, label_id=0.0 if is_regression else 0,
+                         is_real_example=False)
 
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = None
-  if example.text_b:
-    tokens_b = tokenizer.tokenize(example.text_b)
-
-  if tokens_b:
-    # Modifies `tokens_a` and `tokens_b` in place so that the total length is less than the
-    # specified length. Account for [CLS], [SEP], [SEP] with "- 3".
-    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-  elif len(tokens_a) > max_seq_length - 2:
-    # Account for [CLS] and [SEP] with "- 2".
-    tokens_a = tokens_a[0:(max_seq_length - 2)]
-
-  # The convention in BERT is:
-  # (a) For sequence pairs:
-  #  tokens:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
-  #  type_ids: 0     0  0    0    0     0       0 0     1  1  1  1   1 1
-  # (b) For single sequences:
-  #  tokens:   [CLS] the dog is hairy . [SEP]
-  #  type_ids: 0     0   0   0  0     0 0
-  #
-  # The segment ("type") embeddings were learned in pre-training for exactly this layout, which
-  # is why it must be reproduced even though [SEP] alone would separate the texts. For
-  # classification the output at [CLS] serves as the sentence vector; that only works because
-  # the whole model is fine-tuned.
-  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  first = tokenizer.tokenize(example.text_a)
+  second = tokenizer.tokenize(example.text_b) if example.text_b else []
+  if second:
+    _truncate_seq_pair(first, second, max_seq_length - 3)  # leaves room for [CLS] and two [SEP]
+  else:
+    first = first[:max_seq_length - 2]  # leaves room for [CLS] and [SEP]
+  tokens = ["[CLS]", *first, "[SEP]"]
   segment_ids = [0] * len(tokens)
-  if tokens_b:
-    tokens += tokens_b + ["[SEP]"]
-    segment_ids += [1] * (len(tokens_b) + 1)
+  if second:
+    tokens.extend([*second, "[SEP]"])
+    segment_ids.extend([1] * (len(second) + 1))
 
-  input_ids = tokenizer.convert_tokens_to_ids(tokens)
-
-  # The mask has 1 for real tokens and 0 for padding tokens. Only real tokens are attended to.
-  input_mask = [1] * len(input_ids)
-
-  # Zero-pad up to the sequence length.
-  padding = max_seq_length - len(input_ids)
-  input_ids += [0] * padding
-  input_mask += [0] * padding
-  segment_ids += [0] * padding
-
-  assert len(input_ids) == max_seq_length
-  assert len(input_mask) == max_seq_length
-  assert len(segment_ids) == max_seq_length
+  filler = [0] * (max_seq_length - len(tokens))
+  input_ids = tokenizer.convert_tokens_to_ids(tokens) + filler
+  input_mask = [1] * len(tokens) + filler
+  segment_ids = segment_ids + filler
+  assert len(input_ids) == len(input_mask) == len(segment_ids) == max_seq_length
 
   if is_regression:
     label_id = float(example.label)
+  elif example.label in label_list:
+    label_id = label_list.index(example.label)
   else:
-    try:
-      label_id = label_list.index(example.label)
-    except ValueError:
-      raise fileio.InputError(f"example {example.guid}: unknown label {example.label!r}; expected "
-                              f"one of {', '.join(map(str, label_list))}") from None
+    raise fileio.InputError(f"example {example.guid}: unknown label {example.label!r}; expected "
+                            f"one of {', '.join(map(str, label_list))}")
   if ex_index < 5:
-    logging.info("*** Example ***")
-    logging.info("guid: %s", example.guid)
-    logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
-    logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
-    logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
-    logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
-    logging.info("label: %s (id = %s)", example.label, label_id)
-
-  return InputFeatures(
-      input_ids=input_ids,
-      input_mask=input_mask,
-      segment_ids=segment_ids,
-      label_id=label_id,
-      is_real_example=True)
+    logging.info("example %s, label %s (id %s)\n  tokens: %s\n  input_ids: %s\n  input_mask: %s"
+                 "\n  segment_ids: %s", example.guid, example.label, label_id,
+                 " ".join(map(tokenization.printable_text, tokens)), *(
+                     " ".join(map(str, values)) for values in (input_ids, input_mask,
+                                                               segment_ids)))
+  return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                       label_id=label_id, is_real_example=True)
 
 
-def create_int_feature(values):
+def _int64_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
-def create_float_feature(values):
+def _float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                             output_file, is_regression=False):
-  """Converts a set of `InputExample`s to a TFRecord file; returns the number of records.
+  """Writes one tf.train.Example per InputExample to a TFRecord file; returns how many.
 
-  Each record: input_ids, input_mask, segment_ids ([max_seq_length] int64), label_ids ([1] int64,
-  or float for regression) and is_real_example ([1] int64). The file appears under its name only
-  when complete.
+  Record fields (see `feature_spec`): input_ids, input_mask, segment_ids ([max_seq_length] int64),
+  label_ids ([1] int64, or float for regression) and is_real_example ([1] int64). The file
+  appears under its name only once it is complete.
   """
-  with fileio.atomic_path(output_file) as tmp_file:
-    with tf.io.TFRecordWriter(tmp_file) as writer:
-      for (ex_index, example) in enumerate(examples):
-        if ex_index % 10000 == 0:
-          logging.info("Writing example %d of %d", ex_index, len(examples))
-
-        feature = convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
-                                         is_regression)
-
-        features = collections.OrderedDict()
-        features["input_ids"] = create_int_feature(feature.input_ids)
-        features["input_mask"] = create_int_feature(feature.input_mask)
-        features["segment_ids"] = create_int_feature(feature.segment_ids)
-        if is_regression:
-          features["label_ids"] = create_float_feature([feature.label_id])
-        else:
-          features["label_ids"] = create_int_feature([feature.label_id])
-        features["is_real_example"] = create_int_feature([int(feature.is_real_example)])
-
-        tf_example = tf.train.Example(features=tf.train.Features(feature=features))
-        writer.write(tf_example.SerializeToString())
+  label_feature = _float_feature if is_regression else _int64_feature
+  with fileio.atomic_path(output_file) as tmp_file, tf.io.TFRecordWriter(tmp_file) as writer:
+    for index, example in enumerate(examples):
+      if index % 10000 == 0:
+        logging.info("%s: %d of %d examples written", output_file, index, len(examples))
+      feature = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
+                                       is_regression)
+      fields = {
+          "input_ids": _int64_feature(feature.input_ids),
+          "input_mask": _int64_feature(feature.input_mask),
+          "segment_ids": _int64_feature(feature.segment_ids),
+          "label_ids": label_feature([feature.label_id]),
+          "is_real_example": _int64_feature([int(feature.is_real_example)]),
+      }
+      record = tf.train.Example(features=tf.train.Features(feature=fields))
+      writer.write(record.SerializeToString())
   return len(examples)
 
 
@@ -774,11 +723,11 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
   does the reading (sharding per input pipeline; shuffling and repeating when training). Integer
   features come out int32 [batch] or [batch, seq_length]; label_ids is float32 for regression.
   """
-  name_to_features = feature_spec(seq_length, is_regression)
+  spec = feature_spec(seq_length, is_regression)
   input_files = [input_file] if isinstance(input_file, str) else list(input_file)
 
   def input_fn(batch_size, input_context=None):
-    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
+    return input_pipeline.tfrecord_dataset(input_files, spec, batch_size, is_training,
                                            input_context=input_context, seed=seed,
                                            drop_remainder=drop_remainder)
 
@@ -786,23 +735,19 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
 
 
 def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Truncates a sequence pair in place to the maximum length."""
+  """Shortens two token lists in place until together they hold at most `max_length` tokens.
 
-  # Always trim the longer sequence one token at a time: if one sequence is very short, each of
-  # its tokens probably carries more information than one of the long sequence's.
-  while True:
-    total_length = len(tokens_a) + len(tokens_b)
-    if total_length <= max_length:
-      break
-    if len(tokens_a) > len(tokens_b):
-      tokens_a.pop()
-    else:
-      tokens_b.pop()
+  Each step drops the last token of whichever list is longer at that moment (of `tokens_b` on a
+  tie). A short text thus keeps its few, informative tokens while a long one loses its tail,
+  rather than both losing the same share.
+  """
+  while len(tokens_a) + len(tokens_b) > max_length:
+    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
 
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                  is_regression=False):
-  """Converts a set of `InputExample`s to a list of `InputFeatures` (in memory, small data)."""
+  """The InputFeatures of all `examples` as an in-memory list (for small data and tests)."""
   return [convert_single_example(i, example, label_list, max_seq_length, tokenizer, is_regression)
           for i, example in enumerate(examples)]
 
