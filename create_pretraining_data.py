@@ -40,7 +40,6 @@ import os
 import random
 import struct
 import time
-from array import array
 
 from absl import flags
 from absl import logging
@@ -129,7 +128,7 @@ def define_flags():
 
 @dataclasses.dataclass
 class Options:
-  """Everything a run depends on (the flags, as plain values, so tests and workers need no FLAGS)."""
+  """Everything a run depends on: the flags as plain values, so tests and workers need no FLAGS."""
   input_file: str
   output_file: str
   vocab_file: str
@@ -313,12 +312,12 @@ def encode_lines(tokenizer, lines):
   return [[vocab[token] for token in tokenizer.tokenize(line)] for line in lines]
 
 
-def tokenize_documents(tokenizer, line_documents, compact=False):
-  """Documents of text lines -> documents of token-id sentences.
+def tokenize_documents(tokenizer, line_documents):
+  """Documents of text lines -> documents of token-id sentences (lists of ints).
 
   Sentences without tokens are dropped, then documents without sentences, as in the original.
-  `compact` stores sentences as array('i') (4 bytes a token rather than ~36 as Python ints), for
-  whole corpora kept in memory.
+  Lists rather than arrays: instance creation copies ids out of them at list speed, and the batch
+  tokenizer's ids are shared int objects, so a token costs about one 8-byte reference.
   """
   flat = [line for lines in line_documents for line in lines]
   encoded = iter(encode_lines(tokenizer, flat))
@@ -326,7 +325,7 @@ def tokenize_documents(tokenizer, line_documents, compact=False):
   for lines in line_documents:
     sentences = [ids for ids in itertools.islice(encoded, len(lines)) if ids]
     if sentences:
-      documents.append([array("i", ids) for ids in sentences] if compact else sentences)
+      documents.append(sentences)
   return documents
 
 
@@ -340,7 +339,7 @@ def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
   documents = []
   batches = _batched(iter_document_lines(input_files), _TOKENIZE_BATCH_DOCUMENTS)
   if pool is None:
-    results = ((tokenize_documents(tokenizer, [lines for lines, _ in batch], compact=True),
+    results = ((tokenize_documents(tokenizer, [lines for lines, _ in batch]),
                 sum(n for _, n in batch)) for batch in batches)
   else:
     tasks = (([lines for lines, _ in batch], sum(n for _, n in batch)) for batch in batches)
@@ -856,7 +855,7 @@ def _init_worker(options):
 
 def _tokenize_task(task):
   line_documents, nbytes = task
-  return tokenize_documents(_worker.tokenizer, line_documents, compact=True), nbytes
+  return tokenize_documents(_worker.tokenizer, line_documents), nbytes
 
 
 def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, encoder):
