@@ -329,14 +329,14 @@ def tokenize_documents(tokenizer, line_documents):
   return documents
 
 
-def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
-  """Reads and tokenizes every document of `input_files` in order, as the original does.
+def read_corpus(input_files, tokenizer, pool=None, window=4, progress=None):
+  """Reads and tokenizes every document of `input_files` in order into a Corpus, as the original.
 
   Tokenizing is the only part of exact mode that can run in parallel (it draws no random
   numbers), so with a `pool` (see worker_pool) batches of documents are tokenized in worker
   processes, at most `window` batches at a time, and collected in order.
   """
-  documents = []
+  corpus = Corpus()
   batches = _batched(iter_document_lines(input_files), _TOKENIZE_BATCH_DOCUMENTS)
   if pool is None:
     results = ((tokenize_documents(tokenizer, [lines for lines, _ in batch]),
@@ -345,12 +345,12 @@ def read_documents(input_files, tokenizer, pool=None, window=4, progress=None):
     tasks = (([lines for lines, _ in batch], sum(n for _, n in batch)) for batch in batches)
     results = ordered_map(pool, _tokenize_task, tasks, window)
   done = 0
-  for batch_documents, nbytes in results:
-    documents.extend(batch_documents)
+  for documents, nbytes in results:
+    corpus.add_documents(documents)
     done += nbytes
     if progress:
-      progress.update(done, f"{len(documents)} documents")
-  return documents
+      progress.update(done, f"{len(corpus.documents)} documents")
+  return corpus
 
 
 def _batched(iterable, size):
@@ -363,14 +363,38 @@ def _batched(iterable, size):
 # Creating instances (before masking): which sentences form segments A and B.
 
 
-def truncate_seq_pair(len_a, len_b, max_num_tokens, rng):
-  """Returns the kept spans (a_start, a_end, b_start, b_end) of a pair cut to max_num_tokens.
+class Corpus:
+  """Token ids of many documents in one flat list, each document a list of sentence boundaries.
+
+  Sentence j of document d is tokens[documents[d][j]:documents[d][j + 1]]. Segments A and B are
+  runs of consecutive sentences, so every instance is two spans of `tokens`: instance creation
+  moves offsets around and copies tokens only once, into the final sequence (exact mode slices
+  the list, fast mode gathers a whole batch from it with numpy). The flat list also costs one
+  reference per token instead of a list object per sentence.
+  """
+
+  def __init__(self):
+    self.tokens = []
+    self.documents = []
+
+  def add_documents(self, documents):
+    """Appends documents given as lists of sentences (lists of ids)."""
+    tokens = self.tokens
+    for sentences in documents:
+      bounds = [len(tokens)]
+      for sentence in sentences:
+        tokens.extend(sentence)
+        bounds.append(len(tokens))
+      self.documents.append(bounds)
+
+
+def truncate_seq_pair(a_start, a_end, b_start, b_end, max_num_tokens, rng):
+  """Cuts the spans [a_start, a_end) and [b_start, b_end) to max_num_tokens tokens in all.
 
   One token at a time leaves the longer segment (B on a tie), from the front or the back at
   random: always cutting the back would teach the model that segments end mid-sentence only at
-  one side. Spans replace the original's list deletions but make the same draws.
+  one side. Returns the kept spans; the draws are the original's, one per token removed.
   """
-  a_start, a_end, b_start, b_end = 0, len_a, 0, len_b
   while (a_end - a_start) + (b_end - b_start) > max_num_tokens:
     if a_end - a_start > b_end - b_start:
       if rng.random() < 0.5:
@@ -386,14 +410,13 @@ def truncate_seq_pair(len_a, len_b, max_num_tokens, rng):
 
 
 def create_instances_from_document(documents, document_index, max_seq_length, short_seq_prob,
-                                   vocab_ids, rng):
-  """Yields one document's sentence-pair instances, unmasked.
+                                   rng):
+  """Yields one document's sentence-pair instances, unmasked, as spans of the corpus tokens.
 
-  Each is (tokens, segment_a_length, is_random_next): token ids [CLS] A [SEP] B [SEP], how many
-  leading positions have segment id 0 (A plus [CLS] and its [SEP]), and whether B came from
-  another document. It is a generator because the original masks each instance before drawing
-  the next one's split: exact mode masks every instance as it is yielded, keeping that order of
-  draws from the shared `rng`.
+  `documents` are Corpus.documents. Each instance is (a_start, a_end, b_start, b_end,
+  is_random_next): the tokens of segments A and B, and whether B came from another document. It
+  is a generator because the original masks each instance before drawing the next one's split:
+  exact mode masks every instance as it is yielded, keeping that order of draws from `rng`.
 
   Sentences are gathered until they reach a target length; a random number of them becomes A.
   B is the rest, or, half the time (always when there is one sentence), text from a random other
@@ -401,7 +424,8 @@ def create_instances_from_document(documents, document_index, max_seq_length, sh
   whole sentences rather than a random split of the token stream, which would make next sentence
   prediction too easy.
   """
-  document = documents[document_index]
+  bounds = documents[document_index]
+  num_sentences = len(bounds) - 1
   max_num_tokens = max_seq_length - 3
   # Mostly fill the whole sequence (padding is wasted computation), but sometimes aim shorter so
   # pre-training also sees the short inputs fine-tuning will give it.
@@ -409,52 +433,43 @@ def create_instances_from_document(documents, document_index, max_seq_length, sh
   if rng.random() < short_seq_prob:
     target_seq_length = rng.randint(2, max_num_tokens)
 
-  cls_id, sep_id = vocab_ids.cls_id, vocab_ids.sep_id
-  chunk = []
-  chunk_length = 0
+  first = 0  # The current chunk is sentences first..i.
   i = 0
-  while i < len(document):
-    chunk.append(document[i])
-    chunk_length += len(document[i])
-    if i == len(document) - 1 or chunk_length >= target_seq_length:
-      a_end = 1
-      if len(chunk) >= 2:
-        a_end = rng.randint(1, len(chunk) - 1)
-      tokens_a = []
-      for sentence in chunk[:a_end]:
-        tokens_a.extend(sentence)
+  while i < num_sentences:
+    if i == num_sentences - 1 or bounds[i + 1] - bounds[first] >= target_seq_length:
+      chunk_size = i - first + 1
+      a_sentences = 1
+      if chunk_size >= 2:
+        a_sentences = rng.randint(1, chunk_size - 1)
+      a_start, a_end = bounds[first], bounds[first + a_sentences]
 
-      tokens_b = []
-      is_random_next = len(chunk) == 1 or rng.random() < 0.5
+      is_random_next = chunk_size == 1 or rng.random() < 0.5
       if is_random_next:
-        target_b_length = target_seq_length - len(tokens_a)
+        target_b_length = target_seq_length - (a_end - a_start)
         # Ten tries at a different document; with one document it ends up using itself.
         for _ in range(10):
           random_index = rng.randint(0, len(documents) - 1)
           if random_index != document_index:
             break
-        random_document = documents[random_index]
-        for sentence in itertools.islice(random_document,
-                                         rng.randint(0, len(random_document) - 1), None):
-          tokens_b.extend(sentence)
-          if len(tokens_b) >= target_b_length:
-            break
-        i -= len(chunk) - a_end
+        other = documents[random_index]
+        j = rng.randint(0, len(other) - 2) + 1
+        b_start = other[j - 1]
+        while other[j] - b_start < target_b_length and j < len(other) - 1:
+          j += 1
+        b_end = other[j]
+        # The chunk's unused sentences start the next chunk.
+        i = first + a_sentences - 1
       else:
-        for sentence in chunk[a_end:]:
-          tokens_b.extend(sentence)
+        b_start, b_end = a_end, bounds[i + 1]
 
-      a_start, a_stop, b_start, b_stop = truncate_seq_pair(
-          len(tokens_a), len(tokens_b), max_num_tokens, rng)
-      tokens = [cls_id, *tokens_a[a_start:a_stop], sep_id, *tokens_b[b_start:b_stop], sep_id]
-      yield tokens, a_stop - a_start + 2, is_random_next
-      chunk = []
-      chunk_length = 0
+      yield (*truncate_seq_pair(a_start, a_end, b_start, b_end, max_num_tokens, rng),
+             is_random_next)
+      first = i + 1
     i += 1
 
 
-def create_single_segment_instances(document, max_seq_length, short_seq_prob, vocab_ids, rng):
-  """--no_nsp: yields a document's [CLS] A [SEP] instances, unmasked, like the pair version.
+def create_single_segment_instances(bounds, max_seq_length, short_seq_prob, rng):
+  """--no_nsp: yields a document's [CLS] A [SEP] instances, like the pair version (B empty).
 
   Consecutive sentences are packed up to the target length; tokens beyond max_seq_length - 2 are
   carried into the next instance instead of being thrown away.
@@ -463,23 +478,56 @@ def create_single_segment_instances(document, max_seq_length, short_seq_prob, vo
   target_seq_length = max_num_tokens
   if rng.random() < short_seq_prob:
     target_seq_length = rng.randint(2, max_num_tokens)
-  pending = []
-  last = len(document) - 1
-  for i, sentence in enumerate(document):
-    pending.extend(sentence)
-    while pending and (len(pending) >= target_seq_length or i == last):
-      tokens = [vocab_ids.cls_id, *pending[:max_num_tokens], vocab_ids.sep_id]
-      del pending[:max_num_tokens]
-      yield tokens, len(tokens), False
+  start = bounds[0]
+  last = len(bounds) - 1
+  for i in range(1, len(bounds)):
+    while bounds[i] > start and (bounds[i] - start >= target_seq_length or i == last):
+      end = min(bounds[i], start + max_num_tokens)
+      yield start, end, end, end, False
+      start = end
 
 
-def create_unmasked_instances(documents, document_index, options, vocab_ids, rng):
-  """Yields one document's instances, pairs or (with --no_nsp) single segments."""
+def create_unmasked_instances(documents, document_index, options, rng):
+  """Yields one document's instance spans, pairs or (with --no_nsp) single segments."""
   if options.no_nsp:
     return create_single_segment_instances(documents[document_index], options.max_seq_length,
-                                           options.short_seq_prob, vocab_ids, rng)
+                                           options.short_seq_prob, rng)
   return create_instances_from_document(documents, document_index, options.max_seq_length,
-                                        options.short_seq_prob, vocab_ids, rng)
+                                        options.short_seq_prob, rng)
+
+
+def instance_tokens(tokens, instance, vocab_ids):
+  """An instance's ids: [CLS] A [SEP] B [SEP] (or [CLS] A [SEP] when B is empty), and the number
+  of leading positions with segment id 0."""
+  a_start, a_end, b_start, b_end, _ = instance
+  cls_id, sep_id = vocab_ids.cls_id, vocab_ids.sep_id
+  if b_end == b_start:
+    return [cls_id, *tokens[a_start:a_end], sep_id], a_end - a_start + 2
+  return ([cls_id, *tokens[a_start:a_end], sep_id, *tokens[b_start:b_end], sep_id],
+          a_end - a_start + 2)
+
+
+def assemble_batch(tokens, instances, max_seq_length, vocab_ids):
+  """Fast mode: many instances' ids at once, gathered from the corpus tokens (a numpy array).
+
+  Returns (ids [N, max_seq_length] zero-padded, lengths [N], segment A lengths [N]).
+  """
+  spans = np.array([instance[:4] for instance in instances], dtype=np.int64).reshape(-1, 4)
+  a_start, a_end, b_start, b_end = spans.T
+  a_length, b_length = a_end - a_start, b_end - b_start
+  pair = b_length > 0
+  lengths = a_length + b_length + 2 + pair
+  columns = np.arange(max_seq_length)[None, :]
+  la, lb = a_length[:, None], b_length[:, None]
+  in_a = (columns >= 1) & (columns <= la)
+  in_b = (columns >= la + 2) & (columns < la + 2 + lb)
+  source = np.where(in_a, a_start[:, None] + columns - 1, b_start[:, None] + columns - la - 2)
+  ids = np.where(in_a | in_b, tokens[np.where(in_a | in_b, source, 0)], 0).astype(np.int32)
+  rows = np.arange(len(instances))
+  ids[:, 0] = vocab_ids.cls_id
+  ids[rows, a_length + 1] = vocab_ids.sep_id
+  ids[rows[pair], lengths[pair] - 1] = vocab_ids.sep_id
+  return ids, lengths, a_length + 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,23 +599,15 @@ def _candidate_positions(tokens, cls_id, sep_id):
   return [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
 
 
-def mask_instances_batch(instances, masked_lm_prob, max_predictions_per_seq, max_seq_length,
-                         vocab_ids, np_rng):
+def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, vocab_ids,
+                         np_rng):
   """Fast mode's masking of many instances at once with numpy (same distribution, other draws).
 
-  Returns (input_ids [N, max_seq_length] masked and zero-padded, lengths [N], positions [N, P],
-  label ids [N, P], counts [N]); positions and labels are zero beyond each row's count.
+  `ids` [N, S] (see assemble_batch) are masked in place. Returns (positions [N, P], label ids
+  [N, P], counts [N]); positions and labels are zero beyond each row's count.
   """
-  n = len(instances)
-  seq, preds = max_seq_length, max_predictions_per_seq
-  lengths = np.fromiter((len(tokens) for tokens, _, _ in instances), np.int64, n)
-  flat = np.fromiter(itertools.chain.from_iterable(tokens for tokens, _, _ in instances),
-                     np.int32, int(lengths.sum()))
-  starts = np.cumsum(lengths) - lengths
-  rows = np.repeat(np.arange(n), lengths)
-  ids = np.zeros((n, seq), np.int32)
-  ids[rows, np.arange(flat.size) - starts[rows]] = flat
-
+  n, seq = ids.shape
+  preds = max_predictions_per_seq
   columns = np.arange(seq)
   candidate = ((columns < lengths[:, None]) & (ids != vocab_ids.cls_id) &
                (ids != vocab_ids.sep_id))
@@ -589,7 +629,7 @@ def mask_instances_batch(instances, masked_lm_prob, max_predictions_per_seq, max
   replacement = np.where(draw < 0.8, vocab_ids.mask_id, np.where(draw < 0.9, random_words, labels))
   row_index = np.nonzero(valid)[0]
   ids[row_index, positions[valid]] = replacement[valid]
-  return ids, lengths, positions, labels, counts
+  return positions, labels, counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -685,6 +725,57 @@ class ExampleEncoder:
     length = len(features)
     return b"\x0a" + (varint(length) if length < len(self._varints) else _varint(length)) + features
 
+  def encode_batch(self, ids, lengths, segment_a_lengths, positions, label_ids, counts,
+                   is_random_next):
+    """Records for a batch of numpy rows (ids padded; positions and labels zero after counts).
+
+    The varints of all rows are made at once with numpy, leaving a few slices and one join per
+    record to Python.
+    """
+    ids_data, ids_sizes = _varint_rows(ids)
+    positions_data, positions_sizes = _varint_rows(positions)
+    labels_data, labels_sizes = _varint_rows(label_ids)
+    varint = self._varints
+    zeros, ones = self._zeros, self._ones
+    seq = self.max_seq_length
+    prefixes = self._prefixes
+    records = []
+    ids_end = positions_end = labels_end = 0
+    for n, a, k, nsp, ids_size, positions_size, labels_size in zip(
+        lengths.tolist(), segment_a_lengths.tolist(), counts.tolist(), is_random_next,
+        ids_sizes.tolist(), positions_sizes.tolist(), labels_sizes.tolist()):
+      ids_start, ids_end = ids_end, ids_end + ids_size
+      positions_start, positions_end = positions_end, positions_end + positions_size
+      labels_start, labels_end = labels_end, labels_end + labels_size
+      features = b"".join((
+          prefixes["input_ids"].get(ids_size) or self._prefix("input_ids", ids_size),
+          ids_data[ids_start:ids_end],
+          self._input_mask[n],
+          self._segment_prefix, zeros[a], ones[n - a], zeros[seq - n],
+          (prefixes["masked_lm_positions"].get(positions_size) or
+           self._prefix("masked_lm_positions", positions_size)),
+          positions_data[positions_start:positions_end],
+          (prefixes["masked_lm_ids"].get(labels_size) or
+           self._prefix("masked_lm_ids", labels_size)),
+          labels_data[labels_start:labels_end],
+          self._weights[k],
+          self._labels[1 if nsp else 0],
+      ))
+      length = len(features)
+      records.append(b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) +
+                     features)
+    return records
+
+
+def _varint_rows(values):
+  """Varint encoding of every value of a 2-D array of ids (< 2**28): (all bytes, bytes per row)."""
+  v = np.asarray(values, dtype=np.uint32)
+  more = [v >= (1 << 7), v >= (1 << 14), v >= (1 << 21)]
+  planes = np.stack([(v & 0x7F) | (more[0] << 7), ((v >> 7) & 0x7F) | (more[1] << 7),
+                     ((v >> 14) & 0x7F) | (more[2] << 7), v >> 21], axis=-1).astype(np.uint8)
+  keep = np.stack([np.ones_like(more[0]), *more], axis=-1)
+  return planes[keep].tobytes(), keep.sum(axis=(1, 2))
+
 
 def example_feature_spec(max_seq_length, max_predictions_per_seq):
   """The tf.io.parse_example spec of these records (for readers such as run_pretraining)."""
@@ -775,8 +866,7 @@ def _duration(seconds):
   return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _log_example(instance, positions, labels, tokenizer):
-  tokens, segment_a_length, is_random_next = instance
+def _log_example(tokens, segment_a_length, is_random_next, positions, labels, tokenizer):
   words = [tokenizer.inv_vocab.get(t, "?") for t in tokens]
   logging.info("*** Example *** (is_random_next=%s, segment A length %d)\ntokens: %s\n"
                "masked_lm_positions: %s\nmasked_lm_labels: %s", is_random_next,
@@ -788,13 +878,14 @@ def _log_example(instance, positions, labels, tokenizer):
 # Exact mode.
 
 
-def create_exact_records(documents, options, vocab_ids, tokenizer=None, progress_seconds=30):
-  """Exact mode's records, in the original's order, from all `documents` (shuffled in place).
+def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_seconds=30):
+  """Exact mode's records, in the original's order, from a Corpus (its documents get shuffled).
 
   Returns (serialized records, Stats). Records are encoded as soon as an instance is masked, so
   only their bytes wait in memory for the final shuffle.
   """
   rng = ExactRandom(options.random_seed)
+  documents = corpus.documents
   rng.shuffle(documents)
   encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq, vocab_ids.size)
   stats = Stats(documents=len(documents))
@@ -803,19 +894,19 @@ def create_exact_records(documents, options, vocab_ids, tokenizer=None, progress
                       progress_seconds)
   for dupe in range(options.dupe_factor):
     for document_index in range(len(documents)):
-      for instance in create_unmasked_instances(documents, document_index, options, vocab_ids,
-                                                rng):
-        tokens, segment_a_length, is_random_next = instance
+      for instance in create_unmasked_instances(documents, document_index, options, rng):
+        tokens, segment_a_length = instance_tokens(corpus.tokens, instance, vocab_ids)
         masked, positions, labels = create_masked_lm_predictions(
             tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
             options.do_whole_word_mask)
+        is_random_next = instance[4]
         records.append(encoder.encode(masked, segment_a_length, positions, labels,
                                       is_random_next))
         stats.tokens += len(tokens)
         stats.masked += len(positions)
         stats.random_next += is_random_next
         if tokenizer is not None and len(records) <= 3:
-          _log_example((masked, segment_a_length, is_random_next), positions, labels, tokenizer)
+          _log_example(masked, segment_a_length, is_random_next, positions, labels, tokenizer)
       progress.update(dupe * len(documents) + document_index + 1, f"{len(records)} instances")
   rng.shuffle(records)
   stats.instances = len(records)
@@ -864,7 +955,9 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
   Everything random is seeded from (random_seed, chunk_index) alone, so a chunk's records do not
   depend on which process handles it or what it handled before.
   """
-  documents = tokenize_documents(tokenizer, line_documents)
+  corpus = Corpus()
+  corpus.add_documents(tokenize_documents(tokenizer, line_documents))
+  documents = corpus.documents
   stats = Stats(documents=len(documents))
   if not documents:
     return [], stats
@@ -872,39 +965,39 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
   rng = ExactRandom(f"{options.random_seed}/chunk/{chunk_index}")
   np_rng = np.random.default_rng(rng.randbelow(1 << 63))
   rng.shuffle(documents)
+  flat = np.asarray(corpus.tokens, dtype=np.int32)
   records = []
   pending = []
 
   def mask_and_encode():
+    is_random_next = [instance[4] for instance in pending]
     if options.do_whole_word_mask:
-      for tokens, segment_a_length, is_random_next in pending:
+      # Whole-word masking stays per instance (its skip-a-word rule is sequential).
+      for instance in pending:
+        tokens, segment_a_length = instance_tokens(corpus.tokens, instance, vocab_ids)
         masked, positions, labels = create_masked_lm_predictions(
             tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
             do_whole_word_mask=True)
-        records.append(encoder.encode(masked, segment_a_length, positions, labels,
-                                      is_random_next))
+        records.append(encoder.encode(masked, segment_a_length, positions, labels, instance[4]))
+        stats.tokens += len(tokens)
         stats.masked += len(positions)
     else:
-      ids, lengths, positions, labels, counts = mask_instances_batch(
-          pending, options.masked_lm_prob, options.max_predictions_per_seq,
-          options.max_seq_length, vocab_ids, np_rng)
-      ids, lengths = ids.tolist(), lengths.tolist()
-      positions, labels, counts = positions.tolist(), labels.tolist(), counts.tolist()
-      for i, (_, segment_a_length, is_random_next) in enumerate(pending):
-        k = counts[i]
-        records.append(encoder.encode(ids[i][:lengths[i]], segment_a_length, positions[i][:k],
-                                      labels[i][:k], is_random_next))
-      stats.masked += sum(counts)
-    for tokens, _, is_random_next in pending:
-      stats.tokens += len(tokens)
-      stats.random_next += is_random_next
+      ids, lengths, segment_a_lengths = assemble_batch(flat, pending, options.max_seq_length,
+                                                       vocab_ids)
+      positions, labels, counts = mask_instances_batch(
+          ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
+          np_rng)
+      records.extend(encoder.encode_batch(ids, lengths, segment_a_lengths, positions, labels,
+                                          counts, is_random_next))
+      stats.tokens += int(lengths.sum())
+      stats.masked += int(counts.sum())
+    stats.random_next += sum(is_random_next)
     pending.clear()
 
   for _ in range(options.dupe_factor):
     for document_index in range(len(documents)):
-      pending.extend(create_unmasked_instances(documents, document_index, options, vocab_ids,
-                                               rng))
-      if len(pending) >= 4096:  # Bounds the Python-int token lists alive at once.
+      pending.extend(create_unmasked_instances(documents, document_index, options, rng))
+      if len(pending) >= 4096:  # Bounds the size of the batch arrays.
         mask_and_encode()
   if pending:
     mask_and_encode()
@@ -1047,16 +1140,17 @@ def run(options):
     progress = Progress("reading and tokenizing", total_bytes, "B", options.progress_seconds)
     if workers > 1:
       with worker_pool(options, workers) as pool:
-        documents = read_documents(input_files, tokenizer, pool, workers + 2, progress)
+        corpus = read_corpus(input_files, tokenizer, pool, workers + 2, progress)
     else:
-      documents = read_documents(input_files, tokenizer, progress=progress)
-    if not documents:
+      corpus = read_corpus(input_files, tokenizer, progress=progress)
+    if not corpus.documents:
       raise fileio.InputError(_no_documents_message(input_files))
-    logging.info("Read %d documents in %.1f s", len(documents), time.monotonic() - start)
-    records, stats = create_exact_records(documents, options, vocab_ids, tokenizer,
+    logging.info("Read %d documents (%d tokens) in %.1f s", len(corpus.documents),
+                 len(corpus.tokens), time.monotonic() - start)
+    records, stats = create_exact_records(corpus, options, vocab_ids, tokenizer,
                                           options.progress_seconds)
     stats.input_bytes = total_bytes
-    del documents
+    del corpus
     logging.info("*** Writing %d instances to %d output file(s) ***\n  %s", len(records),
                  len(output_files), "\n  ".join(output_files))
     write_records(records, output_files)

@@ -125,6 +125,36 @@ def test_encoder_matches_tf_train_example():
   assert parsed["segment_ids"].numpy().tolist() == [0] * 5 + [1] * 4 + [0] * 3
 
 
+@requires_shared
+@pytest.mark.parametrize("no_nsp", [False, True])
+def test_batch_assembly_and_encoding_match_the_per_instance_path(tokenizer, no_nsp):
+  lines = [lines for lines, _ in cpd.iter_document_lines([SAMPLE_TEXT])]
+  corpus = cpd.Corpus()
+  corpus.add_documents(cpd.tokenize_documents(tokenizer, lines))
+  vocab_ids = cpd.VocabIds(tokenizer.vocab)
+  settings = cpd.Options("", "", "", max_seq_length=48, short_seq_prob=0.3, no_nsp=no_nsp)
+  rng = cpd.ExactRandom(3)
+  instances = [instance for _ in range(3) for d in range(len(corpus.documents))
+               for instance in cpd.create_unmasked_instances(corpus.documents, d, settings, rng)]
+  ids, lengths, segment_a = cpd.assemble_batch(np.array(corpus.tokens), instances, 48, vocab_ids)
+  for row, instance in enumerate(instances):
+    tokens, a = cpd.instance_tokens(corpus.tokens, instance, vocab_ids)
+    assert 3 <= len(tokens) <= 48 and a <= len(tokens)
+    assert ids[row].tolist() == tokens + [0] * (48 - len(tokens))
+    assert (lengths[row], segment_a[row]) == (len(tokens), a)
+  positions, labels, counts = cpd.mask_instances_batch(ids, lengths, 0.15, 7, vocab_ids,
+                                                       np.random.default_rng(0))
+  is_random_next = [instance[4] for instance in instances]
+  encoder = cpd.ExampleEncoder(48, 7, vocab_ids.size)
+  batch = encoder.encode_batch(ids, lengths, segment_a, positions, labels, counts,
+                               is_random_next)
+  for row, record in enumerate(batch):
+    n, k = lengths[row], counts[row]
+    assert record == encoder.encode(ids[row, :n].tolist(), segment_a[row],
+                                    positions[row, :k].tolist(), labels[row, :k].tolist(),
+                                    is_random_next[row])
+
+
 def test_documents_continue_across_files_only_in_exact_mode(tmp_path):
   first, second = tmp_path / "a.txt", tmp_path / "b.txt"
   first.write_text("one.\ntwo.\n\n  \nthree.\n", encoding="utf-8")
@@ -241,20 +271,21 @@ def test_no_nsp_writes_single_segments(tmp_path, tokenizer, mode):
 
 @requires_shared
 def test_failure_midway_leaves_no_output_file(tmp_path, monkeypatch):
-  encode = cpd.ExampleEncoder.encode
+  encode_batch = cpd.ExampleEncoder.encode_batch
   calls = []
 
-  def failing_encode(self, *args):
+  def failing_encode_batch(self, *args):
     calls.append(1)
-    if len(calls) == 50:
+    if len(calls) == 3:
       raise RuntimeError("disk on fire")
-    return encode(self, *args)
+    return encode_batch(self, *args)
 
-  # Fast mode encodes while it writes.
-  monkeypatch.setattr(cpd.ExampleEncoder, "encode", failing_encode)
+  # Fast mode encodes while it writes: two chunks' records are written when the third fails.
+  monkeypatch.setattr(cpd.ExampleEncoder, "encode_batch", failing_encode_batch)
   with pytest.raises(RuntimeError, match="disk on fire"):
     cpd.run(options(tmp_path, "out/{shard}.tfrecord", mode="fast", num_output_shards=2,
-                    shuffle_buffer_size=0))
+                    chunk_documents=1, shuffle_buffer_size=0))
+  assert len(calls) == 3
   assert os.listdir(tmp_path / "out") == []
 
 
