@@ -495,76 +495,75 @@ def _head_seed(dropout_seed):
   return tf.random.experimental.stateless_fold_in(tf.cast(dropout_seed, tf.int64), 1 << 20)
 
 
-class BertClassifier(tf.Module):
+class _FineTuningModel(tf.Module):
+  """BertModel + one OutputLayer + dropout before it: what every fine-tuning head shares."""
+
+  def __init__(self, config, num_outputs, compute_dtype, head_dropout, name, scope=None):
+    super().__init__(name=name)
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, num_outputs, scope=scope)
+    self.head_dropout = head_dropout
+
+  def _encode(self, features, training, dropout_seed, input_shape=None):
+    reshape = (lambda t: tf.reshape(t, input_shape)) if input_shape is not None else tf.identity
+    return self.bert(reshape(features["input_ids"]), reshape(features["input_mask"]),
+                     reshape(features["segment_ids"]), training=training,
+                     dropout_seed=dropout_seed)
+
+  def _logits(self, x, training, dropout_seed):
+    return self.output_layer(dropout(x, self.head_dropout, training, _head_seed(dropout_seed)))
+
+
+class BertClassifier(_FineTuningModel):
   """[CLS] classification (softmax over `num_labels`) or regression (`num_labels` = 1)."""
 
   def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
-    super().__init__(name="classifier")
-    self.bert = BertModel(config, compute_dtype)
-    self.output_layer = OutputLayer(config, num_labels)
-    self.head_dropout = head_dropout
+    super().__init__(config, num_labels, compute_dtype, head_dropout, name="classifier")
 
   def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                        training=training, dropout_seed=dropout_seed)
-    pooled = dropout(outputs["pooled_output"], self.head_dropout, training,
-                     _head_seed(dropout_seed))
-    outputs["logits"] = self.output_layer(pooled)
+    outputs = self._encode(features, training, dropout_seed)
+    outputs["logits"] = self._logits(outputs["pooled_output"], training, dropout_seed)
     return outputs
 
 
-class BertSpanLabeler(tf.Module):
-  """Start / end logits over the sequence (SQuAD): `cls/squad/output_{weights,bias}` [2, H]."""
+class BertSpanLabeler(_FineTuningModel):
+  """Start / end logits over the sequence (SQuAD): `cls/squad/output_{weights,bias}` [2, H].
+  No dropout before the output layer, as the original."""
 
   def __init__(self, config, compute_dtype=tf.float32):
-    super().__init__(name="span_labeler")
-    self.bert = BertModel(config, compute_dtype)
-    self.output_layer = OutputLayer(config, 2, scope="cls/squad")
+    super().__init__(config, 2, compute_dtype, 0.0, name="span_labeler", scope="cls/squad")
 
   def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                        training=training, dropout_seed=dropout_seed)
-    logits = self.output_layer(outputs["sequence_output"])  # [batch, seq, 2]
+    outputs = self._encode(features, training, dropout_seed)
+    logits = self._logits(outputs["sequence_output"], training, dropout_seed)  # [b, seq, 2]
     outputs["start_logits"], outputs["end_logits"] = logits[..., 0], logits[..., 1]
     return outputs
 
 
-class BertTokenClassifier(tf.Module):
+class BertTokenClassifier(_FineTuningModel):
   """Per-token logits over `num_labels` (tagging, e.g. NER)."""
 
   def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
-    super().__init__(name="token_classifier")
-    self.bert = BertModel(config, compute_dtype)
-    self.output_layer = OutputLayer(config, num_labels)
-    self.head_dropout = head_dropout
+    super().__init__(config, num_labels, compute_dtype, head_dropout, name="token_classifier")
 
   def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                        training=training, dropout_seed=dropout_seed)
-    sequence = dropout(outputs["sequence_output"], self.head_dropout, training,
-                       _head_seed(dropout_seed))
-    outputs["logits"] = self.output_layer(sequence)  # [batch, seq, num_labels]
+    outputs = self._encode(features, training, dropout_seed)
+    outputs["logits"] = self._logits(outputs["sequence_output"], training, dropout_seed)
     return outputs
 
 
-class BertMultipleChoice(tf.Module):
+class BertMultipleChoice(_FineTuningModel):
   """One score per choice from its [CLS] (SWAG); inputs are [batch, num_choices, seq]."""
 
   def __init__(self, config, compute_dtype=tf.float32, head_dropout=0.1):
-    super().__init__(name="multiple_choice")
-    self.bert = BertModel(config, compute_dtype)
-    self.output_layer = OutputLayer(config, 1)
-    self.head_dropout = head_dropout
+    super().__init__(config, 1, compute_dtype, head_dropout, name="multiple_choice")
 
   def __call__(self, features, training=False, dropout_seed=None):
-    ids = features["input_ids"]
-    num_choices, seq = ids.shape[1], tf.shape(ids)[2]
-    flat = lambda t: tf.reshape(t, [-1, seq])
-    outputs = self.bert(flat(ids), flat(features["input_mask"]), flat(features["segment_ids"]),
-                        training=training, dropout_seed=dropout_seed)
-    pooled = dropout(outputs["pooled_output"], self.head_dropout, training,
-                     _head_seed(dropout_seed))
-    outputs["logits"] = tf.reshape(self.output_layer(pooled), [-1, num_choices])
+    num_choices = features["input_ids"].shape[1]
+    outputs = self._encode(features, training, dropout_seed,
+                           input_shape=[-1, tf.shape(features["input_ids"])[2]])
+    logits = self._logits(outputs["pooled_output"], training, dropout_seed)
+    outputs["logits"] = tf.reshape(logits, [-1, num_choices])
     return outputs
 
 
