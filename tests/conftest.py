@@ -5,6 +5,9 @@ import sys
 
 import pytest
 
+# TensorFlow's C++ start-up banners (oneDNN, CPU features) would bury test output; errors still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
