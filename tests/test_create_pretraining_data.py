@@ -92,11 +92,16 @@ def test_several_output_files_get_records_round_robin(tmp_path):
 def test_exact_random_draws_like_random_random():
   for seed in (1, 7, 12345, "text seed"):
     ours, theirs = cpd.ExactRandom(seed), random.Random(seed)
-    for n in list(range(1, 80)) + [5000]:
+    for n in list(range(0, 80)) + [5000]:
       a, b = list(range(n)), list(range(n))
       ours.shuffle(a)
       theirs.shuffle(b)
       assert a == b
+      keep = n // 3 + 1
+      a, b = list(range(n)), list(range(n))
+      ours.shuffle(a, keep=keep)
+      theirs.shuffle(b)
+      assert a[:keep] == b[:keep]
       assert ours.randint(0, n) == theirs.randint(0, n)
       assert ours.randint(1, 1) == theirs.randint(1, 1)
       assert ours.random() == theirs.random()
