@@ -58,21 +58,31 @@ flags.DEFINE_integer("max_nonfinite_loops", 3,
                      "Stop when this many consecutive loops of steps all had a non-finite loss.")
 
 
+def _define_once(define, name, default, help_text):
+  # Several scripts may be imported into one process (tests, notebooks) and each asks for these.
+  if name not in FLAGS:
+    define(name, default, help_text)
+
+
+def define_checkpoint_flags():
+  """--bert_config_file and --init_checkpoint: the pre-trained model a script starts from."""
+  _define_once(flags.DEFINE_string, "bert_config_file", None,
+               "bert_config.json (or HF config.json); default: the one beside --init_checkpoint.")
+  _define_once(flags.DEFINE_string, "init_checkpoint", None,
+               "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors "
+               "directory, or one of this project's checkpoints.")
+
+
 def define_fine_tuning_flags():
   """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json (or HF config.json); default: the one beside "
-                      "--init_checkpoint.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors "
-                      "directory, or one of this project's checkpoints.")
-  flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
-  flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (AdamW).")
-  flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training data.")
-  flags.DEFINE_float("warmup_proportion", 0.1,
-                     "Fraction of training steps with a linear learning-rate warm-up.")
+  define_checkpoint_flags()
+  _define_once(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.")
+  _define_once(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.")
+  _define_once(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.")
+  _define_once(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate (AdamW).")
+  _define_once(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.")
+  _define_once(flags.DEFINE_float, "warmup_proportion", 0.1,
+               "Fraction of training steps with a linear learning-rate warm-up.")
 
 
 class TrainingError(RuntimeError):
