@@ -841,16 +841,19 @@ def write_records(records, output_files):
 
   Each file is written under a temporary name and renamed only once every record is written, so
   an error or interruption never leaves a partial file under an output name. TensorFlow is
-  imported here only: worker processes never need it, and importing it costs seconds and hundreds
-  of megabytes per process.
+  imported only once the first record exists: worker processes never need it, and fast mode's
+  workers are then started from a process that does not hold TensorFlow's memory yet.
   """
+  records = iter(records)
+  first = next(records, None)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with contextlib.ExitStack() as stack:
     temporary = [stack.enter_context(fileio.atomic_path(path)) for path in output_files]
     writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
     count = 0
-    for count, record in enumerate(records, start=1):
-      writers[(count - 1) % len(writers)].write(record)
+    if first is not None:
+      for count, record in enumerate(itertools.chain((first,), records), start=1):
+        writers[(count - 1) % len(writers)].write(record)
   return count
 
 
