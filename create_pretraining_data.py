@@ -23,8 +23,10 @@ Two modes, chosen with --mode:
   mixes chunks before they are written round-robin to the output shards. Memory depends on the
   chunk size, the number of workers and the buffer size, never on the corpus size. It differs from
   exact mode in ways that do not change what the model learns: documents end at the end of each
-  input file, the random "next" segment comes from the same chunk, instances are shuffled within
-  a chunk and the buffer rather than globally, and masking draws from numpy.
+  input file (and are cut every 8 MiB), the random "next" segment comes from the same chunk,
+  instances are shuffled within a chunk and the buffer rather than globally, and the random
+  choices follow the same distributions with other draws (numpy for masking, closed-form
+  truncation), which lets a whole batch of instances be assembled, masked and encoded at once.
 
 Beyond the original, --no_nsp writes single-segment [CLS] A [SEP] instances for MLM-only
 pre-training (next_sentence_labels is still written, as 0, so every reader keeps working).
@@ -58,8 +60,10 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"
 # or a file without blank lines cannot make a worker's memory grow with the corpus.
 _MAX_CHUNK_BYTES = 8 << 20
 
-# Exact mode tokenizes this many documents per batch call (bounded transient memory).
+# Exact mode tokenizes this many documents per batch call (bounded transient memory), in worker
+# processes only for inputs of at least this many bytes (starting them takes seconds).
 _TOKENIZE_BATCH_DOCUMENTS = 2000
+_PARALLEL_TOKENIZE_MIN_BYTES = 16 << 20
 
 
 def define_flags():
@@ -1183,8 +1187,7 @@ def run(options):
     assert count == stats.instances
   else:
     total_bytes = sum(os.path.getsize(path) for path in input_files)
-    # Worker start-up (a few seconds) only pays off for inputs of some size.
-    workers = num_workers if total_bytes > (16 << 20) else 1
+    workers = num_workers if total_bytes >= _PARALLEL_TOKENIZE_MIN_BYTES else 1
     progress = Progress("reading and tokenizing", total_bytes, "B", options.progress_seconds)
     if workers > 1:
       with worker_pool(options, workers) as pool:

@@ -79,6 +79,15 @@ def test_exact_mode_same_records_through_reference_tokenizer_path(tmp_path, monk
 
 
 @requires_shared
+def test_exact_mode_same_records_with_parallel_tokenizing(tmp_path, monkeypatch):
+  monkeypatch.setattr(cpd, "_PARALLEL_TOKENIZE_MIN_BYTES", 0)
+  monkeypatch.setattr(cpd, "_TOKENIZE_BATCH_DOCUMENTS", 1)
+  cpd.run(options(tmp_path, num_workers=2, **REFERENCE_FLAGS["seq512"]))
+  assert list(map(features, read_records(str(tmp_path / "out.tfrecord")))) == list(
+      map(features, read_records(os.path.join(REFERENCE, "seq512.tfrecord"))))
+
+
+@requires_shared
 def test_several_output_files_get_records_round_robin(tmp_path):
   cpd.run(options(tmp_path, "single.tfrecord", **REFERENCE_FLAGS["seq512"]))
   cpd.run(options(tmp_path, "{shard}.tfrecord", num_output_shards=3,
