@@ -634,8 +634,8 @@ def _candidate_positions(tokens, cls_id, sep_id):
 
 
 def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, vocab_ids,
-                         np_rng):
-  """Fast mode's masking of many instances at once with numpy (same distribution, other draws).
+                         np_rng, do_whole_word_mask=False):
+  """Fast mode's masking of many instances at once with numpy (same rules, other draws).
 
   `ids` [N, S] (see assemble_batch) are masked in place. Returns (positions [N, P], label ids
   [N, P], counts [N]); positions and labels are zero beyond each row's count.
@@ -648,14 +648,19 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
   # np.rint rounds half to even like Python's round, on the same float64 product.
   counts = np.minimum(preds, np.maximum(1, np.rint(lengths * masked_lm_prob).astype(np.int64)))
   counts = np.minimum(counts, candidate.sum(axis=1))
-  # A random subset of the candidates: those with the smallest random keys (the `preds`
-  # smallest by partition, then sorted among themselves).
   keys = np_rng.random((n, seq))
-  keys[~candidate] = 2.0
-  chosen = np.argpartition(keys, preds - 1, axis=1)[:, :preds] if preds < seq else (
-      np.tile(np.arange(seq), (n, 1)))
-  chosen = np.take_along_axis(
-      chosen, np.argsort(np.take_along_axis(keys, chosen, axis=1), axis=1), axis=1)
+  if do_whole_word_mask:
+    selected, counts = _choose_whole_words(ids, candidate, counts, keys, vocab_ids)
+    # The selected positions, in order, first in each row.
+    chosen = np.argsort(~selected, axis=1, kind="stable")[:, :preds]
+  else:
+    # A random subset of the candidates: those with the smallest random keys (the `preds`
+    # smallest by partition, then sorted among themselves).
+    keys[~candidate] = 2.0
+    chosen = np.argpartition(keys, preds - 1, axis=1)[:, :preds] if preds < seq else (
+        np.tile(columns, (n, 1)))
+    chosen = np.take_along_axis(
+        chosen, np.argsort(np.take_along_axis(keys, chosen, axis=1), axis=1), axis=1)
   valid = np.arange(preds) < counts[:, None]
   positions = np.sort(np.where(valid, chosen, seq), axis=1)
   positions[~valid] = 0
@@ -668,6 +673,43 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
   row_index = np.nonzero(valid)[0]
   ids[row_index, positions[valid]] = replacement[valid]
   return positions, labels, counts
+
+
+def _choose_whole_words(ids, candidate, counts, keys, vocab_ids):
+  """Whole-word masking for a batch: which positions to predict, and how many per row.
+
+  As in create_masked_lm_predictions: a "##" candidate belongs to the candidate word before it;
+  words are visited in random order (by `keys`) and a word is taken if all its pieces still fit
+  in the row's count, else skipped. The visit is a loop over word ranks, each step for all rows.
+  """
+  n, seq = ids.shape
+  rows = np.arange(n)[:, None]
+  subword = np.frombuffer(bytes(vocab_ids.is_subword), np.uint8).astype(bool)[ids] & candidate
+  first_candidate = candidate & (np.cumsum(candidate, axis=1) == 1)
+  starts = candidate & (~subword | first_candidate)
+  word = np.cumsum(starts, axis=1) - 1  # Word index of each candidate position.
+  word_length = np.zeros((n, seq), np.int64)
+  np.add.at(word_length, (np.broadcast_to(rows, (n, seq))[candidate], word[candidate]), 1)
+  # Visit order: words sorted by the key of their first piece.
+  start_keys = np.where(starts, keys, 2.0)
+  order = np.argsort(start_keys, axis=1)  # Start positions by key; non-starts last.
+  num_words = starts.sum(axis=1)
+  visit_length = np.where(np.arange(seq) < num_words[:, None],
+                          word_length[rows, word[rows, order]], 0)
+  taken = np.zeros((n, seq), bool)
+  total = np.zeros(n, np.int64)
+  for rank in range(int(num_words.max(initial=0))):
+    fits = (visit_length[:, rank] > 0) & (total + visit_length[:, rank] <= counts)
+    taken[:, rank] = fits
+    total += np.where(fits, visit_length[:, rank], 0)
+    if (total >= counts).all():
+      break
+  # Back from visit ranks to words, then to positions.
+  word_taken = np.zeros((n, seq), bool)
+  taken_row, taken_rank = np.nonzero(taken)
+  word_taken[taken_row, word[taken_row, order[taken_row, taken_rank]]] = True
+  selected = candidate & word_taken[rows, np.maximum(word, 0)]
+  return selected, total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1022,26 +1064,15 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
 
   def mask_and_encode():
     is_random_next = [instance[4] for instance in pending]
-    if options.do_whole_word_mask:
-      # Whole-word masking stays per instance (its skip-a-word rule is sequential).
-      for instance in pending:
-        tokens, segment_a_length = instance_tokens(corpus.tokens, instance, vocab_ids)
-        masked, positions, labels = create_masked_lm_predictions(
-            tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
-            do_whole_word_mask=True)
-        records.append(encoder.encode(masked, segment_a_length, positions, labels, instance[4]))
-        stats.tokens += len(tokens)
-        stats.masked += len(positions)
-    else:
-      ids, lengths, segment_a_lengths = assemble_batch(flat, pending, options.max_seq_length,
-                                                       vocab_ids)
-      positions, labels, counts = mask_instances_batch(
-          ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
-          np_rng)
-      records.extend(encoder.encode_batch(ids, lengths, segment_a_lengths, positions, labels,
-                                          counts, is_random_next))
-      stats.tokens += int(lengths.sum())
-      stats.masked += int(counts.sum())
+    ids, lengths, segment_a_lengths = assemble_batch(flat, pending, options.max_seq_length,
+                                                     vocab_ids)
+    positions, labels, counts = mask_instances_batch(
+        ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
+        np_rng, options.do_whole_word_mask)
+    records.extend(encoder.encode_batch(ids, lengths, segment_a_lengths, positions, labels,
+                                        counts, is_random_next))
+    stats.tokens += int(lengths.sum())
+    stats.masked += int(counts.sum())
     stats.random_next += sum(is_random_next)
     pending.clear()
 

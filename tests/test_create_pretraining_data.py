@@ -169,6 +169,39 @@ def test_batch_assembly_and_encoding_match_the_per_instance_path(tokenizer, no_n
                                     is_random_next[row])
 
 
+def test_batch_whole_word_choice_follows_the_sequential_rule():
+  vocab = {t: i for i, t in enumerate(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##x", "##y", "##z"])}
+  vocab_ids = cpd.VocabIds(vocab)
+  rng = np.random.default_rng(5)
+  n, seq = 300, 24
+  lengths = rng.integers(5, seq + 1, n)
+  ids = rng.integers(5, 11, (n, seq))
+  ids[np.arange(seq) >= lengths[:, None]] = 0
+  ids[:, 0] = vocab["[CLS]"]
+  middle = rng.integers(2, lengths - 2)
+  ids[np.arange(n), middle] = ids[np.arange(n), lengths - 1] = vocab["[SEP]"]
+  candidate = (np.arange(seq) < lengths[:, None]) & (ids > 4)
+  counts = rng.integers(1, 8, n)
+  keys = rng.random((n, seq))
+  selected, totals = cpd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
+  for row in range(n):
+    words = []  # As create_masked_lm_predictions groups them.
+    for i in np.flatnonzero(candidate[row]):
+      if words and vocab_ids.is_subword[ids[row, i]]:
+        words[-1].append(i)
+      else:
+        words.append([i])
+    expected = []
+    for word in sorted(words, key=lambda w: keys[row, w[0]]):
+      if len(expected) >= counts[row]:
+        break
+      if len(expected) + len(word) <= counts[row]:
+        expected.extend(word)
+    assert sorted(expected) == np.flatnonzero(selected[row]).tolist()
+    assert totals[row] == len(expected)
+
+
 def test_documents_continue_across_files_only_in_exact_mode(tmp_path):
   first, second = tmp_path / "a.txt", tmp_path / "b.txt"
   first.write_text("one.\ntwo.\n\n  \nthree.\n", encoding="utf-8")
