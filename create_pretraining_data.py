@@ -568,7 +568,7 @@ def assemble_batch(tokens, instances, max_seq_length, vocab_ids):
 
 
 def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_ids, rng,
-                                 do_whole_word_mask=False):
+                                 do_whole_word_mask=False, segment_a_length=None):
   """Masks one instance; returns (masked tokens, positions, label ids), positions ascending.
 
   A random round(len * masked_lm_prob) positions (at least 1, at most max_predictions_per_seq)
@@ -577,6 +577,9 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
   word and 10% stay unchanged: [MASK] never occurs in fine-tuning, so the model must also learn
   real tokens at predicted positions, and keeping some unchanged ties the representation to the
   observed word.
+
+  A caller that knows [CLS] and [SEP] occur only at their places in the layout (position 0,
+  `segment_a_length` - 1 and the end) passes `segment_a_length` to skip looking for them.
   """
   cls_id, sep_id = vocab_ids.cls_id, vocab_ids.sep_id
   if do_whole_word_mask:
@@ -590,8 +593,10 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
         candidates[-1].append(i)
       else:
         candidates.append([i])
+  elif segment_a_length is not None:
+    candidates = [*range(1, segment_a_length - 1), *range(segment_a_length, len(tokens) - 1)]
   else:
-    candidates = _candidate_positions(tokens, cls_id, sep_id)
+    candidates = [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
   num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
   # Without whole words only the first num_to_predict shuffled candidates are used.
   rng.shuffle(candidates, keep=None if do_whole_word_mask else num_to_predict)
@@ -617,20 +622,6 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
       output[index] = word_ids[randbelow(len(word_ids))]
   chosen.sort()
   return output, chosen, [tokens[p] for p in chosen]
-
-
-def _candidate_positions(tokens, cls_id, sep_id):
-  """The positions that are neither [CLS] nor [SEP]: ranges around the special tokens' known
-  places when counting (at C speed) shows they are the only ones, else a full scan."""
-  n = len(tokens)
-  if tokens[0] == cls_id and tokens[-1] == sep_id and tokens.count(cls_id) == 1:
-    separators = tokens.count(sep_id)
-    if separators == 1:
-      return list(range(1, n - 1))
-    if separators == 2:
-      middle = tokens.index(sep_id)
-      return [*range(1, middle), *range(middle + 1, n - 1)]
-  return [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
 
 
 def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, vocab_ids,
@@ -782,14 +773,14 @@ class ExampleEncoder:
 
   def encode(self, input_ids, segment_a_length, positions, label_ids, is_random_next):
     """One record from an instance's ids (unpadded lists); padding and weights are added here."""
-    varint = self._varints.__getitem__
+    varint = self._varints
     zeros, ones = self._zeros, self._ones
     n, k = len(input_ids), len(positions)
     pad = self.max_seq_length - n
     missing = self.max_predictions_per_seq - k
-    ids = b"".join(map(varint, input_ids)) + zeros[pad]
-    position_bytes = b"".join(map(varint, positions)) + zeros[missing]
-    label_bytes = b"".join(map(varint, label_ids)) + zeros[missing]
+    ids = b"".join([varint[i] for i in input_ids]) + zeros[pad]
+    position_bytes = b"".join([varint[i] for i in positions]) + zeros[missing]
+    label_bytes = b"".join([varint[i] for i in label_ids]) + zeros[missing]
     prefixes = self._prefixes
     features = b"".join((
         prefixes["input_ids"].get(len(ids)) or self._prefix("input_ids", len(ids)), ids,
@@ -803,7 +794,7 @@ class ExampleEncoder:
         self._labels[1 if is_random_next else 0],
     ))
     length = len(features)
-    return b"\x0a" + (varint(length) if length < len(self._varints) else _varint(length)) + features
+    return b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) + features
 
   def encode_batch(self, ids, lengths, segment_a_lengths, positions, label_ids, counts,
                    is_random_next):
@@ -980,6 +971,9 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
   rng = ExactRandom(options.random_seed)
   documents = corpus.documents
   rng.shuffle(documents)
+  # Text never tokenizes to [CLS] or [SEP] (brackets are split off as punctuation); checked once
+  # here so masking can take the candidate positions from the instance layout.
+  layout_only = (vocab_ids.cls_id not in corpus.tokens and vocab_ids.sep_id not in corpus.tokens)
   encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq, vocab_ids.size)
   stats = Stats(documents=len(documents))
   records = []
@@ -991,7 +985,7 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
         tokens, segment_a_length = instance_tokens(corpus.tokens, instance, vocab_ids)
         masked, positions, labels = create_masked_lm_predictions(
             tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
-            options.do_whole_word_mask)
+            options.do_whole_word_mask, segment_a_length if layout_only else None)
         is_random_next = instance[4]
         records.append(encoder.encode(masked, segment_a_length, positions, labels,
                                       is_random_next))
