@@ -127,7 +127,7 @@ def define_flags():
   flags.DEFINE_integer(
       "num_output_shards", 8,
       "Number of files when --output_file is a {shard} pattern or a directory.")
-  flags.DEFINE_integer("progress_seconds", 30, "Seconds between progress log lines.")
+  flags.DEFINE_float("progress_seconds", 30, "Seconds between progress log lines.")
 
 
 @dataclasses.dataclass
@@ -928,6 +928,9 @@ class Progress:
     self.phase, self.total, self.unit, self.interval = phase, total, unit, interval
     self.start = self._last = time.monotonic()
 
+  def per_second(self, count):
+    return count / max(time.monotonic() - self.start, 1e-9)
+
   def update(self, done, detail="", force=False):
     now = time.monotonic()
     if not force and now - self._last < self.interval:
@@ -936,10 +939,12 @@ class Progress:
     elapsed = max(now - self.start, 1e-9)
     rate = done / elapsed
     eta = (self.total - done) / rate if rate > 0 else float("inf")
-    scale, unit = (1e6, "M" + self.unit) if self.unit == "B" else (1, " " + self.unit)
-    logging.info("%s: %.1f/%.1f%s (%.0f%%), %.2f%s/s, %s elapsed, ETA %s%s", self.phase,
-                 done / scale, self.total / scale, unit, 100 * done / max(self.total, 1),
-                 rate / scale, unit, _duration(elapsed), _duration(eta),
+    if self.unit == "B":
+      amounts = f"{done / 1e6:.1f}/{self.total / 1e6:.1f} MB", f"{rate / 1e6:.2f} MB/s"
+    else:
+      amounts = f"{done}/{self.total} {self.unit}", f"{rate:.1f} {self.unit}/s"
+    logging.info("%s: %s (%.0f%%), %s, %s elapsed, ETA %s%s", self.phase, amounts[0],
+                 100 * done / max(self.total, 1), amounts[1], _duration(elapsed), _duration(eta),
                  f"; {detail}" if detail else "")
 
 
@@ -994,7 +999,8 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
         stats.random_next += is_random_next
         if tokenizer is not None and len(records) <= 3:
           _log_example(masked, segment_a_length, is_random_next, positions, labels, tokenizer)
-      progress.update(dupe * len(documents) + document_index + 1, f"{len(records)} instances")
+      progress.update(dupe * len(documents) + document_index + 1,
+                      f"{len(records)} instances ({progress.per_second(len(records)):.0f}/s)")
   rng.shuffle(records)
   stats.instances = len(records)
   return records, stats
@@ -1160,7 +1166,8 @@ def create_fast_records(input_files, options, stats, num_workers, tokenizer=None
     for records, chunk_stats in results:
       stats.add(chunk_stats)
       progress.update(stats.input_bytes,
-                      f"{stats.documents} documents, {stats.instances} instances")
+                      f"{stats.documents} documents, {stats.instances} instances "
+                      f"({progress.per_second(stats.instances):.0f}/s)")
       if not size:
         yield from records
         continue
