@@ -162,11 +162,14 @@ def test_bad_flags_are_clear_errors_and_write_nothing(tmp_path):
 
 @requires_shared
 def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
-  """A 2-layer BERT on WikiText-2 (50 documents train, 10 held out) for 300 steps.
+  """A 2-layer BERT on WikiText-2 (50 documents train, 10 held out) for 1000 steps.
 
-  The baseline is always predicting the most frequent masked token of the held-out records (it
-  is `the`, or a piece of WikiText's `<unk>`). Unigram statistics alone reach about that; beating
-  it by 1.5x needs context, i.e. the encoder has learned something.
+  The baseline is always predicting the most frequent masked token of the held-out records (about
+  5%). Unigram statistics alone cannot beat it; beating it by 1.5x needs the token's context (or
+  its own input in the 10% of unchanged positions), i.e. the encoder has learned something.
+  Measured: 0.098 after 800 steps. With the standard initializer_range 0.02 a model this small
+  sits on the unigram plateau (accuracy = baseline) for well over 1200 steps, a known slow start
+  of post-LayerNorm Transformers; 0.2 leaves it within a few hundred, so the test uses that.
   """
   corpus = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
   docs, current = [], []
@@ -186,14 +189,16 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
           f"--dupe_factor={5 if name == 'train' else 1}", "--num_workers=1"])
   config = tmp_path / "config.json"
   config.write_text('{"vocab_size": 30522, "hidden_size": 128, "num_hidden_layers": 2, '
-                    '"num_attention_heads": 2, "intermediate_size": 256, '
-                    '"max_position_embeddings": 64, "type_vocab_size": 2}')
+                    '"num_attention_heads": 4, "intermediate_size": 512, '
+                    '"max_position_embeddings": 64, "type_vocab_size": 2, '
+                    '"initializer_range": 0.2, "hidden_dropout_prob": 0.0, '
+                    '"attention_probs_dropout_prob": 0.0}')
   common = [f"--bert_config_file={config}", f"--output_dir={tmp_path / 'out'}",
             "--max_seq_length=64", "--max_predictions_per_seq=10"]
   _run(["run_pretraining.py", *common, f"--input_file={tmp_path / 'train.tfrecord'}",
-        "--do_train", "--train_batch_size=32", "--num_train_steps=300",
-        "--num_warmup_steps=30", "--learning_rate=2e-3", "--iterations_per_loop=50",
-        "--save_checkpoints_steps=300"])
+        "--do_train", "--train_batch_size=32", "--num_train_steps=1000",
+        "--num_warmup_steps=50", "--learning_rate=1e-3", "--iterations_per_loop=200",
+        "--save_checkpoints_steps=1000"])
   _run(["run_pretraining.py", *common, f"--input_file={tmp_path / 'eval.tfrecord'}",
         "--do_eval", "--eval_batch_size=32", "--max_eval_steps=1000"])
   results = dict(line.split(" = ") for line in
