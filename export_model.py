@@ -338,8 +338,13 @@ class TextPreprocessor(tf.Module):
                                              tf.cast(tf.gather(piece_word, order), tf.int64),
                                              nrows=tf.cast(n, tf.int64))
 
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def tokenize_text(self, text):
-    """[batch] strings -> int32 [batch, (words), (pieces)] (TF Hub's `tokenize` layout)."""
+    """[batch] strings -> int32 [batch, (words), (pieces)] (TF Hub's `tokenize` layout).
+
+    A tf.function of its own, so a SavedModel holds one copy of the tokenizer graph however many
+    signatures call it.
+    """
     return self.tokenize_words(self.words(text))
 
   def pack(self, segments, seq_length):
@@ -460,11 +465,11 @@ class EncoderModule(_SavedModelRoot):
     self._set_tokenization_info(vocab_file, do_lower_case)
     self._set_reusable_attributes([bert])
 
-  @tf.function
+  @tf.function(autograph=False)
   def __call__(self, inputs, training=False):
     return _encoder_outputs(self.bert, inputs, training)
 
-  @tf.function(input_signature=[_int_inputs_spec()])
+  @tf.function(input_signature=[_int_inputs_spec()], autograph=False)
   def serve(self, inputs):
     # Signatures return flat dicts of tensors: the per-layer outputs are stacked on a new first
     # axis, [num_layers, batch, seq, hidden].
@@ -552,12 +557,14 @@ class ClassifierModule(_SavedModelRoot):
     return {"label": tf.gather(self.label_names, label_id), "label_id": label_id,
             "probabilities": probabilities, "logits": logits}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a")])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a")],
+               autograph=False)
   def __call__(self, text_a):
     return self._classify(text_a)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
-                                tf.TensorSpec([None], tf.string, name="text_b")])
+                                tf.TensorSpec([None], tf.string, name="text_b")],
+               autograph=False)
   def pairs(self, text_a, text_b):
     return self._classify(text_a, text_b)
 
@@ -647,7 +654,8 @@ class SquadModule(_SavedModelRoot):
                                                                               -1]), -1), 0.0)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
-                                tf.TensorSpec([None], tf.string, name="context")])
+                                tf.TensorSpec([None], tf.string, name="context")],
+               autograph=False)
   def __call__(self, question, context):
     return self._answer(question, context)
 
@@ -816,6 +824,28 @@ def load_encoder_weights(bert, handle):
                               f"{variable.shape.as_list()}")
     variable.assign(value)
   logging.info("Initialised %d encoder variables from %s", len(targets), handle)
+
+
+def fine_tuning_setup(handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
+                      max_seq_length):
+  """For a fine-tuning script's --hub_module_handle: (config, vocab file) from the SavedModel.
+
+  As the original's run_classifier_with_tfhub.py, the vocab and casing come with the module:
+  --vocab_file defaults to its vocab, and a --do_lower_case that contradicts its casing is an
+  error (the casing the encoder was trained with is the only right one).
+  """
+  if init_checkpoint:
+    raise fileio.InputError("give --init_checkpoint or --hub_module_handle, not both")
+  module_vocab, module_lower = load_tokenization_info(handle)
+  if module_lower != do_lower_case:
+    raise fileio.InputError(f"--do_lower_case={do_lower_case} does not match the casing of "
+                            f"--hub_module_handle={handle} (do_lower_case={module_lower})")
+  config = (modeling.BertConfig.from_json_file(bert_config_file) if bert_config_file
+            else encoder_config(handle))
+  if max_seq_length > config.max_position_embeddings:
+    raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings"
+                            f"={config.max_position_embeddings} of {handle}")
+  return config, vocab_file or module_vocab
 
 
 def main(_):

