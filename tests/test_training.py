@@ -1,0 +1,106 @@
+"""The shared training loop: accumulation, non-finite losses, mixed precision, XLA."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import input_pipeline
+import modeling
+import optimization
+import training
+from conftest import SHARED, requires_shared
+
+RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
+
+
+def _config(**kw):
+  d = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+           intermediate_size=64, max_position_embeddings=128, type_vocab_size=2,
+           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  d.update(kw)
+  return modeling.BertConfig(**d)
+
+
+def _records(batch_size, poison=False):
+  spec = input_pipeline.pretraining_features(128, 20)
+
+  def dataset_fn(ctx):
+    del ctx
+    ds = tf.data.TFRecordDataset(RECORDS).take(64)
+    ds = ds.map(lambda r: input_pipeline._decode(r, spec))  # pylint: disable=protected-access
+    if poison:
+      ds = ds.map(lambda f: dict(f, masked_lm_weights=f["masked_lm_weights"] * np.nan))
+    return ds.repeat().batch(batch_size, drop_remainder=True)
+
+  return dataset_fn
+
+
+def _next_sentence_only(features, outputs):
+  # Equal counts in every micro-batch: accumulation is then exactly one big batch.
+  stats = modeling.pretraining_losses(features, outputs)
+  return {"next_sentence_loss": stats["next_sentence_loss"]}
+
+
+def _train(steps, accumulation, loss_fn, compute_dtype=tf.float32, use_xla=False, lr=1e-3):
+  tf.random.set_seed(5)
+  model = modeling.BertPretrainer(_config(), compute_dtype)
+  optimizer = optimization.create_optimizer(lr, 100, 0)
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, loss_fn, optimizer,
+                             gradient_accumulation_steps=accumulation, use_xla=use_xla)
+  iterator = iter(trainer.distribute(_records(16 // accumulation), stack=accumulation))
+  losses = [training.metrics_from_stats(trainer._train_loop(iterator, tf.constant(1)))["loss"]
+            for _ in range(steps)]
+  return model, np.array(losses)
+
+
+@requires_shared
+def test_gradient_accumulation_equals_one_big_batch():
+  big, big_losses = _train(3, 1, _next_sentence_only)
+  acc, acc_losses = _train(3, 2, _next_sentence_only)
+  np.testing.assert_allclose(big_losses, acc_losses, rtol=1e-5)
+  for a, b in zip(big.variables, acc.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg=a.name)
+
+
+@requires_shared
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_mixed_precision_training_tracks_float32(dtype):
+  _, ref = _train(4, 1, modeling.pretraining_losses)
+  _, low = _train(4, 1, modeling.pretraining_losses, compute_dtype=dtype)
+  np.testing.assert_allclose(low, ref, rtol=0.02)
+
+
+@requires_shared
+def test_xla_gives_the_same_steps():
+  plain_model, plain = _train(3, 1, modeling.pretraining_losses)
+  xla_model, xla = _train(3, 1, modeling.pretraining_losses, use_xla=True)
+  np.testing.assert_allclose(xla, plain, rtol=1e-5)
+  for a, b in zip(plain_model.variables, xla_model.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.name)
+
+
+@requires_shared
+def test_nonfinite_losses_are_skipped_then_stop_training_with_the_checkpoint_intact(tmp_path):
+  tf.random.set_seed(5)
+  model = modeling.BertPretrainer(_config())
+  optimizer = optimization.create_optimizer(1e-3, 100, 0)
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                             optimizer, output_dir=str(tmp_path))
+  trainer.train(_records(8), num_train_steps=2, save_checkpoints_steps=2, steps_per_loop=2)
+  saved = {v.name: v.numpy() for v in model.variables}
+  with pytest.raises(training.TrainingError, match="non-finite for 3 consecutive loops"):
+    trainer.train(_records(8, poison=True), num_train_steps=10, save_checkpoints_steps=2,
+                  steps_per_loop=2, max_nonfinite_loops=3)
+  assert int(optimizer.iterations.numpy()) == 2  # every poisoned step was skipped
+  for v in model.variables:
+    np.testing.assert_array_equal(v.numpy(), saved[v.name])
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
+def test_batch_size_must_divide_over_replicas_and_accumulation():
+  with pytest.raises(training.fileio.InputError,
+                     match=r"--train_batch_size=30 is not divisible by 1 replicas x 4"):
+    training.per_replica_batch_size(30, tf.distribute.get_strategy(), "train_batch_size", 4)
+  assert training.per_replica_batch_size(32, tf.distribute.get_strategy(), "x", 4) == 8
