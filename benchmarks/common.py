@@ -1,0 +1,481 @@
+"""Plumbing every benchmark shares: peer detection, timing, child processes, the JSON line.
+
+Each benchmark script measures this project ("ours") and a peer (HuggingFace transformers /
+tokenizers on torch, or a published figure) and prints one JSON line at the end:
+
+  {"benchmark": ..., "unit": ..., "ours": x, "ours_variant": ..., "peer": y, "peer_variant": ...,
+   "ratio": x / y, "target_ratio": ..., "figures": [...every figure...], "details": {...},
+   "settings": {...}, "machine": {...}, "versions": {...}, "peer_missing": ...}
+
+The model benchmarks run each variant in a child process of the same script (`--side`,
+`--variant`): TensorFlow and torch never share a process (their thread pools would compete), every
+variant starts from a fresh heap, and one variant that fails (say, an XLA error) is recorded as an
+error instead of ending the run. Benchmarks install nothing: a missing peer gives a null figure and
+a `peer_missing` note with the install command.
+"""
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import flags
+
+# The project root first on the path: `import modeling` works from benchmarks/, and
+# `import tokenization` finds the project's module, not benchmarks/tokenization.py.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [ROOT] + [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+# torch 2.13.0 has a local CPU wheel on the project's machines; naming the version keeps pip from
+# fetching a newer torch with several GB of CUDA packages.
+PEER_INSTALL = "pip install torch==2.13.0 transformers tokenizers"
+
+# Child processes mark their result line, as libraries may print to stdout too.
+_RESULT_PREFIX = "BENCHMARK_RESULT "
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("side", None, "Internal: run one measurement (ours / peer / peak) in this "
+                    "process and print it, instead of orchestrating child processes.")
+flags.DEFINE_string("variant", None, "Internal: the variant the --side child measures.")
+flags.DEFINE_integer("warmup", 1, "Untimed calls before timing (tracing, XLA compilation, caches).")
+flags.DEFINE_integer("repeats", 3, "Timed calls; the figure is the median.")
+flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is not installed).")
+
+
+def define_model_flags():
+  """Flags of the model benchmarks: model size (BERT-base by default), variants, the peak."""
+  import matmul_peak  # pylint: disable=g-import-not-at-top,unused-import  (--matmul_size)
+  flags.DEFINE_integer("layers", 12, "num_hidden_layers.")
+  flags.DEFINE_integer("hidden_size", 768, "hidden_size.")
+  flags.DEFINE_integer("num_heads", 12, "num_attention_heads.")
+  flags.DEFINE_integer("intermediate_size", 3072, "intermediate_size.")
+  flags.DEFINE_integer("vocab_size", 30522, "vocab_size.")
+  flags.DEFINE_string("peak", "measure",
+                      "bf16 matmul peak (GFLOP/s) for model FLOPs utilisation: `measure` (in child "
+                      "processes, TF and torch), a number, or `none`.")
+  flags.DEFINE_list("variants", ["fp32", "fp32_xla", "bf16", "bf16_xla"],
+                    "Our variants: fp32 | bf16 compute dtype, with an _xla suffix for XLA.")
+  flags.DEFINE_list("peer_variants", ["fp32", "bf16"], "The peer's: fp32 | bf16 (autocast).")
+
+
+def model_dims():
+  """The architecture from the flags, as keyword arguments of both libraries' BertConfig."""
+  return dict(vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
+              num_hidden_layers=FLAGS.layers, num_attention_heads=FLAGS.num_heads,
+              intermediate_size=FLAGS.intermediate_size, max_position_embeddings=512,
+              type_vocab_size=2)
+
+
+# --- what is installed, what machine -------------------------------------------------------------
+
+
+def missing(modules):
+  """The names in `modules` that cannot be imported (checked without importing them)."""
+  return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def peer_missing_note(modules):
+  absent = missing(modules)
+  if not absent:
+    return None
+  return f"{', '.join(absent)} not importable; install the peer with `{PEER_INSTALL}`"
+
+
+def versions():
+  out = {"python": platform.python_version()}
+  for name, dists in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("numpy", ("numpy",)),
+                      ("torch", ("torch",)), ("transformers", ("transformers",)),
+                      ("tokenizers", ("tokenizers",))):
+    for dist in dists:
+      try:
+        out[name] = importlib.metadata.version(dist)
+        break
+      except importlib.metadata.PackageNotFoundError:
+        pass
+  return out
+
+
+def machine():
+  """CPU model, core count, the instruction sets that matter for bf16, memory."""
+  # Timings taken with other work running mean little (BLAS threads that spin-wait on a busy
+  # core slow down many times): the load average shows whether the machine was quiet.
+  info = {"cpus": os.cpu_count(), "platform": platform.platform(),
+          "load_average_1_5_15m": [round(x, 2) for x in os.getloadavg()]}
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      text = f.read()
+    for line in text.splitlines():
+      if line.startswith("model name"):
+        info["cpu"] = line.split(":", 1)[1].strip()
+      if line.startswith("flags"):
+        present = set(line.split(":", 1)[1].split())
+        info["isa"] = sorted(present & {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
+                                        "amx_tile", "amx_bf16", "amx_int8"})
+        break
+    with open("/proc/meminfo", encoding="utf-8") as f:
+      info["memory_gb"] = round(int(f.readline().split()[1]) / 2**20, 1)
+  except OSError:
+    pass
+  return info
+
+
+# --- timing --------------------------------------------------------------------------------------
+
+
+def timed(fn, warmup=None, repeats=None, setup=None):
+  """Calls `fn` `warmup` times untimed, then `repeats` times timed: {median_s, min_s, times_s}.
+
+  `fn` must block until its work is done (e.g. fetch a value computed at the end). With `setup`,
+  every call is `fn(setup())` and only `fn` is timed (e.g. a fresh tokenizer for each call).
+  """
+  warmup = FLAGS.warmup if warmup is None else warmup
+  repeats = FLAGS.repeats if repeats is None else repeats
+  call = (lambda: fn(setup())) if setup else fn
+  for _ in range(warmup):
+    call()
+  times = []
+  for _ in range(max(repeats, 1)):
+    args = (setup(),) if setup else ()
+    start = time.perf_counter()
+    fn(*args)
+    times.append(time.perf_counter() - start)
+  return {"median_s": statistics.median(times), "min_s": min(times),
+          "times_s": [round(t, 4) for t in times]}
+
+
+def rate(amount, timing):
+  """amount per second at the median time, and at the best time."""
+  return amount / timing["median_s"], amount / timing["min_s"]
+
+
+# --- child processes -----------------------------------------------------------------------------
+
+
+def child_result(result):
+  """Prints a --side child's result for `run_child` to pick up."""
+  sys.stdout.flush()
+  print(_RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def run_child(side, variant=None):
+  """Runs this script with --side/--variant (and every flag the parent got); returns its result
+  dict, or {"error": the end of its stderr} when it fails."""
+  args = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:], f"--side={side}",
+          *([f"--variant={variant}"] if variant else [])]
+  label = side + (f"/{variant}" if variant else "")
+  print(f"[{os.path.basename(sys.argv[0])}] measuring {label} ...", file=sys.stderr, flush=True)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+  start = time.perf_counter()
+  proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                        check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith(_RESULT_PREFIX)]
+  if proc.returncode != 0 or not lines:
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+    print(f"[{label}] failed (exit {proc.returncode}):\n{tail}", file=sys.stderr, flush=True)
+    return {"error": f"exit {proc.returncode}: {tail[-1500:]}"}
+  result = json.loads(lines[-1][len(_RESULT_PREFIX):])
+  result.setdefault("process_s", round(time.perf_counter() - start, 1))
+  return result
+
+
+def dispatch(sides):
+  """In a --side child: runs sides[FLAGS.side](FLAGS.variant), prints the result, returns True.
+  In the parent: returns False."""
+  if FLAGS.side is None:
+    return False
+  if FLAGS.side not in sides:
+    raise ValueError(f"--side must be one of {sorted(sides)}, got {FLAGS.side!r}")
+  child_result(sides[FLAGS.side](FLAGS.variant))
+  return True
+
+
+# --- figures and the JSON line -------------------------------------------------------------------
+
+
+def best(results, key):
+  """(variant, value) of the largest `key` among results that have it, or (None, None)."""
+  scored = [(v, r[key]) for v, r in results.items() if isinstance(r, dict) and r.get(key)]
+  return max(scored, key=lambda x: x[1]) if scored else (None, None)
+
+
+def figure(name, unit, ours_results, peer_results, key, target_ratio=None, higher_is_better=True):
+  """One figure: the best variant of each side on `key`, and ours / peer (or peer / ours when
+  lower is better, so that a ratio above 1 always means ours is ahead)."""
+  ours_variant, ours = best(ours_results, key)
+  peer_variant, peer = best(peer_results or {}, key)
+  ratio = None
+  if ours and peer:
+    ratio = ours / peer if higher_is_better else peer / ours
+  return {"name": name, "unit": unit, "ours": _round(ours), "ours_variant": ours_variant,
+          "peer": _round(peer), "peer_variant": peer_variant,
+          "ratio": _round(ratio), "target_ratio": target_ratio}
+
+
+def _round(x, digits=4):
+  if isinstance(x, float):
+    return float(f"{x:.{digits}g}")
+  return x
+
+
+def emit(benchmark, figures, settings, details=None, peer_name=None, peer_missing=None,
+         peer_source=None):
+  """Prints the one JSON line: the first figure at the top level, every figure under `figures`."""
+  head = figures[0]
+  line = {"benchmark": benchmark, "unit": head["unit"], "ours": head["ours"],
+          "ours_variant": head["ours_variant"], "peer": head["peer"],
+          "peer_variant": head["peer_variant"], "peer_name": peer_name, "ratio": head["ratio"],
+          "target_ratio": head["target_ratio"], "figures": figures, "settings": settings,
+          "details": details or {}, "machine": machine(), "versions": versions()}
+  if peer_source:
+    line["peer_source"] = peer_source
+  if peer_missing:
+    line["peer_missing"] = peer_missing
+  sys.stderr.flush()
+  print(json.dumps(line), flush=True)
+  return line
+
+
+# --- synthetic model inputs and FLOPs ------------------------------------------------------------
+
+
+def synthetic_batches(num_batches, batch_size, seq_length, vocab_size, max_predictions=0,
+                      seed=0):
+  """Random full-length inputs, as numpy arrays [num_batches, batch_size, ...].
+
+  Every position is real (input_mask 1): neither library skips padding, so padding would only
+  make the numbers harder to compare. Segment B is the second half. Masked positions are
+  distinct and sorted, never [CLS]; labels for classification (2 classes) and SQuAD spans too.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  shape = (num_batches, batch_size, seq_length)
+  low = min(1000, vocab_size // 2)
+  segment = (np.arange(seq_length) >= seq_length // 2).astype(np.int32)
+  out = {
+      "input_ids": rng.integers(low, vocab_size, shape, dtype=np.int32),
+      "input_mask": np.ones(shape, np.int32),
+      "segment_ids": np.broadcast_to(segment, shape).copy(),
+      "next_sentence_labels": rng.integers(0, 2, (num_batches, batch_size, 1), dtype=np.int32),
+      "label_ids": rng.integers(0, 2, (num_batches, batch_size), dtype=np.int32),
+      "is_real_example": np.ones((num_batches, batch_size), np.int32),
+  }
+  starts = rng.integers(1, seq_length - 1, (num_batches, batch_size), dtype=np.int32)
+  out["start_positions"] = starts
+  out["end_positions"] = np.minimum(starts + rng.integers(0, 10, starts.shape, dtype=np.int32),
+                                    seq_length - 1)
+  if max_predictions:
+    keys = rng.random((num_batches, batch_size, seq_length - 1))
+    positions = np.sort(np.argsort(keys, axis=-1)[..., :max_predictions] + 1, axis=-1)
+    out["masked_lm_positions"] = positions.astype(np.int32)
+    out["masked_lm_ids"] = rng.integers(low, vocab_size, positions.shape, dtype=np.int32)
+    out["masked_lm_weights"] = np.ones(positions.shape, np.float32)
+  return out
+
+
+def bert_flops_per_sequence(dims, seq_length, training, masked_positions=None, pooler=True,
+                            head_outputs=0):
+  """Model FLOPs of one sequence (a multiply-add counts 2), the work the model needs rather than
+  what an implementation happens to do:
+
+    encoder:    2 * T * L * (4 H^2 + 2 H I)       dense layers (Q, K, V, output; FFN up, down)
+              + 4 * L * T^2 * H                    attention scores Q K^T and probs . V
+    pooler:     2 * H^2                            (when used)
+    MLM head:   2 * P * (H^2 + H V)                transform + vocabulary projection, at the P
+                                                   masked positions only
+    output:     2 * H * head_outputs               (per token for span / tagging heads: pass T x)
+  Training is 3x the forward (the backward is two matmuls per forward matmul). Embedding lookups,
+  LayerNorm, softmax, GELU, dropout and the optimizer update are not counted: they are memory
+  work, and counting them would flatter the utilisation.
+  """
+  t, l, h, i, v = (seq_length, dims["num_hidden_layers"], dims["hidden_size"],
+                   dims["intermediate_size"], dims["vocab_size"])
+  forward = 2 * t * l * (4 * h * h + 2 * h * i) + 4 * l * t * t * h
+  if pooler:
+    forward += 2 * h * h
+  if masked_positions:
+    forward += 2 * masked_positions * (h * h + h * v)
+  forward += 2 * h * head_outputs
+  return 3 * forward if training else forward
+
+
+# --- one measurement of each side, shared by the model benchmarks -------------------------------
+
+
+def parse_variant(variant):
+  """"bf16_xla" -> ("bf16", True); "fp32" -> ("fp32", False)."""
+  precision, _, xla = variant.partition("_")
+  if precision not in ("fp32", "bf16") or xla not in ("", "xla"):
+    raise ValueError(f"unknown variant {variant!r}: fp32 | bf16, optionally with _xla")
+  return precision, xla == "xla"
+
+
+def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, batch_size):
+  """Our training throughput through training.Trainer: `make_model(config, compute_dtype)`
+  under the strategy scope, optimization.create_optimizer (AdamWeightDecay, clip 1.0), a tf.data
+  dataset cycling through `features` ([num_batches, batch, ...] numpy arrays) via
+  Trainer.distribute, and one timed `_train_loop` call of `steps_per_loop` steps."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  import optimization  # pylint: disable=g-import-not-at-top
+  import training  # pylint: disable=g-import-not-at-top
+
+  precision, use_xla = parse_variant(variant)
+  tf.random.set_seed(0)
+  strategy = tf.distribute.get_strategy()
+  with strategy.scope():
+    model = make_model(modeling.BertConfig(**model_dims()),
+                       {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
+    optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000,
+                                              num_warmup_steps=10000)
+  trainer = training.Trainer(strategy, model, loss_fn, optimizer, use_xla=use_xla)
+  iterator = iter(trainer.distribute(
+      lambda ctx: tf.data.Dataset.from_tensor_slices(features).repeat()))
+  steps = tf.constant(steps_per_loop)
+  last = {}
+
+  def run():
+    stats = trainer._train_loop(iterator, steps)  # pylint: disable=protected-access
+    last.update(training.metrics_from_stats(stats))  # fetching the values waits for the steps
+
+  timing = timed(run)
+  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
+  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "loss": last.get("loss"),
+          "applied_fraction": last.get("applied_steps"), "tensorflow": tf.__version__}
+
+
+def torch_inputs(data, i, **labels):
+  """Batch `i` of synthetic_batches as HF keyword arguments (int64 tensors), plus `labels`:
+  {HF argument name: numpy array or tensor}."""
+  import torch  # pylint: disable=g-import-not-at-top
+  inputs = {"input_ids": data["input_ids"][i], "attention_mask": data["input_mask"][i],
+            "token_type_ids": data["segment_ids"][i], **labels}
+  return {k: torch.as_tensor(v).long() for k, v in inputs.items()}
+
+
+def torch_autocast(precision):
+  """A context factory: bf16 autocast on CPU, or nothing for fp32."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  if precision == "bf16":
+    return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+  return contextlib.nullcontext
+
+
+def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adamw="default"):
+  """HF training throughput: forward under autocast (bf16) or not, backward, clip_grad_norm_ 1.0
+  (as ours clips), torch.optim.AdamW step, zero_grad; `steps_per_loop` steps per timed call."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  precision, _ = parse_variant(variant)
+  model.train()
+  options = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[adamw]
+  optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6,
+                                **options)
+  autocast = torch_autocast(precision)
+  state = {"step": 0}
+
+  def run():
+    for _ in range(steps_per_loop):
+      with autocast():
+        loss = model(**batches[state["step"] % len(batches)]).loss
+      state["step"] += 1
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      optimizer.step()
+      optimizer.zero_grad(set_to_none=True)
+    state["loss"] = float(loss)
+
+  timing = timed(run)
+  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
+  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "loss": state["loss"],
+          "adamw": adamw, **torch_facts(model, torch, transformers)}
+
+
+def torch_facts(model, torch, transformers):
+  """What decides the peer's speed besides the model: attention kernel, threads, versions."""
+  return {"attn_implementation": getattr(model.config, "_attn_implementation", None),
+          "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+          "transformers": transformers.__version__}
+
+
+def hf_config(transformers, **kwargs):
+  """HF's BertConfig of the flags' architecture (HF's own "gelu", the exact erf form)."""
+  return transformers.BertConfig(**model_dims(), hidden_act="gelu", **kwargs)
+
+
+# --- the model benchmarks' main ------------------------------------------------------------------
+
+
+def _peak_gflops(run_peer):
+  """--peak: measured in child processes (TF, and torch when `run_peer`), a number, or none.
+  Returns (GFLOP/s or None, detail): the better of TF's and torch's bf16 figures."""
+  if FLAGS.peak == "none":
+    return None, {}
+  if FLAGS.peak != "measure":
+    return float(FLAGS.peak), {"given": float(FLAGS.peak)}
+  results = [run_child("peak_ours")] + ([run_child("peak_peer")] if run_peer else [])
+  values = {k: v for r in results for k, v in r.items()
+            if k.endswith("bf16") and isinstance(v, (int, float))}
+  return (max(values.values()) if values else None), values
+
+
+def _utilisation(results, flops_per_item, peak):
+  """Adds `gflops` (achieved model GFLOP/s) and `mfu` (against `peak`) to each timed result."""
+  for r in results.values():
+    if r.get("per_s"):
+      r["gflops"] = round(r["per_s"] * flops_per_item / 1e9, 1)
+      if peak:
+        r["mfu"] = round(r["per_s"] * flops_per_item / 1e9 / peak, 4)
+
+
+def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modules, unit="seq/s"):
+  """main() of the model benchmarks (pre-training step, encode, fine-tuning).
+
+  `sides`: {"ours": fn(variant), "peer": fn(variant)}, each returning {"per_s", ...}.
+  `groups`: [{"name", "prefix", "flops", "target_ratio"}]: a figure each (a task of fine-tuning),
+  measured for every --variants / --peer_variants as variant `prefix + variant`. In a --side child
+  this runs the one measurement asked for and returns.
+  """
+  import matmul_peak  # pylint: disable=g-import-not-at-top
+  sides = dict(sides, peak_ours=matmul_peak.tf_peaks, peak_peer=matmul_peak.peer_peaks)
+  if dispatch(sides):
+    return
+  missing_note = peer_missing_note(peer_modules)
+  run_peer = FLAGS.peer and not missing_note
+  measured = []
+  for group in groups:
+    ours = {v: run_child("ours", group["prefix"] + v) for v in FLAGS.variants}
+    peer = ({v: run_child("peer", group["prefix"] + v) for v in FLAGS.peer_variants}
+            if run_peer else {})
+    measured.append((group, ours, peer))
+  peak, peak_detail = _peak_gflops(run_peer)
+
+  figures, details = [], {"bf16_matmul_peak_gflops": peak, "matmul_peaks": peak_detail}
+  for group, ours, peer in measured:
+    _utilisation(ours, group["flops"], peak)
+    _utilisation(peer, group["flops"], peak)
+    head = figure(group["name"], unit, ours, peer, "per_s", group.get("target_ratio"))
+    head["mfu_ours"] = (ours.get(head["ours_variant"]) or {}).get("mfu")
+    head["mfu_peer"] = (peer.get(head["peer_variant"]) or {}).get("mfu")
+    head["model_gflops_per_item"] = round(group["flops"] / 1e9, 3)
+    figures.append(head)
+    for precision in ("fp32", "bf16"):
+      mine = {v: r for v, r in ours.items() if v.startswith(precision)}
+      theirs = {v: r for v, r in peer.items() if v == precision}
+      if mine:
+        figures.append(figure(f"{group['name']}, {precision}", unit, mine, theirs, "per_s"))
+    details[group["name"]] = {"ours": ours, "peer": peer}
+  settings = dict(settings, variants=FLAGS.variants, peer_variants=FLAGS.peer_variants,
+                  warmup_calls=FLAGS.warmup, repeats=FLAGS.repeats,
+                  figure="median of the timed calls",
+                  hidden_act="ours: gelu (tanh, the original's); peer: gelu (erf, HF's)",
+                  flops_formula="benchmarks/common.py bert_flops_per_sequence")
+  emit(benchmark, figures, settings, details, peer_name=peer_name, peer_missing=missing_note)
