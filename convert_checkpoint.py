@@ -1,0 +1,160 @@
+"""Converts BERT checkpoints among Google TF1, HuggingFace safetensors and this project's format.
+
+One command for every direction:
+
+  python convert_checkpoint.py --input=uncased_L-12_H-768_A-12/bert_model.ckpt \\
+      --output=bert-hf --output_format=hf
+
+The input format is recognised (checkpoints.resolve_checkpoint): a TF1 checkpoint prefix, a
+directory with `model.safetensors`, or one of this project's checkpoints (a prefix, or a training
+--output_dir). The weights go through the project's model, so a conversion is exactly the loaders
+and exporters of checkpoints.py: names map by rule, values are copied (HF kernels transposed).
+What is converted is the encoder plus the masked-LM / next-sentence heads when the input has them;
+fine-tuning heads and optimizer state are left out (and logged).
+
+The config and vocab travel along: from --bert_config_file / --vocab_file, else those beside the
+input; written as bert_config.json (TF1, project) or config.json (HF) and vocab.txt. In a TF1
+config the tanh GELU is called "gelu", as the original code knows it.
+"""
+
+import os
+import shutil
+
+import tensorflow as tf
+from absl import flags
+from absl import logging
+
+import checkpoints
+import fileio
+import modeling
+
+FLAGS = flags.FLAGS
+
+FORMATS = ("tf1", "hf", "project")
+_TANH_GELUS = ("gelu_new", "gelu_tanh")
+
+
+def define_flags():
+  flags.DEFINE_string("input", None,
+                      "Checkpoint to convert: TF1 prefix (bert_model.ckpt), HF directory or "
+                      ".safetensors file, or a project checkpoint (prefix or directory).")
+  flags.DEFINE_string("output", None,
+                      "Where to write: a directory (tf1: DIR/bert_model.ckpt, hf: "
+                      "DIR/model.safetensors, project: DIR/ckpt-0) or, for tf1, a prefix "
+                      "ending in .ckpt.")
+  flags.DEFINE_enum("output_format", None, list(FORMATS), "Format to write.")
+  flags.DEFINE_string("bert_config_file", None,
+                      "Config of the input; default: bert_config.json / config.json beside it.")
+  flags.DEFINE_string("vocab_file", None, "Vocab to copy along; default: vocab.txt beside it.")
+
+
+class _Encoder(tf.Module):
+  """The encoder alone, held as `bert` so project checkpoints (model/bert/...) load into it."""
+
+  def __init__(self, config):
+    super().__init__(name="encoder_holder")
+    self.bert = modeling.BertModel(config)
+
+
+def _input_directory(path):
+  if os.path.isdir(path):
+    return path
+  return os.path.dirname(os.path.abspath(path))
+
+
+def find_sidecars(input_path, bert_config_file=None, vocab_file=None):
+  """(config path, vocab path or None) for the input checkpoint."""
+  directory = _input_directory(input_path)
+  config = bert_config_file or next(
+      (os.path.join(directory, n) for n in ("bert_config.json", "config.json")
+       if os.path.exists(os.path.join(directory, n))), None)
+  if not config:
+    raise fileio.InputError(f"no bert_config.json / config.json beside {input_path}; give "
+                            "--bert_config_file")
+  vocab = vocab_file or os.path.join(directory, "vocab.txt")
+  if vocab_file:
+    fileio.check_file(vocab_file, "vocab file")
+  elif not os.path.exists(vocab):
+    logging.warning("no vocab.txt beside %s: the output has no vocab", input_path)
+    vocab = None
+  return config, vocab
+
+
+def load_model(input_path, config):
+  """The project's model with the input's weights: BertPretrainer when the input has the
+  pre-training heads, else the encoder alone. A missing encoder variable is an error."""
+  model = modeling.BertPretrainer(config)
+  report = checkpoints.init_from_checkpoint(model, input_path)
+  missing_encoder = [n for n in report.missing if not n.startswith("cls/")]
+  if missing_encoder:
+    raise fileio.InputError(f"{input_path} lacks encoder variables: "
+                            f"{', '.join(missing_encoder[:5])}")
+  if report.missing:
+    logging.info("%s has no pre-training heads: converting the encoder alone", input_path)
+    model = _Encoder(config)
+    checkpoints.init_from_checkpoint(model, input_path, require_all=True)
+  return model
+
+
+def _tf1_config(config):
+  """The config as the original code reads it: its "gelu" is the tanh form."""
+  config = modeling.BertConfig.from_dict(config.to_dict())
+  if config.hidden_act in _TANH_GELUS:
+    config.hidden_act = "gelu"
+  elif config.hidden_act == "gelu_exact":
+    logging.warning("hidden_act gelu_exact (erf) has no name in the original TF1 code, whose "
+                    "\"gelu\" is the tanh form; bert_config.json keeps \"gelu_exact\"")
+  return config
+
+
+def write_project_checkpoint(model, directory, config, vocab_file):
+  """A checkpoint as this project's training loop writes it (object-based, model=...)."""
+  os.makedirs(directory, exist_ok=True)
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
+                                       max_to_keep=1)
+  path = manager.save(checkpoint_number=0)
+  with fileio.open_atomic(os.path.join(directory, "bert_config.json")) as f:
+    f.write(config.to_json_string())
+  if vocab_file:
+    with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
+      shutil.copyfile(vocab_file, tmp)
+  return path
+
+
+def convert(input_path, output, output_format, bert_config_file=None, vocab_file=None):
+  """Converts `input_path` to `output_format` at `output`; returns the written path."""
+  if output_format not in FORMATS:
+    raise fileio.InputError(f"--output_format must be one of {', '.join(FORMATS)}")
+  if not output:
+    raise fileio.InputError("--output is required")
+  kind, _ = checkpoints.resolve_checkpoint(input_path)
+  config_path, vocab = find_sidecars(input_path, bert_config_file, vocab_file)
+  config = modeling.BertConfig.from_json_file(config_path)
+  model = load_model(input_path, config)
+  logging.info("Converting %s (%s) to %s: %s", input_path, kind, output_format, output)
+  if output_format == "tf1":
+    prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
+    return checkpoints.export_tf1_checkpoint(model, prefix, _tf1_config(config), vocab)
+  if output_format == "hf":
+    return checkpoints.export_hf_checkpoint(model, output, config, vocab)
+  return write_project_checkpoint(model, output, config, vocab)
+
+
+def main(_):
+  logging.set_verbosity(logging.INFO)
+  for name in ("input", "output", "output_format"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  path = convert(FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.bert_config_file,
+                 FLAGS.vocab_file)
+  print(f"Wrote {FLAGS.output_format} checkpoint: {path}")
+
+
+def run():
+  """Console entry point."""
+  define_flags()
+  fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,101 @@
+"""convert_checkpoint.py: Google TF1 -> HF -> project -> Google TF1 keeps every tensor exactly,
+with the config and vocab alongside."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, SHARED, requires_shared
+import checkpoints
+import convert_checkpoint
+import fileio
+import modeling
+
+PYTHON = sys.executable
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+
+
+def _model_tensors(prefix):
+  """The model's tensors of a name-based checkpoint (optimizer slots and step left out)."""
+  reader = tf.train.load_checkpoint(prefix)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if not checkpoints._is_optimizer_slot(name)}
+
+
+def _run(args):
+  result = subprocess.run([PYTHON, "convert_checkpoint.py"] + args, cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+@requires_shared
+def test_round_trip_tf1_hf_project_tf1_is_identical(tmp_path):
+  original = _model_tensors(os.path.join(TINY, "bert_model.ckpt"))
+  assert len(original) == 46 and any(n.startswith("cls/") for n in original)
+  hf, project, back = tmp_path / "hf", tmp_path / "project", tmp_path / "tf1"
+  _run([f"--input={TINY}/bert_model.ckpt", f"--output={hf}", "--output_format=hf"])
+  assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors", "vocab.txt"]
+  _run([f"--input={hf}", f"--output={project}", "--output_format=project"])
+  assert checkpoints.resolve_checkpoint(str(project))[0] == "project"
+  _run([f"--input={project}", f"--output={back}", "--output_format=tf1"])
+
+  converted = _model_tensors(str(back / "bert_model.ckpt"))
+  assert sorted(converted) == sorted(original)
+  for name, value in original.items():
+    assert converted[name].dtype == value.dtype and converted[name].shape == value.shape, name
+    np.testing.assert_array_equal(converted[name], value, err_msg=name)
+  # The config comes back as the original wrote it (the tanh GELU named "gelu" again) and the
+  # vocab is copied byte for byte at every step.
+  with open(os.path.join(TINY, "bert_config.json"), encoding="utf-8") as f:
+    want = modeling.BertConfig.from_dict(json.load(f))
+  assert modeling.BertConfig.from_json_file(str(back / "bert_config.json")) == want
+  with open(hf / "config.json", encoding="utf-8") as f:
+    assert json.load(f)["hidden_act"] == "gelu_new"  # HF's name for the tanh form.
+  vocab = open(os.path.join(TINY, "vocab.txt"), "rb").read()
+  for directory in (hf, project, back):
+    assert (directory / "vocab.txt").read_bytes() == vocab
+
+
+@requires_shared
+def test_hf_keys_and_transposes(tmp_path):
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  convert_checkpoint.convert(os.path.join(TINY, "bert_model.ckpt"), str(tmp_path), "hf")
+  tensors = load_file(str(tmp_path / "model.safetensors"))
+  original = _model_tensors(os.path.join(TINY, "bert_model.ckpt"))
+  np.testing.assert_array_equal(
+      tensors["bert.encoder.layer.1.attention.self.query.weight"],
+      original["bert/encoder/layer_1/attention/self/query/kernel"].T)
+  np.testing.assert_array_equal(tensors["cls.predictions.bias"],
+                                original["cls/predictions/output_bias"])
+
+
+@requires_shared
+def test_encoder_only_input_converts_without_heads(tmp_path):
+  encoder = convert_checkpoint._Encoder(modeling.BertConfig.from_json_file(
+      os.path.join(TINY, "bert_config.json")))
+  checkpoints.init_from_checkpoint(encoder, os.path.join(TINY, "bert_model.ckpt"))
+  checkpoints.export_hf_checkpoint(encoder, str(tmp_path / "hf"),
+                                   vocab_file=os.path.join(TINY, "vocab.txt"))
+  prefix = convert_checkpoint.convert(str(tmp_path / "hf"), str(tmp_path / "tf1" / "m.ckpt"),
+                                      "tf1",
+                                      bert_config_file=os.path.join(TINY, "bert_config.json"))
+  names = set(_model_tensors(prefix))
+  assert names == {checkpoints.variable_name(v) for v in encoder.variables}
+  assert not any(n.startswith("cls/") for n in names)
+
+
+def test_bad_inputs(tmp_path):
+  with pytest.raises(fileio.InputError, match="checkpoint not found"):
+    convert_checkpoint.convert(str(tmp_path / "nothing.ckpt"), str(tmp_path / "out"), "hf")
+  with pytest.raises(fileio.InputError, match="output_format"):
+    convert_checkpoint.convert(str(tmp_path), str(tmp_path / "out"), "onnx")
+  result = subprocess.run([PYTHON, "convert_checkpoint.py", "--output_format=hf"], cwd=ROOT,
+                          env=ENV, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2 and "--input is required" in result.stderr
