@@ -7,11 +7,11 @@ documents; only the text matters here). Two kinds, chosen with --model_type:
   tokenizer will split them later (tokenization.BasicTokenizer: cleaning, CJK, punctuation, and
   lower-casing with accent stripping when --do_lower_case), counted, and handed to
   tensorflow-text's WordPiece learner (`wordpiece_tokenizer_learner_lib`, the learner behind
-  `bert_vocab_from_dataset`), which searches for the count threshold that gives at most
-  --vocab_size tokens. The file starts with [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4), then
-  --num_unused [unusedN] slots for tokens added later, then every character alone and as a
-  "##" continuation (so a word of known characters never becomes [UNK]), then the learned
-  pieces by frequency.
+  `bert_vocab_from_dataset`) at the count threshold that gives about --vocab_size tokens (the
+  least frequent pieces cut if it gives more). The file starts with [PAD] [UNK] [CLS] [SEP]
+  [MASK] (ids 0-4), then --num_unused [unusedN] slots for tokens added later, then every
+  character alone and as a "##" continuation (so a word of known characters never becomes
+  [UNK]), then the learned pieces by frequency.
 * sentencepiece: a SentencePiece unigram model (`spm.model` + `spm.vocab`) trained with the
   sentencepiece library on the text as FullTokenizer(spm_model_file=...) will see it (ALBERT's
   normalisation: whitespace collapsed, accents stripped, lower-cased with --do_lower_case). Its
@@ -34,6 +34,9 @@ import fileio
 import tokenization
 
 FLAGS = flags.FLAGS
+
+# Words are split with tokenization.py's own (private) steps, exactly as the tokenizer splits them.
+# pylint: disable=protected-access
 
 
 def define_flags():
@@ -81,7 +84,7 @@ def count_words(sentences, do_lower_case):
   basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
   raw = collections.Counter()
   for sentence in sentences:
-    text = basic._tokenize_chinese_chars(basic._clean_text(sentence))  # pylint: disable=protected-access
+    text = basic._tokenize_chinese_chars(basic._clean_text(sentence))
     raw.update(text.split())
   words = collections.Counter()
   for word, count in raw.items():
@@ -93,19 +96,53 @@ def count_words(sentences, do_lower_case):
 def learn_wordpiece(word_counts, vocab_size, num_unused=0, max_unique_chars=1000):
   """Word counts -> the vocab as a list of tokens (special tokens first)."""
   # Only the learner's pure-Python module is used; importing it loads tensorflow-text's ops.
-  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
   reserved = list(tokenization.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
   if vocab_size <= len(reserved):
     raise fileio.InputError(f"--vocab_size={vocab_size} leaves no room beside the "
                             f"{len(reserved)} reserved tokens")
   if not word_counts:
     raise fileio.InputError("the corpus has no words")
-  # lower_thresh=1: on a small corpus even words seen once may earn a place. The learner searches
-  # for a count threshold whose vocab fits; thresholds are integers, so the closest may still be
-  # too big (at threshold 1 it returns whatever it got).
-  tokens = learner.learn(dict(word_counts), vocab_size, reserved, lower_thresh=1,
-                         max_unique_chars=max_unique_chars)
-  return _fit(tokens, reserved, vocab_size)
+  params = learner.Params(
+      upper_thresh=None, lower_thresh=1, num_iterations=4, max_input_tokens=-1,
+      max_token_length=50, max_unique_chars=max_unique_chars, vocab_size=vocab_size,
+      slack_ratio=0.05, include_joiner_token=True, joiner="##", reserved_tokens=reserved)
+  words = learner.get_input_words(list(word_counts.items()), reserved, params.max_token_length)
+  words = learner.filter_input_words(words, learner.get_allowed_chars(words, max_unique_chars),
+                                     params.max_input_tokens)
+  return _fit(_search_threshold(words, params, learner), reserved, vocab_size)
+
+
+def _search_threshold(words, params, learner):
+  """The vocab of the highest count threshold whose vocab still has >= vocab_size tokens.
+
+  The learner's own `learn` bisects thresholds on a linear scale; the vocab size falls roughly
+  like a power of the threshold, so bisecting the logarithm needs about half the learning passes
+  (each pass costs the same whatever the threshold). The result is cut to size by `_fit`.
+  """
+  target = params.vocab_size
+  sizes = {}
+
+  def vocab_at(threshold):
+    if threshold not in sizes:
+      sizes[threshold] = learner.learn_with_thresh(words, threshold, params)
+      logging.info("count threshold %d: %d tokens", threshold, len(sizes[threshold]))
+    return sizes[threshold]
+
+  low, high = 1, max(count for _, count in words) + 1  # size(low) >= target > size(high)
+  if len(vocab_at(low)) <= target:
+    return vocab_at(low)  # Even every word seen once does not fill the vocab.
+  while high - low > 1:
+    middle = min(max(int(round((low * high) ** 0.5)), low + 1), high - 1)
+    vocab = vocab_at(middle)
+    if target * (1 - params.slack_ratio) <= len(vocab) <= target:
+      return vocab
+    if len(vocab) > target:
+      low = middle
+    else:
+      high = middle
+  return vocab_at(low)
 
 
 def _fit(tokens, reserved, vocab_size):
@@ -154,7 +191,7 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
                         max_sentences=0, model_name="spm"):
   """Trains a SentencePiece unigram model; returns the path of `output_dir/spm.model`."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  sentences = (tokenization._preprocess_for_sentencepiece(s, do_lower_case)  # pylint: disable=protected-access
+  sentences = (tokenization._preprocess_for_sentencepiece(s, do_lower_case)
                for s in read_sentences(input_files, max_sentences))
   os.makedirs(output_dir, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=f".{model_name}.tmp-", dir=output_dir)

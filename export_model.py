@@ -43,6 +43,10 @@ import tokenization
 
 FLAGS = flags.FLAGS
 
+# The character tables are computed from tokenization.py's own private predicates, so that they
+# cannot drift from the reference tokenizer.
+# pylint: disable=protected-access
+
 # run_classifier / run_squad keep words up to this many characters; longer ones become [UNK].
 _MAX_INPUT_CHARS_PER_WORD = 200
 _SPACE = 0x20
@@ -127,13 +131,13 @@ class CharacterTables:
     categories = list(map(unicodedata.category, map(chr, range(0x110000))))
     drop, mapping = [], {}
     cased, ignorable = [], []
-    cjk_ranges = sorted(tokenization._CJK_RANGES)  # pylint: disable=protected-access
-    strip_accents = tokenization.BasicTokenizer(True)._run_strip_accents  # pylint: disable=protected-access
+    cjk_ranges = sorted(tokenization._CJK_RANGES)
+    strip_accents = tokenization.BasicTokenizer(True)._run_strip_accents
     for cp, category in enumerate(categories):
       if category in ("Cn", "Co", "Cs"):
         continue  # Unassigned or private use (no rule applies), surrogate (not in UTF-8 text).
       char = chr(cp)
-      cleaned = tokenization._cleaned_char(char)  # pylint: disable=protected-access
+      cleaned = tokenization._cleaned_char(char)
       if cleaned == "":
         drop.append(cp)
         continue
@@ -150,11 +154,11 @@ class CharacterTables:
           ignorable.append(cp)
       pieces = []
       for c in out:
-        if tokenization._is_punctuation(c) or c.isspace():  # pylint: disable=protected-access
+        if tokenization._is_punctuation(c) or c.isspace():
           pieces.extend([_SPACE, ord(c), _SPACE] if not c.isspace() else [_SPACE])
         else:
           pieces.append(ord(c))
-      if tokenization._is_chinese_char(cp):  # pylint: disable=protected-access
+      if tokenization._is_chinese_char(cp):
         pieces = [_SPACE] + pieces + [_SPACE]
         if pieces == [_SPACE, cp, _SPACE]:
           continue  # The default rule for CJK.
@@ -725,7 +729,7 @@ def _num_outputs_in_checkpoint(init_checkpoint):
   if kind == "hf":
     return None
   for name, shape in tf.train.list_variables(path):
-    if name in ("output_bias", "model/output_layer/output_bias" + checkpoints._VALUE_SUFFIX):  # pylint: disable=protected-access
+    if name in ("output_bias", "model/output_layer/output_bias" + checkpoints._VALUE_SUFFIX):
       return shape[0]
   return None
 
