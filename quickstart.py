@@ -1,0 +1,478 @@
+"""The whole system end to end, in a few minutes on a laptop CPU, with nothing to download.
+
+`make quickstart` (or `python quickstart.py`) builds its data from what every Python install has,
+the docstrings of the standard library (read from the source files with `ast`, nothing imported),
+and runs the project's own scripts on it, one subprocess each, exactly as a user would:
+
+ 1. corpus: one document per standard-library module, one sentence per line, in the pre-training
+    format; and a small classification task: which area of the library a sentence documents
+    (networking, files, text or concurrency), as train/dev/test .tsv files;
+ 2. build_vocab.py learns a WordPiece vocab from the corpus;
+ 3. create_pretraining_data.py writes masked-LM / next-sentence records;
+ 4. run_pretraining.py pre-trains a tiny BERT;
+ 5. run_classifier.py (--task_name=tsv) fine-tunes it on the task, evaluates and predicts;
+ 6. extract_features.py writes per-token vectors for two sentences;
+ 7. export_model.py exports the classifier (raw text in, label out) and the encoder (TF Hub
+    layout) as SavedModels; the classifier is then queried with a raw string;
+ 8. the pre-training and fine-tuning losses are read back from the TensorBoard logs and drawn
+    into a PNG (a small plotter below: no plotting library needed).
+
+Every artefact goes under --output_dir (default ./quickstart_output), each step's log in its
+logs/ folder, and a summary closes the run. --small is an even smaller setting, for the tests.
+"""
+
+import argparse
+import ast
+import glob
+import json
+import os
+import random
+import re
+import struct
+import subprocess
+import sys
+import sysconfig
+import time
+import zlib
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# The task's areas, by top-level module of the standard library (modules missing from this
+# Python's version are skipped).
+AREAS = {
+    "net": ("http", "urllib", "email", "smtplib", "imaplib", "poplib", "ftplib", "socket",
+            "socketserver", "ssl", "xmlrpc", "mailbox", "ipaddress", "nntplib", "wsgiref"),
+    "files": ("os", "shutil", "pathlib", "glob", "fnmatch", "tarfile", "zipfile", "tempfile",
+              "filecmp", "gzip", "bz2", "lzma", "ntpath", "posixpath", "genericpath", "stat",
+              "fileinput", "zipimport", "dbm", "shelve"),
+    "text": ("string", "re", "textwrap", "difflib", "html", "codecs", "gettext", "locale", "csv",
+             "json", "stringprep", "tokenize", "shlex", "pprint", "reprlib", "sre_parse",
+             "sre_compile"),
+    "concurrency": ("threading", "multiprocessing", "concurrent", "asyncio", "queue", "sched",
+                    "subprocess", "selectors", "_threading_local", "contextvars"),
+}
+# Parts of the standard library that are tests, tools or GUI demos rather than documentation.
+_SKIPPED = {"test", "idlelib", "lib2to3", "site-packages", "tkinter", "turtledemo", "ensurepip",
+            "pydoc_data", "this", "antigravity", "__phello__"}
+
+SETTINGS = {
+    # name: vocab size, sentences read for the vocab, hidden size, layers, sequence length,
+    # pre-training steps, examples per area, fine-tuning epochs.
+    "default": dict(vocab_size=3000, vocab_sentences=6000, hidden=64, layers=2, seq=64,
+                    pretrain_steps=400, per_area=500, epochs=4.0),
+    "small": dict(vocab_size=1200, vocab_sentences=2000, hidden=32, layers=1, seq=32,
+                  pretrain_steps=40, per_area=60, epochs=1.0),
+}
+
+QUERIES = ["Open a connection to the mail server and send the message.",
+           "Copy the directory tree and remove the temporary files.",
+           "Split the string on whitespace and return the list of words.",
+           "Start a worker thread and wait until the queue is empty."]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data from the standard library's docstrings.
+
+
+def stdlib_modules():
+  """[(top-level module name, [its .py files])] of this Python's standard library, sorted."""
+  stdlib = sysconfig.get_paths()["stdlib"]
+  modules = []
+  for name in sorted(os.listdir(stdlib)):
+    path = os.path.join(stdlib, name)
+    if name.endswith(".py") and name[:-3] not in _SKIPPED:
+      modules.append((name[:-3], [path]))
+    elif (os.path.isdir(path) and name not in _SKIPPED
+          and os.path.exists(os.path.join(path, "__init__.py"))):
+      files = []
+      for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in ("test", "tests", "__pycache__"))
+        files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(".py"))
+      modules.append((name, files))
+  return modules
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
+
+
+def docstring_sentences(files):
+  """The prose sentences of the docstrings in `files` (module, class and function docstrings).
+
+  Code examples, indented blocks, parameter lists and other non-prose lines are left out: a
+  paragraph is kept when none of its lines is indented or an interactive example, and a
+  sentence when it has 4 to 60 words and is mostly letters.
+  """
+  sentences = []
+  for path in files:
+    try:
+      with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+      continue
+    for node in ast.walk(tree):
+      if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      doc = ast.get_docstring(node)
+      if not doc:
+        continue
+      for paragraph in re.split(r"\n\s*\n", doc):
+        lines = paragraph.split("\n")
+        if any(l.startswith((" ", "\t", ">>>", "...", ":", "-", "*")) for l in lines):
+          continue
+        for sentence in _SENTENCE_END.split(" ".join(l.strip() for l in lines)):
+          words = sentence.split()
+          letters = sum(c.isalpha() for c in sentence)
+          if 4 <= len(words) <= 60 and letters >= 0.7 * len(sentence.replace(" ", "")):
+            sentences.append(" ".join(words))
+  return sentences
+
+
+def build_data(data_dir, per_area, seed=12345):
+  """Writes corpus.txt and task/{train,dev,test}.tsv; returns a dict of counts."""
+  modules = [(name, docstring_sentences(files)) for name, files in stdlib_modules()]
+  modules = [(name, sentences) for name, sentences in modules if sentences]
+  os.makedirs(os.path.join(data_dir, "task"), exist_ok=True)
+  corpus = os.path.join(data_dir, "corpus.txt")
+  _write_text(corpus, "".join("\n".join(s) + "\n\n" for _, s in modules))
+
+  area_of = {module: area for area, names in AREAS.items() for module in names}
+  rng = random.Random(seed)
+  rows = {"train": [], "dev": [], "test": []}
+  for area in AREAS:
+    pool = sorted({s for name, sentences in modules if area_of.get(name) == area
+                   for s in sentences if "\t" not in s})
+    rng.shuffle(pool)
+    pool = pool[:per_area]
+    cut_train, cut_dev = int(0.7 * len(pool)), int(0.85 * len(pool))
+    rows["train"] += [(s, area) for s in pool[:cut_train]]
+    rows["dev"] += [(s, area) for s in pool[cut_train:cut_dev]]
+    rows["test"] += [(s, area) for s in pool[cut_dev:]]
+  for split, examples in rows.items():
+    rng.shuffle(examples)
+    _write_text(os.path.join(data_dir, "task", f"{split}.tsv"),
+                "sentence\tlabel\n" + "".join(f"{s}\t{a}\n" for s, a in examples))
+  return {"documents": len(modules), "sentences": sum(len(s) for _, s in modules),
+          **{f"{split}_examples": len(examples) for split, examples in rows.items()}}
+
+
+def _write_text(path, text):
+  """Temporary name, then rename: a half-written file never appears under its final name."""
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the scripts.
+
+
+class Runner:
+  """Runs each step as a subprocess of this Python, its output in logs/<step>.log."""
+
+  def __init__(self, output_dir):
+    self.log_dir = os.path.join(output_dir, "logs")
+    os.makedirs(self.log_dir, exist_ok=True)
+    self.env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    self.timings = {}
+
+  def __call__(self, step, script, **flags):
+    args = [sys.executable, os.path.join(ROOT, script)]
+    args += [f"--{k}={v}" if not isinstance(v, bool) else (f"--{k}" if v else f"--no{k}")
+             for k, v in flags.items()]
+    log = os.path.join(self.log_dir, f"{step}.log")
+    print(f"[{step}] {script} ...", flush=True)
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as f:
+      f.write(" ".join(args) + "\n\n")
+      f.flush()
+      result = subprocess.run(args, cwd=ROOT, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+    self.timings[step] = time.monotonic() - start
+    if result.returncode != 0:
+      with open(log, encoding="utf-8") as f:
+        tail = f.read()[-3000:]
+      raise SystemExit(f"\n[{step}] FAILED (exit {result.returncode}); end of {log}:\n{tail}")
+    print(f"[{step}] done in {self.timings[step]:.0f} s (log: {log})", flush=True)
+    return log
+
+
+def _results(path):
+  """eval_results.txt -> {key: float}."""
+  with open(path, encoding="utf-8") as f:
+    return {k: float(v) for k, v in (line.strip().split(" = ") for line in f if " = " in line)}
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorBoard scalars and a PNG line plot, with no plotting library.
+
+
+def read_scalars(log_dir, tag):
+  """[(step, value)] of a scalar written with tf.summary.scalar into `log_dir`'s event files."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
+  points = {}
+  for path in sorted(glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))):
+    for record in tf.data.TFRecordDataset(path):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == tag:
+          number = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                    else value.simple_value)
+          points[event.step] = number
+  return sorted(points.items())
+
+
+# A 5x7 pixel font for the plot's labels: each glyph is 7 rows of 5 bits.
+_GLYPHS = {
+    "0": "01110 10001 10011 10101 11001 10001 01110",
+    "1": "00100 01100 00100 00100 00100 00100 01110",
+    "2": "01110 10001 00001 00010 00100 01000 11111",
+    "3": "11111 00010 00100 00010 00001 10001 01110",
+    "4": "00010 00110 01010 10010 11111 00010 00010",
+    "5": "11111 10000 11110 00001 00001 10001 01110",
+    "6": "00110 01000 10000 11110 10001 10001 01110",
+    "7": "11111 00001 00010 00100 01000 01000 01000",
+    "8": "01110 10001 10001 01110 10001 10001 01110",
+    "9": "01110 10001 10001 01111 00001 00010 01100",
+    ".": "00000 00000 00000 00000 00000 01100 01100",
+    "-": "00000 00000 00000 11111 00000 00000 00000",
+    " ": "00000 00000 00000 00000 00000 00000 00000",
+    "a": "00000 00000 01110 00001 01111 10001 01111",
+    "e": "00000 00000 01110 10001 11111 10000 01110",
+    "f": "00110 01001 01000 11100 01000 01000 01000",
+    "g": "00000 01111 10001 10001 01111 00001 01110",
+    "i": "00100 00000 01100 00100 00100 00100 01110",
+    "l": "01100 00100 00100 00100 00100 00100 01110",
+    "n": "00000 00000 10110 11001 10001 10001 10001",
+    "o": "00000 00000 01110 10001 10001 10001 01110",
+    "p": "00000 00000 11110 10001 11110 10000 10000",
+    "r": "00000 00000 10110 11001 10000 10000 10000",
+    "s": "00000 00000 01110 10000 01110 00001 11110",
+    "t": "01000 01000 11100 01000 01000 01001 00110",
+    "u": "00000 00000 10001 10001 10001 10011 01101",
+}
+
+
+class Canvas:
+  """An RGB image with lines and text, written as a PNG with zlib and struct."""
+
+  def __init__(self, width, height):
+    self.width, self.height = width, height
+    self.pixels = bytearray(b"\xff" * (3 * width * height))
+
+  def dot(self, x, y, color):
+    if 0 <= x < self.width and 0 <= y < self.height:
+      i = 3 * (y * self.width + x)
+      self.pixels[i:i + 3] = bytes(color)
+
+  def line(self, x0, y0, x1, y1, color, width=1):
+    steps = max(abs(x1 - x0), abs(y1 - y0), 1)
+    for i in range(steps + 1):
+      x = round(x0 + (x1 - x0) * i / steps)
+      y = round(y0 + (y1 - y0) * i / steps)
+      for dx in range(width):
+        for dy in range(width):
+          self.dot(x + dx, y + dy, color)
+
+  def text(self, x, y, text, color=(0, 0, 0), scale=2):
+    for k, char in enumerate(text):
+      rows = _GLYPHS.get(char, _GLYPHS[" "]).split()
+      for r, row in enumerate(rows):
+        for c, bit in enumerate(row):
+          if bit == "1":
+            for dx in range(scale):
+              for dy in range(scale):
+                self.dot(x + (6 * k + c) * scale + dx, y + r * scale + dy, color)
+
+  def save(self, path):
+    raw = b"".join(b"\x00" + bytes(self.pixels[3 * self.width * y:3 * self.width * (y + 1)])
+                   for y in range(self.height))
+
+    def chunk(kind, data):
+      return (struct.pack(">I", len(data)) + kind + data
+              + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    png = (b"\x89PNG\r\n\x1a\n"
+           + chunk(b"IHDR", struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+      f.write(png)
+    os.replace(tmp, path)
+
+
+def _label(value):
+  return f"{value:.3g}"
+
+
+def plot_losses(path, panels):
+  """One panel per (title, [(step, value)], color), side by side; axes labelled with the first
+  and last step and the lowest and highest value."""
+  panel_w, height = 420, 320
+  canvas = Canvas(panel_w * len(panels), height)
+  for p, (title, points, color) in enumerate(panels):
+    left, right = p * panel_w + 70, (p + 1) * panel_w - 20
+    top, bottom = 40, height - 40
+    canvas.text(left, 10, title)
+    canvas.line(left, top, left, bottom, (90, 90, 90))
+    canvas.line(left, bottom, right, bottom, (90, 90, 90))
+    if not points:
+      continue
+    steps = [s for s, _ in points]
+    values = [v for _, v in points]
+    lo, hi = min(values), max(values)
+    span_v, span_s = (hi - lo) or 1.0, (steps[-1] - steps[0]) or 1
+    xy = [(left + round((s - steps[0]) / span_s * (right - left)),
+           bottom - round((v - lo) / span_v * (bottom - top))) for s, v in points]
+    for (x0, y0), (x1, y1) in zip(xy, xy[1:]):
+      canvas.line(x0, y0, x1, y1, color, width=2)
+    if len(xy) == 1:
+      canvas.line(xy[0][0] - 2, xy[0][1], xy[0][0] + 2, xy[0][1], color, width=3)
+    canvas.text(p * panel_w + 4, top - 4, _label(hi), scale=1)
+    canvas.text(p * panel_w + 4, bottom - 6, _label(lo), scale=1)
+    canvas.text(left, bottom + 8, str(steps[0]), scale=1)
+    last = str(steps[-1])
+    canvas.text(right - 6 * len(last), bottom + 8, last, scale=1)
+    canvas.text((left + right) // 2 - 12, bottom + 20, "step", scale=1)
+  canvas.save(path)
+  return path
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--output_dir", default=os.path.join(ROOT, "quickstart_output"),
+                      help="Where every artefact goes (default: ./quickstart_output).")
+  parser.add_argument("--small", action="store_true",
+                      help="An even smaller setting (a minute or so), for the tests.")
+  args = parser.parse_args(argv)
+  s = SETTINGS["small" if args.small else "default"]
+  out = os.path.abspath(args.output_dir)
+  os.makedirs(out, exist_ok=True)
+  paths = {name: os.path.join(out, name) for name in
+           ("data", "vocab", "pretraining_data", "pretraining", "classifier", "features",
+            "export")}
+  run = Runner(out)
+  start = time.monotonic()
+
+  print(f"[data] standard-library docstrings -> {paths['data']} ...", flush=True)
+  t = time.monotonic()
+  counts = build_data(paths["data"], s["per_area"])
+  print(f"[data] {counts['documents']} modules, {counts['sentences']} sentences; task: "
+        f"{counts['train_examples']} train / {counts['dev_examples']} dev / "
+        f"{counts['test_examples']} test ({time.monotonic() - t:.0f} s)", flush=True)
+  corpus = os.path.join(paths["data"], "corpus.txt")
+  task_dir = os.path.join(paths["data"], "task")
+  labels = ",".join(AREAS)
+
+  run("vocab", "build_vocab.py", input_file=corpus, output_dir=paths["vocab"],
+      vocab_size=s["vocab_size"], max_sentences=s["vocab_sentences"])
+  vocab = os.path.join(paths["vocab"], "vocab.txt")
+  with open(vocab, encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)
+
+  records = os.path.join(paths["pretraining_data"], "pretraining.tfrecord")
+  seq, predictions = s["seq"], max(2, s["seq"] * 15 // 100)
+  run("pretraining_data", "create_pretraining_data.py", input_file=corpus, output_file=records,
+      vocab_file=vocab, max_seq_length=seq, max_predictions_per_seq=predictions, dupe_factor=2,
+      num_workers=1)
+
+  os.makedirs(paths["pretraining"], exist_ok=True)
+  config_file = os.path.join(paths["pretraining"], "bert_config.json")
+  hidden = s["hidden"]
+  _write_text(config_file, json.dumps(dict(
+      vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=s["layers"],
+      num_attention_heads=max(1, hidden // 32), intermediate_size=4 * hidden,
+      max_position_embeddings=max(64, seq), type_vocab_size=2, hidden_act="gelu",
+      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, initializer_range=0.02),
+      indent=2) + "\n")
+  steps = s["pretrain_steps"]
+  run("pretraining", "run_pretraining.py", input_file=records, output_dir=paths["pretraining"],
+      bert_config_file=config_file, max_seq_length=seq, max_predictions_per_seq=predictions,
+      do_train=True, do_eval=True, train_batch_size=32, eval_batch_size=32, learning_rate=1e-3,
+      num_train_steps=steps, num_warmup_steps=steps // 10, iterations_per_loop=max(steps // 40, 1),
+      save_checkpoints_steps=steps, max_eval_steps=10)
+  pretrain_results = _results(os.path.join(paths["pretraining"], "eval_results.txt"))
+
+  run("fine_tuning", "run_classifier.py", task_name="tsv", data_dir=task_dir,
+      text_a_column="sentence", label_column="label", labels=labels, vocab_file=vocab,
+      bert_config_file=config_file, init_checkpoint=paths["pretraining"],
+      output_dir=paths["classifier"], max_seq_length=seq, do_train=True, do_eval=True,
+      do_predict=True, train_batch_size=16, learning_rate=5e-4,
+      num_train_epochs=s["epochs"], iterations_per_loop=5, save_checkpoints_steps=100000)
+  eval_results = _results(os.path.join(paths["classifier"], "eval_results.txt"))
+
+  features = os.path.join(paths["features"], "features.jsonl")
+  if os.path.exists(os.path.join(ROOT, "extract_features.py")):
+    os.makedirs(paths["features"], exist_ok=True)
+    features_input = os.path.join(paths["features"], "input.txt")
+    _write_text(features_input, f"{QUERIES[0]}\n{QUERIES[1]} ||| {QUERIES[2]}\n")
+    run("features", "extract_features.py", input_file=features_input, output_file=features,
+        vocab_file=vocab, bert_config_file=config_file, init_checkpoint=paths["pretraining"],
+        max_seq_length=seq, layers="-1,-2", batch_size=8)
+  else:
+    features = None
+    print("[features] extract_features.py is not in this checkout: skipped", flush=True)
+
+  classifier_model = os.path.join(paths["export"], "classifier")
+  run("export_classifier", "export_model.py", model_type="classifier",
+      init_checkpoint=paths["classifier"], bert_config_file=config_file, vocab_file=vocab,
+      labels=labels, max_seq_length=seq, export_dir=classifier_model)
+  encoder_model = os.path.join(paths["export"], "encoder")
+  if not args.small:
+    run("export_encoder", "export_model.py", model_type="encoder",
+        init_checkpoint=paths["pretraining"], bert_config_file=config_file, vocab_file=vocab,
+        export_dir=encoder_model)
+
+  print("[query] loading the exported classifier ...", flush=True)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  serving = tf.saved_model.load(classifier_model).signatures["serving_default"]
+  answers = serving(text_a=tf.constant(QUERIES))
+
+  plot = plot_losses(os.path.join(out, "losses.png"), [
+      ("pre-training loss", read_scalars(os.path.join(paths["pretraining"], "train"), "loss"),
+       (31, 119, 180)),
+      ("fine-tuning loss", read_scalars(os.path.join(paths["classifier"], "train"), "loss"),
+       (255, 127, 14)),
+  ])
+
+  print("\n=== Quick start summary ===")
+  print(f"Corpus (stdlib docstrings):  {corpus}  ({counts['documents']} documents, "
+        f"{counts['sentences']} sentences)")
+  print(f"Task (which library area):   {task_dir}/{{train,dev,test}}.tsv  labels: {labels}")
+  print(f"WordPiece vocab:             {vocab}  ({vocab_size} tokens)")
+  print(f"Pre-training records:        {records}")
+  print(f"Pre-trained BERT:            {paths['pretraining']}  (hidden {hidden}, "
+        f"{s['layers']} layer(s), {steps} steps; masked-LM accuracy "
+        f"{pretrain_results.get('masked_lm_accuracy', float('nan')):.3f}, loss "
+        f"{pretrain_results.get('loss', float('nan')):.3f})")
+  print(f"Fine-tuned classifier:       {paths['classifier']}  (dev accuracy "
+        f"{eval_results.get('eval_accuracy', float('nan')):.3f} on "
+        f"{int(eval_results.get('eval_examples', 0))} examples; chance is "
+        f"{1 / len(AREAS):.2f})")
+  print(f"Test-set predictions:        {os.path.join(paths['classifier'], 'test_results.tsv')}")
+  if features:
+    print(f"Token features (JSON lines): {features}")
+  print(f"Classifier SavedModel:       {classifier_model}")
+  if not args.small:
+    print(f"Encoder SavedModel (TF Hub): {encoder_model}")
+  print(f"TensorBoard logs:            tensorboard --logdir {out}")
+  print(f"Loss plot:                   {plot}")
+  print("Queries of the SavedModel with raw strings:")
+  for text, label, probs in zip(QUERIES, answers["label"].numpy(),
+                                answers["probabilities"].numpy()):
+    print(f"  {label.decode():12s} p={probs.max():.2f}  {text}")
+  cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+  print(f"Try it yourself: {cli} run --dir {classifier_model} --tag_set serve "
+        "--signature_def serving_default --input_exprs 'text_a=[\"Read the next line from the "
+        "file.\"]'")
+  timings = ", ".join(f"{k} {v:.0f} s" for k, v in run.timings.items())
+  print(f"Steps: {timings}")
+  print(f"Total: {time.monotonic() - start:.0f} s")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
