@@ -214,8 +214,7 @@ class Trainer:
     """One optimizer step on this replica's `accumulation` micro-batches (leading axis)."""
     ctx = tf.distribute.get_replica_context()
     step = self.optimizer.iterations
-    grads = [tf.zeros_like(v) for v in self.variables]
-    totals = None
+    grads, totals = None, None
     loss_scale = self.optimizer.loss_scale
     for i in range(self.accumulation):
       features = {k: v[i] for k, v in stack.items()}
@@ -229,8 +228,10 @@ class Trainer:
         loss /= self.accumulation
         if loss_scale is not None:
           loss *= loss_scale.scale
-      grads = [a + tf.convert_to_tensor(g) for a, g in zip(grads, tape.gradient(
-          loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO))]
+      # Variables the loss does not reach (the pooler under a span head) get zero gradients.
+      new = [tf.convert_to_tensor(g) for g in tape.gradient(
+          loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+      grads = new if grads is None else [a + g for a, g in zip(grads, new)]
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
     grads = ctx.all_reduce("SUM", grads)
@@ -243,12 +244,15 @@ class Trainer:
 
   @tf.function
   def _train_loop(self, iterator, num_steps):
-    totals = None
-    for _ in tf.range(num_steps):
-      stats = _reduce_stats(self.strategy, self.strategy.run(self._replica_step,
-                                                             args=(next(iterator),)))
-      totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
-                                             for k, (s, c) in stats.items()}
+    def one_step():
+      return _reduce_stats(self.strategy, self.strategy.run(self._replica_step,
+                                                            args=(next(iterator),)))
+
+    # The first step outside the loop gives the accumulators their structure (and lets a
+    # tracing error in the step surface as itself rather than as a loop-variable error).
+    totals = one_step()
+    for _ in tf.range(num_steps - 1):
+      totals = {k: (totals[k][0] + s, totals[k][1] + c) for k, (s, c) in one_step().items()}
     return totals
 
   # --- the loop -----------------------------------------------------------------------------
