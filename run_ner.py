@@ -5,7 +5,8 @@ blank lines between sentences, -DOCSTART- lines between documents) into sentence
 sentence into WordPiece features where a word's tag sits on its first sub-token (the other
 sub-tokens, [CLS], [SEP] and padding get weight 0 and do not count in the loss or the scores, as
 in the BERT paper), and mapping token predictions back to one tag per word so `metrics.py` can
-score entities as conlleval does. Fine-tuning itself lives in `training.py` and `modeling.py`.
+score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with the shared loop of
+`training.py`, scores the dev set at entity level (eval_results.txt) and tags the test set.
 """
 
 import collections
@@ -13,31 +14,36 @@ import os
 
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 import fileio
 import input_pipeline
+import metrics
+import modeling
 import tokenization
+import training
 
 FLAGS = flags.FLAGS
+training.define_fine_tuning_flags()
 
 ## Required parameters
 flags.DEFINE_string(
     "data_dir", None,
     "Directory with the CoNLL files train.txt, valid.txt (or dev.txt) and test.txt.")
 
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string("vocab_file", None,
+                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
 
 flags.DEFINE_string(
     "output_dir", None,
-    "The output directory where the model checkpoints (and feature files, predictions) will be "
-    "written.")
+    "Directory for checkpoints, feature TFRecord files, eval_results.txt and predictions.")
 
 ## Other parameters
 flags.DEFINE_bool(
     "do_lower_case", True,
-    "Whether to lower case the input text. Should be True for uncased models and False for "
-    "cased models (the BERT paper used cased models for NER).")
+    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
+    "checkpoints, False for cased ones (the BERT paper's NER numbers are from cased models).")
 
 flags.DEFINE_integer(
     "max_seq_length", 128,
@@ -49,11 +55,13 @@ flags.DEFINE_list(
     "The tags, comma-separated, in the order of the output units. Default: CoNLL-2003's "
     "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC.")
 
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_train", False, "Fine-tune on train.txt.")
 
-flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+flags.DEFINE_bool("do_eval", False,
+                  "Score valid.txt (or dev.txt) at entity level, as conlleval does.")
 
-flags.DEFINE_bool("do_predict", False, "Whether to tag the test set.")
+flags.DEFINE_bool("do_predict", False,
+                  "Tag test.txt into test_predictions.txt (word, gold tag, predicted tag).")
 
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -219,8 +227,7 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
       label_weights += [0.0] * padding
 
       if example_index < 5:
-        logging.info("*** Example ***")
-        logging.info("guid: %s", example.guid)
+        logging.info("Features of sentence %s:", example.guid)
         logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
         logging.info("label_ids: %s", " ".join(str(x) for x in label_ids))
         logging.info("label_weights: %s", " ".join(str(int(x)) for x in label_weights))
@@ -241,18 +248,27 @@ def create_float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
+def _padding_feature(max_seq_length):
+  """A record of zeros with no labelled position (weight 0 everywhere): fills the last batch."""
+  zeros = [0] * max_seq_length
+  return InputFeatures(zeros, zeros, zeros, zeros, [0.0] * max_seq_length, -1, 0, [])
+
+
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                            output_file):
+                                            output_file, pad_to_multiple=1):
   """Writes the features of `examples` to a TFRecord file atomically; returns the features.
 
   Records: input_ids, input_mask, segment_ids, label_ids ([max_seq_length] int64) and
   label_weights ([max_seq_length] float). The returned InputFeatures map predictions back to
-  words (`word_predictions`).
+  words (`word_predictions`). With `pad_to_multiple`, records of zeros (weight 0, not among the
+  returned features) follow the real ones up to a multiple of it, so prediction batches all have
+  one shape without dropping a sentence.
   """
   features = convert_examples_to_features(examples, label_list, max_seq_length, tokenizer)
+  padding = [_padding_feature(max_seq_length)] * (-len(features) % pad_to_multiple)
   with fileio.atomic_path(output_file) as tmp_file:
     with tf.io.TFRecordWriter(tmp_file) as writer:
-      for feature in features:
+      for feature in features + padding:
         record = collections.OrderedDict()
         record["input_ids"] = create_int_feature(feature.input_ids)
         record["input_mask"] = create_int_feature(feature.input_mask)
@@ -322,12 +338,110 @@ def write_conll_predictions(output_file, examples, predicted_tags):
       writer.write("\n")
 
 
+def ner_losses(features, outputs):
+  """Cross-entropy and accuracy over the labelled positions (each word's first sub-token) as
+  training.py wants them: {name: (sum, count)}; other positions and padding weigh 0."""
+  nll, count, correct = modeling.softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       features["label_weights"])
+  return {"ner_loss": (nll, count), "accuracy": (correct, count)}
+
+
+def _tag(trainer, examples, name, label_list, tokenizer):
+  """Runs the model over `examples` with --{name}_batch_size; returns (one predicted tag per
+  word per sentence, mean cross-entropy over the labelled words)."""
+  flag_name = f"{name}_batch_size"
+  global_batch = FLAGS[flag_name].value
+  batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
+  record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
+  features = file_based_convert_examples_to_features(
+      examples, label_list, FLAGS.max_seq_length, tokenizer, record_file,
+      pad_to_multiple=global_batch)
+  input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
+                                         drop_remainder=True)
+  predicted, nll, count = [], 0.0, 0.0
+  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
+    logits = batch["logits"]
+    predicted.append(logits.argmax(-1))
+    log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+    gold = np.take_along_axis(log_probs, batch["label_ids"][..., None], axis=-1)[..., 0]
+    nll -= float((gold * batch["label_weights"]).sum())
+    count += float(batch["label_weights"].sum())
+  # Padding records come last, beyond the real features that word_predictions reads.
+  tags = word_predictions(examples, features, np.concatenate(predicted), label_list)
+  return tags, nll / max(count, 1.0)
+
+
 def main(_):
-  raise NotImplementedError("training wiring lands with training.py")
+  tf.random.set_seed(FLAGS.seed)
+  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
+  for name in ("data_dir", "vocab_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                           FLAGS.max_seq_length)
+  processor = ConllProcessor(FLAGS.labels)
+  label_list = processor.get_labels()
+  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+
+  strategy = training.strategy_from_flags()
+  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
+  if FLAGS.do_train:
+    train_examples = processor.get_train_examples(FLAGS.data_dir)
+    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
+        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion)
+  with strategy.scope():
+    model = modeling.BertTokenClassifier(config, len(label_list),
+                                         training.compute_dtype_from_flags())
+    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
+                                                     num_warmup_steps)
+  trainer = training.Trainer(strategy, model, ner_losses, optimizer,
+                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+
+  if FLAGS.do_train:
+    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
+                                            FLAGS.gradient_accumulation_steps)
+    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+    features = file_based_convert_examples_to_features(train_examples, label_list,
+                                                       FLAGS.max_seq_length, tokenizer,
+                                                       train_file)
+    logging.info("Training on %d sentences (%d sequences), %d steps (%d warm-up), batch %d",
+                 len(train_examples), len(features), num_train_steps, num_warmup_steps,
+                 FLAGS.train_batch_size)
+    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
+                                           drop_remainder=True, seed=FLAGS.seed)
+    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
+                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                  steps_per_loop=FLAGS.iterations_per_loop,
+                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+  else:
+    trainer.restore_or_initialize(init_fn)
+
+  if FLAGS.do_eval:
+    examples = processor.get_dev_examples(FLAGS.data_dir)
+    tags, loss = _tag(trainer, examples, "eval", label_list, tokenizer)
+    result = metrics.conll_evaluate([e.labels for e in examples], tags)
+    logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
+    summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+    summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
+                   eval_examples=len(examples))
+    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+
+  if FLAGS.do_predict:
+    examples = processor.get_test_examples(FLAGS.data_dir)
+    tags, _ = _tag(trainer, examples, "predict", label_list, tokenizer)
+    output_file = os.path.join(FLAGS.output_dir, "test_predictions.txt")
+    write_conll_predictions(output_file, examples, tags)
+    logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("data_dir")
-  flags.mark_flag_as_required("vocab_file")
-  flags.mark_flag_as_required("output_dir")
   fileio.run_main(main)

@@ -1,94 +1,101 @@
 """BERT fine-tuning for extractive question answering on SQuAD 1.1 and 2.0.
 
-The data half of the task, with the original BERT's rules so that scores stay comparable:
-reading the SQuAD JSON into whitespace-split documents with character-to-word answer offsets,
-cutting each document into overlapping windows ([CLS] question [SEP] window [SEP]) with the
-answer span re-aligned to WordPiece tokens, writing those features to a TFRecord file, and turning
-the model's start/end logits back into answer text (n-best search, projection of WordPiece spans
-onto the original text, SQuAD 2.0 no-answer threshold). Fine-tuning itself lives in `training.py`
-and `modeling.py`; scoring in `evaluate_squad.py`.
+The data half keeps the original BERT's rules so that scores stay comparable: the SQuAD JSON is
+read into whitespace-split documents with character-to-word answer offsets, each document is cut
+into overlapping windows ([CLS] question [SEP] window [SEP]) with the answer span re-aligned to
+WordPiece tokens, the features go to a TFRecord file, and the model's start/end logits are turned
+back into answer text (n-best search, projection of WordPiece spans onto the original text, the
+SQuAD 2.0 no-answer threshold). `main` fine-tunes a `BertSpanLabeler` with the shared loop of
+`training.py`, writes predictions.json / nbest_predictions.json (/ null_odds.json), and scores them
+with `evaluate_squad.py` when the predict file has answers.
 """
 
 import collections
 import json
 import math
+import os
+import random
 
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+import evaluate_squad
 import fileio
 import input_pipeline
+import modeling
 import tokenization
+import training
 
 FLAGS = flags.FLAGS
+training.define_fine_tuning_flags()
 
 ## Required parameters
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string("vocab_file", None,
+                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
 
 flags.DEFINE_string(
     "output_dir", None,
-    "The output directory where the model checkpoints (and feature files, predictions) will be "
-    "written.")
+    "Directory for checkpoints, feature TFRecord files, predictions and eval_results.txt.")
 
 ## Other parameters
-flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
+flags.DEFINE_string("train_file", None, "SQuAD JSON to fine-tune on (e.g. train-v1.1.json).")
 
 flags.DEFINE_string(
-    "predict_file", None, "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
+    "predict_file", None,
+    "SQuAD JSON to answer (e.g. dev-v1.1.json). When its questions carry answers, the "
+    "predictions are also scored (eval_results.txt).")
 
 flags.DEFINE_bool(
     "do_lower_case", True,
-    "Whether to lower case the input text. Should be True for uncased models and False for "
-    "cased models.")
+    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
+    "checkpoints, False for cased ones.")
 
 flags.DEFINE_integer(
     "max_seq_length", 384,
-    "The maximum total input sequence length after WordPiece tokenization. Sequences longer than "
-    "this will be truncated, and sequences shorter than this will be padded.")
+    "Length in WordPiece tokens of every window ([CLS] question [SEP] context [SEP]); shorter "
+    "windows are zero-padded.")
 
 flags.DEFINE_integer(
     "doc_stride", 128,
-    "When splitting up a long document into chunks, how much stride to take between chunks.")
+    "Contexts longer than one window are cut into windows starting this many tokens apart.")
 
 flags.DEFINE_integer(
     "max_query_length", 64,
-    "The maximum number of tokens for the question. Questions longer than this will be "
-    "truncated to this length.")
+    "Questions are cut to this many WordPiece tokens.")
 
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_train", False, "Fine-tune on --train_file.")
 
-flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
+flags.DEFINE_bool("do_predict", False, "Answer the questions of --predict_file.")
 
 flags.DEFINE_integer(
     "n_best_size", 20,
-    "The total number of n-best predictions to generate in the nbest_predictions.json output "
-    "file.")
+    "How many candidate answers per question to keep (and list in nbest_predictions.json).")
 
 flags.DEFINE_integer(
     "max_answer_length", 30,
-    "The maximum length of an answer that can be generated. This is needed because the start and "
-    "end predictions are not conditioned on one another.")
+    "Longest answer, in WordPiece tokens, that a prediction may have; start and end are "
+    "predicted independently, so without a limit a span could cover the whole window.")
 
 flags.DEFINE_bool(
     "verbose_logging", False,
-    "If true, all of the warnings related to data processing will be printed. A number of "
-    "warnings are expected for a normal SQuAD evaluation.")
+    "Log every answer whose WordPiece text could not be mapped back onto the context (some are "
+    "normal on SQuAD).")
 
 flags.DEFINE_bool(
     "version_2_with_negative", False,
-    "If true, the SQuAD examples contain some that do not have an answer.")
+    "SQuAD 2.0 data: questions may be unanswerable (is_impossible) and the model may answer "
+    "nothing.")
 
 flags.DEFINE_float(
     "null_score_diff_threshold", 0.0,
-    "If null_score - best_non_null is greater than the threshold predict null.")
+    "SQuAD 2.0: answer nothing when the no-answer score exceeds the best span's score by more "
+    "than this.")
 
 
 class SquadExample:
-  """A single training/test example for question answering.
-
-  For examples without an answer, the start and end position are -1.
-  """
+  """One question on one context; start/end positions are whitespace-word indexes (-1 and -1
+  for an unanswerable SQuAD 2.0 question)."""
 
   def __init__(self,
                qas_id,
@@ -121,7 +128,7 @@ class SquadExample:
 
 
 class InputFeatures:
-  """A single set of features of data: one window of one example."""
+  """The model inputs of one window of one question, and the maps back to its words."""
 
   def __init__(self,
                unique_id,
@@ -188,7 +195,7 @@ def _field(container, key, kind, where, input_file):
 
 
 def read_squad_examples(input_file, is_training, version_2_with_negative=False, skipped=None):
-  """Reads a SQuAD json file into a list of SquadExample.
+  """SquadExamples of every question of a SQuAD JSON file.
 
   In training, each answerable question's first answer is located in the whitespace-split context.
   An answer whose offsets do not reproduce its text (a bad answer_start, or Unicode the split
@@ -364,7 +371,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
           all_doc_tokens, tok_start_position, tok_end_position, tokenizer,
           example.orig_answer_text)
 
-    # The -3 accounts for [CLS], [SEP] and [SEP]
+    # [CLS], [SEP] and [SEP] take three positions besides the question.
     max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
 
     # Documents longer than the maximum sequence length are cut into overlapping windows of up to
@@ -406,10 +413,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
 
       input_ids = tokenizer.convert_tokens_to_ids(tokens)
 
-      # The mask has 1 for real tokens and 0 for padding tokens. Only real tokens are attended to.
+      # Attention sees the real tokens (mask 1), never the zero padding (mask 0).
       input_mask = [1] * len(input_ids)
 
-      # Zero-pad up to the sequence length.
       padding = max_seq_length - len(input_ids)
       input_ids += [0] * padding
       input_mask += [0] * padding
@@ -440,7 +446,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
         end_position = 0
 
       if example_index < 20:
-        logging.info("*** Example ***")
+        logging.info("Feature of question %d, window %d:", example_index, doc_span_index)
         logging.info("unique_id: %s", unique_id)
         logging.info("example_index: %s", example_index)
         logging.info("doc_span_index: %s", doc_span_index)
@@ -474,7 +480,6 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
           end_position=end_position,
           is_impossible=example.is_impossible)
 
-      # Run callback
       output_fn(feature)
 
       unique_id += 1
@@ -482,7 +487,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
 
 
 def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
-  """Returns tokenized answer spans that better match the annotated answer.
+  """The tightest WordPiece span whose text is the annotated answer (else the word span).
 
   Answers are annotated on characters and first projected to whitespace words, which can be
   wider than the answer: for "(1895-1943)." with answer "1895", the word is the whole thing. After
@@ -502,7 +507,7 @@ def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_ans
 
 
 def _check_is_max_context(doc_spans, cur_span_index, position):
-  """Check if this is the 'max context' doc span for the token.
+  """Whether window `cur_span_index` is the one where token `position` has the most context.
 
   With overlapping windows a token is scored in several of them; only the window where it has the
   most context counts, taken as the minimum of its left and right context (their sum is the same
@@ -546,7 +551,7 @@ class FeatureWriter:
     self._writer = tf.io.TFRecordWriter(self._atomic.__enter__())
 
   def process_feature(self, feature):
-    """Write an InputFeature to the TFRecordWriter as a tf.train.Example."""
+    """Appends one feature as a tf.train.Example record."""
     self.num_features += 1
 
     features = collections.OrderedDict()
@@ -640,11 +645,10 @@ def span_text(example, feature, start_index, end_index, do_lower_case, verbose_l
   orig_tokens = example.doc_tokens[orig_doc_start:(orig_doc_end + 1)]
   tok_text = " ".join(tok_tokens)
 
-  # De-tokenize WordPieces that have been split off.
+  # Glue "##" continuation pieces back onto their words, then normalise the spacing.
   tok_text = tok_text.replace(" ##", "")
   tok_text = tok_text.replace("##", "")
 
-  # Clean whitespace
   tok_text = tok_text.strip()
   tok_text = " ".join(tok_text.split())
   orig_text = " ".join(orig_tokens)
@@ -662,8 +666,8 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
   (text, probability, start_logit, end_logit), and for v2.0 -> null score minus best span score.
   Any output file argument may be None to skip writing it. Files are written atomically.
   """
-  logging.info("Writing predictions to: %s", output_prediction_file)
-  logging.info("Writing nbest to: %s", output_nbest_file)
+  logging.info("Predictions go to %s, n-best lists to %s", output_prediction_file,
+               output_nbest_file)
 
   example_index_to_features = collections.defaultdict(list)
   for feature in all_features:
@@ -681,11 +685,12 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
     features = example_index_to_features[example_index]
 
     prelim_predictions = []
-    # keep track of the minimum score of null start+end of position 0
-    score_null = 1000000  # large and positive
-    min_null_feature_index = 0  # the paragraph slice with min null score
-    null_start_logit = 0  # the start logit at the slice with min null score
-    null_end_logit = 0  # the end logit at the slice with min null score
+    # SQuAD 2.0: the no-answer score of a question is the lowest [CLS] start + end score over its
+    # windows (the window most sure there is an answer); remember where it came from.
+    score_null = 1000000
+    min_null_feature_index = 0
+    null_start_logit = 0
+    null_end_logit = 0
     for (feature_index, feature) in enumerate(features):
       result = unique_id_to_result.get(feature.unique_id)
       if result is None:
@@ -693,7 +698,6 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
                          f"{example.qas_id})")
       start_indexes = _get_best_indexes(result.start_logits, n_best_size)
       end_indexes = _get_best_indexes(result.end_logits, n_best_size)
-      # if we could have irrelevant answers, get the min score of irrelevant
       if version_2_with_negative:
         feature_null_score = result.start_logits[0] + result.end_logits[0]
         if feature_null_score < score_null:
@@ -746,7 +750,7 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
       if len(nbest) >= n_best_size:
         break
       feature = features[pred.feature_index]
-      if pred.start_index > 0:  # this is a non-null prediction
+      if pred.start_index > 0:  # a span; start 0 is [CLS], the no-answer choice
         final_text = span_text(example, feature, pred.start_index, pred.end_index, do_lower_case,
                                verbose_logging)
         if final_text in seen_predictions:
@@ -761,13 +765,12 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
           _NbestPrediction(text=final_text, start_logit=pred.start_logit,
                            end_logit=pred.end_logit))
 
-    # if we didn't include the empty option in the n-best, include it
+    # SQuAD 2.0: the no-answer choice is always a candidate, even below the n-best cut.
     if version_2_with_negative:
       if "" not in seen_predictions:
         nbest.append(
             _NbestPrediction(text="", start_logit=null_start_logit, end_logit=null_end_logit))
-    # In very rare edge cases we could have no valid predictions. So we just create a nonce
-    # prediction in this case to avoid failure.
+    # No valid span at all (possible with tiny windows): a placeholder keeps the outputs complete.
     if not nbest:
       nbest.append(_NbestPrediction(text="empty", start_logit=0.0, end_logit=0.0))
 
@@ -801,7 +804,7 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
       scores_diff_json[example.qas_id] = _NO_SPAN_SCORE_DIFF
       all_predictions[example.qas_id] = ""
     else:
-      # predict "" iff the null score - the score of best non-null > threshold
+      # No answer wins when its score beats the best span's by more than the threshold.
       score_diff = score_null - best_non_null_entry.start_logit - (best_non_null_entry.end_logit)
       scores_diff_json[example.qas_id] = float(score_diff)
       if score_diff > null_score_diff_threshold:
@@ -822,7 +825,7 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
 
 
 def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
-  """Project the tokenized prediction back to the original text.
+  """The part of `orig_text` that the normalized prediction `pred_text` corresponds to.
 
   `orig_text` is the span of whitespace words the predicted tokens came from, which may be wider
   than the prediction: for pred_text "steve smith" the words may be "Steve Smith's". `pred_text`
@@ -849,7 +852,7 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
   start_position = tok_text.find(pred_text)
   if start_position == -1:
     if verbose_logging:
-      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
+      logging.info("prediction %r is not in the tokenized context %r", pred_text, orig_text)
     return orig_text
   end_position = start_position + len(pred_text) - 1
 
@@ -858,12 +861,12 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
 
   if len(orig_ns_text) != len(tok_ns_text):
     if verbose_logging:
-      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
-                   tok_ns_text)
+      logging.info("context and its tokenization differ in length without spaces: %r vs %r",
+                   orig_ns_text, tok_ns_text)
     return orig_text
 
-  # We then project the characters in `pred_text` back to `orig_text` using the
-  # character-to-character alignment.
+  # Same length without spaces: the i-th non-space characters correspond, so map the
+  # prediction's first and last characters through that alignment.
   tok_s_to_ns_map = {}
   for (i, tok_index) in tok_ns_to_s_map.items():
     tok_s_to_ns_map[tok_index] = i
@@ -876,7 +879,7 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
 
   if orig_start_position is None:
     if verbose_logging:
-      logging.info("Couldn't map start position")
+      logging.info("the prediction's first character has no place in the context")
     return orig_text
 
   orig_end_position = None
@@ -887,7 +890,7 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
 
   if orig_end_position is None:
     if verbose_logging:
-      logging.info("Couldn't map end position")
+      logging.info("the prediction's last character has no place in the context")
     return orig_text
 
   output_text = orig_text[orig_start_position:(orig_end_position + 1)]
@@ -895,13 +898,13 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
 
 
 def _get_best_indexes(logits, n_best_size):
-  """Get the n-best logits from a list."""
+  """Indexes of the `n_best_size` largest logits, largest first."""
   index_and_score = sorted(enumerate(logits), key=lambda x: x[1], reverse=True)
   return [index for index, _ in index_and_score[:n_best_size]]
 
 
 def _compute_softmax(scores):
-  """Compute softmax probability over raw logits."""
+  """Softmax of a list of scores, as Python floats."""
   if not scores:
     return []
 
@@ -915,11 +918,160 @@ def _compute_softmax(scores):
   return [score / total_sum for score in exp_scores]
 
 
+def squad_losses(features, outputs):
+  """The original's loss, the mean of the start and the end cross-entropies, as training.py wants
+  it: {name: (sum, count)}; both halves are added into the training loss."""
+  weights = tf.ones_like(features["start_positions"], tf.float32)
+  start_nll, count, start_correct = modeling.softmax_cross_entropy(
+      outputs["start_logits"], features["start_positions"], weights)
+  end_nll, _, end_correct = modeling.softmax_cross_entropy(
+      outputs["end_logits"], features["end_positions"], weights)
+  return {
+      "start_loss": (start_nll / 2.0, count),
+      "end_loss": (end_nll / 2.0, count),
+      "start_accuracy": (start_correct, count),
+      "end_accuracy": (end_correct, count),
+  }
+
+
+def _padding_feature(max_seq_length):
+  """A record that only fills the last prediction batch (unique_id 0 matches no real window):
+  every batch has the same shape, so TPUs and XLA compile once and no real window is dropped."""
+  zeros = [0] * max_seq_length
+  return InputFeatures(0, -1, 0, [], {}, {}, zeros, zeros, zeros)
+
+
+def _has_answers(dataset):
+  return any(qa.get("answers") for article in dataset for paragraph in article["paragraphs"]
+             for qa in paragraph["qas"])
+
+
+def _validate_flags():
+  if not (FLAGS.do_train or FLAGS.do_predict):
+    raise fileio.InputError("at least one of --do_train, --do_predict must be set")
+  for name in ("vocab_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  if FLAGS.do_train and not FLAGS.train_file:
+    raise fileio.InputError("--do_train needs --train_file")
+  if FLAGS.do_predict and not FLAGS.predict_file:
+    raise fileio.InputError("--do_predict needs --predict_file")
+  if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
+    raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} must be greater than "
+                            f"--max_query_length={FLAGS.max_query_length} + 3")
+
+
 def main(_):
-  raise NotImplementedError("training wiring lands with training.py")
+  tf.random.set_seed(FLAGS.seed)
+  _validate_flags()
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                           FLAGS.max_seq_length)
+  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+
+  strategy = training.strategy_from_flags()
+  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
+  if FLAGS.do_train:
+    train_examples = read_squad_examples(FLAGS.train_file, is_training=True,
+                                         version_2_with_negative=FLAGS.version_2_with_negative)
+    # The steps count questions, not windows, as in the original.
+    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
+        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion)
+    # The record file is read through a 1000-record shuffle buffer; shuffling the questions first
+    # mixes articles that a big file keeps far apart.
+    random.Random(FLAGS.seed).shuffle(train_examples)
+  with strategy.scope():
+    model = modeling.BertSpanLabeler(config, training.compute_dtype_from_flags())
+    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
+                                                     num_warmup_steps)
+  trainer = training.Trainer(strategy, model, squad_losses, optimizer,
+                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+
+  if FLAGS.do_train:
+    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
+                                            FLAGS.gradient_accumulation_steps)
+    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+    with FeatureWriter(train_file, is_training=True) as writer:
+      convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
+                                   FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
+                                   output_fn=writer.process_feature)
+    logging.info("Training on %d questions (%d windows), %d steps (%d warm-up), batch %d",
+                 len(train_examples), writer.num_features, num_train_steps, num_warmup_steps,
+                 FLAGS.train_batch_size)
+    del train_examples
+    input_fn = input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
+                                drop_remainder=True, seed=FLAGS.seed)
+    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
+                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                  steps_per_loop=FLAGS.iterations_per_loop,
+                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+  else:
+    trainer.restore_or_initialize(init_fn)
+
+  if FLAGS.do_predict:
+    predict(trainer, tokenizer, int(optimizer.iterations.numpy()))
+
+
+def predict(trainer, tokenizer, global_step):
+  """Answers --predict_file into output_dir; scores the answers when the file has gold ones."""
+  batch = training.per_replica_batch_size(FLAGS.predict_batch_size, trainer.strategy,
+                                          "predict_batch_size")
+  examples = read_squad_examples(FLAGS.predict_file, is_training=False,
+                                 version_2_with_negative=FLAGS.version_2_with_negative)
+  features = []
+  predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
+  with FeatureWriter(predict_file, is_training=False) as writer:
+
+    def keep(feature):
+      features.append(feature)
+      writer.process_feature(feature)
+
+    convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
+                                 FLAGS.max_query_length, is_training=False, output_fn=keep)
+    for _ in range(-len(features) % FLAGS.predict_batch_size):
+      writer.process_feature(_padding_feature(FLAGS.max_seq_length))
+  logging.info("Predicting %d questions (%d windows), batch %d", len(examples), len(features),
+               FLAGS.predict_batch_size)
+
+  input_fn = input_fn_builder(predict_file, FLAGS.max_seq_length, is_training=False,
+                              drop_remainder=True)
+  results = []
+  for outputs in trainer.predict(lambda ctx: input_fn(batch, ctx),
+                                 ["start_logits", "end_logits"]):
+    for unique_id, start, end in zip(outputs["unique_ids"], outputs["start_logits"],
+                                     outputs["end_logits"]):
+      if unique_id:
+        # Python floats: the n-best probabilities are then computed in double precision.
+        results.append(RawResult(int(unique_id), start.tolist(), end.tolist()))
+
+  output = lambda name: os.path.join(FLAGS.output_dir, name)
+  predictions, _, scores_diff = write_predictions(
+      examples, features, results, FLAGS.n_best_size, FLAGS.max_answer_length,
+      FLAGS.do_lower_case, output("predictions.json"), output("nbest_predictions.json"),
+      output("null_odds.json"), version_2_with_negative=FLAGS.version_2_with_negative,
+      null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+      verbose_logging=FLAGS.verbose_logging)
+
+  dataset = evaluate_squad.load_json(FLAGS.predict_file, "SQuAD file")["data"]
+  if not _has_answers(dataset):
+    logging.info("%s has no answers: predictions written, nothing to score", FLAGS.predict_file)
+    return None
+  if FLAGS.version_2_with_negative:
+    scores = evaluate_squad.evaluate_v2(dataset, predictions, na_probs=scores_diff)
+  else:
+    scores = evaluate_squad.evaluate_v1(dataset, predictions)
+  summary = {k: float(v) for k, v in scores.items()}
+  summary.update(global_step=global_step, eval_examples=len(examples))
+  training.write_eval_results(output("eval_results.txt"), summary)
+  return scores
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("vocab_file")
-  flags.mark_flag_as_required("output_dir")
   fileio.run_main(main)

@@ -3,8 +3,9 @@
 The data half of the task: reading the SWAG CSV files (one row per situation: a first sentence,
 the start of a second one and four candidate endings) and turning each row into four sequences,
 [CLS] sent1 [SEP] sent2 + ending [SEP], one per choice, as in the BERT paper. The model scores the
-four with one shared output unit and a softmax over the choices. Fine-tuning itself lives in
-`training.py` and `modeling.py`.
+four with one shared output unit and a softmax over the choices. `main` fine-tunes that
+`BertMultipleChoice` model with the shared loop of `training.py`, reports dev accuracy
+(eval_results.txt) and writes the test set's choice probabilities.
 """
 
 import collections
@@ -13,39 +14,45 @@ import os
 
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 import fileio
 import input_pipeline
+import modeling
 import tokenization
+import training
 
 FLAGS = flags.FLAGS
+training.define_fine_tuning_flags()
 
 ## Required parameters
 flags.DEFINE_string("data_dir", None, "Directory with the SWAG train.csv, val.csv and test.csv.")
 
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string("vocab_file", None,
+                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
 
 flags.DEFINE_string(
     "output_dir", None,
-    "The output directory where the model checkpoints (and feature files) will be written.")
+    "Directory for checkpoints, feature TFRecord files, eval_results.txt and test_results.tsv.")
 
 ## Other parameters
 flags.DEFINE_bool(
     "do_lower_case", True,
-    "Whether to lower case the input text. Should be True for uncased models and False for "
-    "cased models.")
+    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
+    "checkpoints, False for cased ones.")
 
 flags.DEFINE_integer(
     "max_seq_length", 128,
     "The maximum total length of each choice's sequence after WordPiece tokenization. Longer "
     "ones are truncated, shorter ones padded.")
 
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_train", False, "Fine-tune on train.csv.")
 
-flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+flags.DEFINE_bool("do_eval", False, "Report accuracy on val.csv.")
 
-flags.DEFINE_bool("do_predict", False, "Whether to run the model on the test set.")
+flags.DEFINE_bool("do_predict", False,
+                  "Write the choice probabilities of test.csv rows to test_results.tsv.")
 
 NUM_CHOICES = 4
 
@@ -173,7 +180,7 @@ def convert_single_example(ex_index, example, max_seq_length, tokenizer):
     # Each choice truncates its own copy: the context may keep more tokens next to a short ending.
     context_tokens_choice = context_tokens[:]
     ending_tokens = start_ending_tokens + tokenizer.tokenize(ending)
-    # Account for [CLS], [SEP], [SEP] with "- 3".
+    # Three positions go to [CLS] and the two [SEP]s.
     _truncate_seq_pair(context_tokens_choice, ending_tokens, max_seq_length - 3)
 
     tokens = ["[CLS]"] + context_tokens_choice + ["[SEP]"] + ending_tokens + ["[SEP]"]
@@ -195,8 +202,7 @@ def convert_single_example(ex_index, example, max_seq_length, tokenizer):
     segment_ids.append(choice_segment_ids)
 
     if ex_index < 3:
-      logging.info("*** Example ***")
-      logging.info("swag_id: %s, choice: %d", example.swag_id, ending_index)
+      logging.info("Features of example %s, choice %d:", example.swag_id, ending_index)
       logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
       logging.info("input_ids: %s", " ".join(str(x) for x in choice_input_ids))
       logging.info("segment_ids: %s", " ".join(str(x) for x in choice_segment_ids))
@@ -216,18 +222,33 @@ def create_int_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
-def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer, output_file):
+def _padding_feature(max_seq_length):
+  """Four all-zero sequences with is_real_example 0: fills the last batch and weighs nothing."""
+  zeros = [[0] * max_seq_length for _ in range(NUM_CHOICES)]
+  return InputFeatures("padding", zeros, zeros, zeros, 0, is_real_example=False)
+
+
+def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer, output_file,
+                                            pad_to_multiple=1):
   """Writes the features of `examples` to a TFRecord file atomically; returns the record count.
 
   Records: input_ids, input_mask, segment_ids ([NUM_CHOICES * max_seq_length] int64, choice-major),
   label_ids ([1] int64, the correct choice; 0 where unknown) and is_real_example ([1] int64).
+  With `pad_to_multiple`, padding records (is_real_example 0) follow the real ones up to a
+  multiple of it, so evaluation batches all have one shape without dropping an example; the
+  count returned is of the real records.
   """
+  padding = -len(examples) % pad_to_multiple
   with fileio.atomic_path(output_file) as tmp_file:
     with tf.io.TFRecordWriter(tmp_file) as writer:
-      for ex_index, example in enumerate(examples):
+      for ex_index in range(len(examples) + padding):
         if ex_index % 10000 == 0:
-          logging.info("Writing example %d of %d", ex_index, len(examples))
-        feature = convert_single_example(ex_index, example, max_seq_length, tokenizer)
+          logging.info("%s: %d of %d examples written", output_file, ex_index, len(examples))
+        if ex_index < len(examples):
+          feature = convert_single_example(ex_index, examples[ex_index], max_seq_length,
+                                           tokenizer)
+        else:
+          feature = _padding_feature(max_seq_length)
         record = collections.OrderedDict()
         record["input_ids"] = create_int_feature(sum(feature.input_ids, []))
         record["input_mask"] = create_int_feature(sum(feature.input_mask, []))
@@ -269,12 +290,103 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
   return input_fn
 
 
+def swag_losses(features, outputs):
+  """Softmax cross-entropy over the four choices, and accuracy, as training.py wants them:
+  {name: (sum, count)}; padding examples weigh 0."""
+  weights = tf.cast(features["is_real_example"], tf.float32)
+  nll, count, correct = modeling.softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       weights)
+  return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}
+
+
+def _probabilities(trainer, examples, name, tokenizer):
+  """Choice probabilities [len(examples), NUM_CHOICES] with --{name}_batch_size."""
+  flag_name = f"{name}_batch_size"
+  global_batch = FLAGS[flag_name].value
+  batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
+  record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
+  file_based_convert_examples_to_features(examples, FLAGS.max_seq_length, tokenizer, record_file,
+                                          pad_to_multiple=global_batch)
+  input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
+                                         drop_remainder=True)
+  probabilities, real = [], []
+  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
+    probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
+    real.append(batch["is_real_example"].astype(bool))
+  return np.concatenate(probabilities)[np.concatenate(real)]
+
+
 def main(_):
-  raise NotImplementedError("training wiring lands with training.py")
+  tf.random.set_seed(FLAGS.seed)
+  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
+  for name in ("data_dir", "vocab_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                           FLAGS.max_seq_length)
+  processor = SwagProcessor()
+  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+
+  strategy = training.strategy_from_flags()
+  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
+  if FLAGS.do_train:
+    train_examples = processor.get_train_examples(FLAGS.data_dir)
+    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
+        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion)
+  with strategy.scope():
+    model = modeling.BertMultipleChoice(config, training.compute_dtype_from_flags())
+    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
+                                                     num_warmup_steps)
+  trainer = training.Trainer(strategy, model, swag_losses, optimizer,
+                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+
+  if FLAGS.do_train:
+    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
+                                            FLAGS.gradient_accumulation_steps)
+    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
+    file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length, tokenizer,
+                                            train_file)
+    logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
+                 num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
+    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
+                                           drop_remainder=True, seed=FLAGS.seed)
+    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
+                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                  steps_per_loop=FLAGS.iterations_per_loop,
+                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+  else:
+    trainer.restore_or_initialize(init_fn)
+
+  if FLAGS.do_eval:
+    examples = processor.get_dev_examples(FLAGS.data_dir)
+    probabilities = _probabilities(trainer, examples, "eval", tokenizer)
+    labels = np.array([e.label for e in examples])
+    chosen = probabilities[np.arange(len(labels)), labels]
+    loss = float(-np.mean(np.log(np.maximum(chosen, 1e-30))))
+    summary = {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
+               "eval_loss": loss, "loss": loss,
+               "global_step": int(optimizer.iterations.numpy()), "eval_examples": len(examples)}
+    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+
+  if FLAGS.do_predict:
+    examples = processor.get_test_examples(FLAGS.data_dir)
+    probabilities = _probabilities(trainer, examples, "predict", tokenizer)
+    output_file = os.path.join(FLAGS.output_dir, "test_results.tsv")
+    with fileio.open_atomic(output_file) as f:
+      for row in probabilities:
+        f.write("\t".join(f"{p:.8g}" for p in row) + "\n")
+    logging.info("Wrote the choice probabilities of %d examples to %s", len(examples),
+                 output_file)
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("data_dir")
-  flags.mark_flag_as_required("vocab_file")
-  flags.mark_flag_as_required("output_dir")
   fileio.run_main(main)
