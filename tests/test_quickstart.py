@@ -1,0 +1,129 @@
+"""quickstart.py: the whole system end to end, from nothing but the standard library's docstrings.
+
+Needs no ../shared and no download, as on a fresh machine: the test runs the real command (in its
+--small setting) and checks every artefact it promises.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT
+import quickstart
+import tokenization
+
+
+def _png_size_and_pixels(path):
+  with open(path, "rb") as f:
+    data = f.read()
+  assert data[:8] == b"\x89PNG\r\n\x1a\n"
+  chunks, offset = {}, 8
+  while offset < len(data):
+    (length,) = struct.unpack(">I", data[offset:offset + 4])
+    kind = data[offset + 4:offset + 8]
+    body = data[offset + 8:offset + 8 + length]
+    (crc,) = struct.unpack(">I", data[offset + 8 + length:offset + 12 + length])
+    assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
+    chunks[kind] = chunks.get(kind, b"") + body
+    offset += 12 + length
+  width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+  assert (depth, color) == (8, 2)
+  raw = zlib.decompress(chunks[b"IDAT"])
+  assert len(raw) == height * (1 + 3 * width)
+  return width, height, raw
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  out = tmp_path_factory.mktemp("quickstart")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  result = subprocess.run([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  return out, result.stdout
+
+
+def test_quick_start_runs_green_and_leaves_every_artefact(run):
+  out, stdout = run
+  assert "=== Quick start summary ===" in stdout
+  # The corpus: documents (modules) separated by blank lines, one sentence per line.
+  with open(out / "data" / "corpus.txt", encoding="utf-8") as f:
+    documents = [d for d in f.read().split("\n\n") if d.strip()]
+  assert len(documents) > 50 and all("\n\n" not in d for d in documents)
+  # The task: four areas, a header, no empty text.
+  labels = set()
+  for split in ("train", "dev", "test"):
+    with open(out / "data" / "task" / f"{split}.tsv", encoding="utf-8") as f:
+      rows = [line.rstrip("\n").split("\t") for line in f]
+    assert rows[0] == ["sentence", "label"] and len(rows) > 20
+    assert all(len(r) == 2 and r[0] for r in rows[1:])
+    labels |= {r[1] for r in rows[1:]}
+  assert labels == set(quickstart.AREAS)
+  # Vocab, records, checkpoints, results, features, SavedModel, logs, plot.
+  tokenizer = tokenization.FullTokenizer(str(out / "vocab" / "vocab.txt"))
+  assert [tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+  assert os.path.getsize(out / "pretraining_data" / "pretraining.tfrecord") > 0
+  assert tf.train.latest_checkpoint(str(out / "pretraining"))
+  assert "masked_lm_accuracy" in (out / "pretraining" / "eval_results.txt").read_text()
+  assert "eval_accuracy" in (out / "classifier" / "eval_results.txt").read_text()
+  predictions = (out / "classifier" / "test_results.tsv").read_text().splitlines()
+  assert len(predictions) > 20 and all(len(p.split("\t")) == len(labels) for p in predictions)
+  with open(out / "features" / "features.jsonl", encoding="utf-8") as f:
+    features = [json.loads(line) for line in f]
+  assert [f["linex_index"] for f in features] == [0, 1]
+  assert features[0]["features"][0]["token"] == "[CLS]"
+  for step in ("vocab", "pretraining_data", "pretraining", "fine_tuning", "features",
+               "export_classifier"):
+    assert os.path.getsize(out / "logs" / f"{step}.log") > 0
+  # Every query of the exported model got one of the labels.
+  for query in quickstart.QUERIES:
+    line = next(l for l in stdout.splitlines() if l.endswith(query))
+    assert line.split()[0] in labels
+
+
+def test_exported_classifier_serves_raw_text(run):
+  out, _ = run
+  serving = tf.saved_model.load(str(out / "export" / "classifier")).signatures["serving_default"]
+  result = serving(text_a=tf.constant(["Read the next line from the file.", ""]))
+  assert result["probabilities"].shape == (2, len(quickstart.AREAS))
+  assert all(label.decode() in quickstart.AREAS for label in result["label"].numpy())
+
+
+def test_loss_plot_and_tensorboard_logs(run):
+  out, _ = run
+  pretraining = quickstart.read_scalars(str(out / "pretraining" / "train"), "loss")
+  fine_tuning = quickstart.read_scalars(str(out / "classifier" / "train"), "loss")
+  assert len(pretraining) >= 5 and fine_tuning
+  assert pretraining[-1][0] == quickstart.SETTINGS["small"]["pretrain_steps"]
+  # Untrained, the masked-LM loss alone is about ln(vocab size); it falls during pre-training.
+  assert pretraining[-1][1] < pretraining[0][1]
+  width, height, raw = _png_size_and_pixels(out / "losses.png")
+  assert (width, height) == (840, 320)
+  colors = {raw[i:i + 3] for i in range(0, len(raw) - 3, 3)}
+  assert len(colors) > 3  # Not a blank image: axes, text and both curves are drawn.
+
+
+def test_docstring_sentences_leave_code_out(tmp_path):
+  source = tmp_path / "mod.py"
+  source.write_text('"""Tools for things.\n\nThis module reads files and writes them back. '
+                    'It is short.\n\n    >>> read("x")\n    1\n\nArgs:\n  x: a thing\n"""\n'
+                    'def f():\n  """Return the value of the thing, or None when missing."""\n')
+  assert quickstart.docstring_sentences([str(source)]) == [
+      "This module reads files and writes them back.",
+      "Return the value of the thing, or None when missing."]
+
+
+def test_canvas_writes_a_valid_png(tmp_path):
+  canvas = quickstart.Canvas(30, 20)
+  canvas.line(0, 0, 29, 19, (255, 0, 0))
+  canvas.text(1, 1, "0.5", scale=1)
+  canvas.save(str(tmp_path / "x.png"))
+  width, height, raw = _png_size_and_pixels(tmp_path / "x.png")
+  assert (width, height) == (30, 20)
+  assert raw[1:4] == b"\xff\x00\x00"  # The line's first pixel.
