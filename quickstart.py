@@ -343,7 +343,7 @@ def plot_losses(path, panels):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", default=os.path.join(ROOT, "quickstart_output"),
+  parser.add_argument("--output_dir", default="quickstart_output",
                       help="Where every artefact goes (default: ./quickstart_output).")
   parser.add_argument("--small", action="store_true",
                       help="An even smaller setting (a minute or so), for the tests.")

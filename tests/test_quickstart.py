@@ -127,3 +127,43 @@ def test_canvas_writes_a_valid_png(tmp_path):
   width, height, raw = _png_size_and_pixels(tmp_path / "x.png")
   assert (width, height) == (30, 20)
   assert raw[1:4] == b"\xff\x00\x00"  # The line's first pixel.
+
+
+def test_pip_install_gives_the_console_commands(tmp_path):
+  """pyproject.toml: every flat module is packaged and each script has its bert-* command."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11+")
+  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    project = tomllib.load(f)
+  modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+  assert sorted(project["tool"]["setuptools"]["py-modules"]) == modules
+  scripts = project["project"]["scripts"]
+  for name in ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
+               "extract_features", "export_model", "build_vocab", "convert_checkpoint"):
+    assert scripts["bert-" + name.replace("_", "-")] == f"commands:{name}"
+  # Build and install the wheel (offline: no build isolation, no dependencies) from a copy, so the
+  # checkout gets no build/ or egg-info.
+  source = tmp_path / "source"
+  source.mkdir()
+  for name in modules:
+    shutil.copy(os.path.join(ROOT, f"{name}.py"), source)
+  for name in ("pyproject.toml", "README.md"):
+    shutil.copy(os.path.join(ROOT, name), source)
+  pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+  subprocess.run(pip + ["wheel", str(source), "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "dist")], check=True, capture_output=True, timeout=300)
+  wheel = next((tmp_path / "dist").glob("*.whl"))
+  subprocess.run(pip + ["install", "--no-deps", "--prefix", str(tmp_path / "prefix"), str(wheel)],
+                 check=True, capture_output=True, timeout=300)
+  site = glob.glob(str(tmp_path / "prefix" / "lib" / "python*" / "site-packages"))[0]
+  env = dict(os.environ, PYTHONPATH=site, TF_CPP_MIN_LOG_LEVEL="3")
+  for command in scripts:
+    assert os.access(tmp_path / "prefix" / "bin" / command, os.X_OK), command
+  result = subprocess.run([str(tmp_path / "prefix" / "bin" / "bert-convert-checkpoint"),
+                           "--output_format=hf"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 2 and "error: --input is required" in result.stderr
+  result = subprocess.run([str(tmp_path / "prefix" / "bin" / "bert-create-pretraining-data")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1 and "--input_file" in result.stderr
