@@ -15,7 +15,11 @@ from absl import app
 from absl import logging
 
 
-class InputError(ValueError):
+class ReportedError(Exception):
+  """An error `run_main` reports as one `error: ...` line, without a traceback."""
+
+
+class InputError(ReportedError, ValueError):
   """A problem with the user's input (file, line, record or flag), reported without a traceback."""
 
 
@@ -107,14 +111,18 @@ def open_atomic(path, mode="w", **kwargs):
 
 
 def run_main(main):
-  """absl's app.run, with InputError reported as `error: ...` and exit status 2, no traceback."""
+  """absl's app.run, with a ReportedError printed as `error: ...` instead of a traceback.
+
+  The exit status is 2 for an InputError (the command or its files need fixing) and 1 for other
+  reported errors (e.g. training.TrainingError: the run itself could not go on).
+  """
 
   def guarded(argv):
     try:
       return main(argv)
-    except InputError as e:
+    except ReportedError as e:
       logging.flush()
       print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
+      sys.exit(2 if isinstance(e, InputError) else 1)
 
   app.run(guarded)

@@ -6,6 +6,8 @@ batches of fixed shape (drop_remainder) so every step compiles once. Training da
 evaluation and prediction data are read once, in order.
 """
 
+import re
+
 import tensorflow as tf
 
 import fileio
@@ -42,22 +44,33 @@ def _decode(record, name_to_features):
   return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
 
+def _op_message(error):
+  """The first line of a TF op error without its `{{function_node ...}}` and `[Op:...]` noise."""
+  text = re.sub(r"\{\{[^}]*\}\}\s*", "", error.message.splitlines()[0])
+  return re.sub(r"\s*\[Op:\w+\].*$", "", text).strip().rstrip(".")
+
+
 def check_records(input_files, name_to_features):
-  """Parses the first record of each file eagerly, so a missing or wrongly shaped feature is an
-  error naming the file before training starts rather than a stack trace inside tf.data."""
+  """Parses the first record of each file eagerly, so a missing or wrongly shaped feature, or a
+  file that is not TFRecords at all, is an error naming the file before training starts rather
+  than a stack trace inside tf.data."""
   for path in input_files:
-    for record in tf.data.TFRecordDataset(path).take(1):
-      try:
-        _decode(record, name_to_features)
-      except tf.errors.InvalidArgumentError as e:
-        expected = ", ".join(f"{k}[{v.shape[0]}]" for k, v in name_to_features.items())
-        raise fileio.InputError(
-            f"{path}: record 0 does not match the expected features ({expected}): "
-            f"{e.message.splitlines()[0]}; were the records written with the same "
-            "max_seq_length / max_predictions_per_seq?") from None
-      break
-    else:
+    try:
+      records = list(tf.data.TFRecordDataset(path).take(1))
+    except tf.errors.OpError as e:  # DataLossError: not a TFRecord file, or a corrupted one
+      raise fileio.InputError(f"{path}: record 0 cannot be read ({_op_message(e)}); is it a "
+                              "TFRecord file of tf.train.Examples?") from None
+    if not records:
       raise fileio.InputError(f"{path}: holds no record")
+    try:
+      _decode(records[0], name_to_features)
+    except tf.errors.InvalidArgumentError as e:
+      expected = ", ".join(f"{k}[{', '.join(map(str, v.shape))}]"
+                           for k, v in name_to_features.items())
+      raise fileio.InputError(
+          f"{path}: record 0 does not match the expected features ({expected}): "
+          f"{_op_message(e)}; were the records written with the same "
+          "max_seq_length / max_predictions_per_seq?") from None
 
 
 def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,

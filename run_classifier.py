@@ -816,7 +816,17 @@ def main(_):
   os.makedirs(FLAGS.output_dir, exist_ok=True)
 
   strategy = training.strategy_from_flags()
-  replicas = strategy.num_replicas_in_sync
+  # The batch sizes of every phase asked for are checked before any feature writing or training.
+  if FLAGS.do_train:
+    train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
+                                                  "train_batch_size",
+                                                  FLAGS.gradient_accumulation_steps)
+  if FLAGS.do_eval:
+    eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
+                                                 "eval_batch_size")
+  if FLAGS.do_predict:
+    predict_batch = training.per_replica_batch_size(FLAGS.predict_batch_size, strategy,
+                                                    "predict_batch_size")
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
   if FLAGS.do_train:
     train_examples = processor.get_train_examples(FLAGS.data_dir)
@@ -842,12 +852,10 @@ def main(_):
                                             tokenizer, train_file, is_regression)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
-                                            FLAGS.gradient_accumulation_steps)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                            drop_remainder=True, is_regression=is_regression,
                                            seed=FLAGS.seed)
-    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
+    trainer.train(lambda ctx: input_fn(train_batch, ctx), num_train_steps,
                   save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                   steps_per_loop=FLAGS.iterations_per_loop,
                   examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
@@ -862,8 +870,7 @@ def main(_):
     file_based_convert_examples_to_features(_padded(examples, FLAGS.eval_batch_size), label_list,
                                             FLAGS.max_seq_length, tokenizer, eval_file,
                                             is_regression)
-    batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy, "eval_batch_size")
-    outputs, real = _predictions(trainer, eval_file, batch, is_regression)
+    outputs, real = _predictions(trainer, eval_file, eval_batch, is_regression)
     outputs = outputs[real]
     labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
                        for e in examples])
@@ -885,9 +892,7 @@ def main(_):
     file_based_convert_examples_to_features(_padded(examples, FLAGS.predict_batch_size),
                                             label_list, FLAGS.max_seq_length, tokenizer,
                                             predict_file, is_regression)
-    batch = training.per_replica_batch_size(FLAGS.predict_batch_size, strategy,
-                                            "predict_batch_size")
-    outputs, real = _predictions(trainer, predict_file, batch, is_regression)
+    outputs, real = _predictions(trainer, predict_file, predict_batch, is_regression)
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:
       for row in outputs[real]:

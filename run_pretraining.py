@@ -54,12 +54,13 @@ def main(_):
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   validate_flags(config)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
+  # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
+  strategy = training.strategy_from_flags()
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq)
   input_pipeline.check_records(input_files, name_to_features)
   logging.info("Reading %d input files", len(input_files))
 
-  strategy = training.strategy_from_flags()
   accumulation = FLAGS.gradient_accumulation_steps
   train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
                                                 "train_batch_size", accumulation)

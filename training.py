@@ -85,8 +85,10 @@ def define_fine_tuning_flags():
                "Fraction of training steps with a linear learning-rate warm-up.")
 
 
-class TrainingError(RuntimeError):
-  """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept."""
+class TrainingError(fileio.ReportedError, RuntimeError):
+  """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
+
+  A ReportedError, so the scripts' `fileio.run_main` prints it as one line, not a traceback."""
 
 
 def strategy_from_flags():
@@ -314,10 +316,13 @@ class Trainer:
           logging.warning("step %d: all %d steps of this loop had non-finite values and were "
                           "skipped (loss %s)", step, n, metrics["loss"])
           if bad_loops >= max_nonfinite_loops:
+            latest = self.manager.latest_checkpoint if self.manager else None
+            kept = (f"the last good checkpoint {latest} is intact" if latest
+                    else "no checkpoint was written")
             raise TrainingError(
                 f"loss stayed non-finite for {bad_loops} consecutive loops at step {step}; "
-                "stopping. The last good checkpoint in output_dir is intact. Lower the learning "
-                "rate, or use --mixed_precision=bf16 / fp16 loss scaling.")
+                f"stopping ({kept}). Check the input data, lower the learning rate, or use "
+                "--mixed_precision=bf16 / fp16 loss scaling.")
           continue
         bad_loops = 0
         self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied)
@@ -331,6 +336,9 @@ class Trainer:
       if sigterm.requested:
         self.save()
         logging.warning("Stopped by SIGTERM at step %d; rerun the same command to resume.", step)
+        # The process was asked to end: evaluating or predicting next would outlast the grace
+        # period before SIGKILL, and would report on an unfinished model.
+        raise SystemExit(0)
     finally:
       sigterm.restore()
     return metrics
