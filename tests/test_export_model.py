@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,6 +53,19 @@ def _import_hub():
     from packaging import version  # pylint: disable=g-import-not-at-top
     sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=version.parse)
     return importlib.import_module("tensorflow_hub")
+
+
+def _import_script(name):
+  """Imports a script that defines absl flags at import (run_classifier: vocab_file, ...), first
+  removing the same-named flags that another script imported into this test process defined."""
+  if name in sys.modules:
+    return sys.modules[name]
+  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+    if (module.startswith("run_") or module == "extract_features") and module != name:
+      for flag_name in [f.name for f in module_flags]:
+        if flag_name in flags.FLAGS:
+          delattr(flags.FLAGS, flag_name)
+  return importlib.import_module(name)
 
 
 def _run(args, timeout=600):
@@ -178,7 +192,7 @@ def test_character_tables_follow_the_reference_rules():
 
 @requires_shared
 def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
-  run_classifier = importlib.import_module("run_classifier")
+  run_classifier = _import_script("run_classifier")
   processor = run_classifier.get_processor("mrpc")
   pairs = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))[:200]
   singles = run_classifier.get_processor("sst-2").get_dev_examples(
@@ -203,9 +217,11 @@ def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
         assert got["input_type_ids"][i].numpy().tolist() == want.segment_ids
 
 
-def test_pair_truncation_closed_form_equals_popping():
-  run_classifier = importlib.import_module("run_classifier")
-  module = export_model.TextPreprocessor(os.path.join(TINY_TF1, "vocab.txt"), True)
+def test_pair_truncation_closed_form_equals_popping(tmp_path):
+  run_classifier = _import_script("run_classifier")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(tokenization.SPECIAL_TOKENS) + "\na\nb\n", encoding="utf-8")
+  module = export_model.TextPreprocessor(str(vocab), True)
   lengths = [(a, b) for a in range(0, 13) for b in range(0, 13)]
   a = tf.ragged.constant([[5] * la for la, _ in lengths], dtype=tf.int32, ragged_rank=1)
   b = tf.ragged.constant([[6] * lb for _, lb in lengths], dtype=tf.int32, ragged_rank=1)
@@ -312,7 +328,7 @@ def _features(features):
 
 @requires_shared
 def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased, hub):
-  run_classifier = importlib.import_module("run_classifier")
+  run_classifier = _import_script("run_classifier")
   tf.random.set_seed(1)
   model = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
   checkpoint = _fine_tuned(tmp_path, model, "mrpc")
