@@ -11,13 +11,18 @@ Four kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved
   take the weights back by name (run_classifier.py --hub_module_handle).
 * preprocessor: raw strings -> those three inputs, in the graph. Exactly tokenization.py's
   FullTokenizer and run_classifier's [CLS] a [SEP] b [SEP] layout and truncation (see
-  `TextPreprocessor` for how the Unicode rules are reproduced with TF ops).
+  `TextPreprocessor` for how the Unicode rules are reproduced with TF ops). Its `tokenize` and
+  `bert_pack_inputs` follow TF Hub's BERT preprocessors, for sentence pairs.
+
+Only core TensorFlow ops are in the graphs, so the models load wherever TensorFlow does: TF
+Serving, `saved_model_cli`, a Python without tensorflow-text. The fine-tuned models carry the
+preprocessing inside them, so clients send text.
 * classifier: a fine-tuned run_classifier.py model whose `serving_default` takes raw text
   (`text_a`, plus `text_b` for sentence-pair tasks) and returns the label, its id and the
   probabilities of every label (or `score` for regression).
 * squad: a fine-tuned run_squad.py model whose `serving_default` takes `question` and `context`
-  and returns the best answer span: start/end token indices, the answer text (the context's
-  whitespace-separated words the span covers) and its score. One window per example: a context
+  and returns the best answer span: its start/end positions in the input sequence, the answer
+  text (the context's whitespace-separated words the span covers) and its score. One window per example: a context
   longer than --max_seq_length is cut, where run_squad.py would slide windows over it.
 
 Every SavedModel is written to a temporary directory beside --export_dir and renamed into place
@@ -50,7 +55,7 @@ FLAGS = flags.FLAGS
 # run_classifier / run_squad keep words up to this many characters; longer ones become [UNK].
 _MAX_INPUT_CHARS_PER_WORD = 200
 _SPACE = 0x20
-_CAPITAL_SIGMA, _SMALL_SIGMA, _FINAL_SIGMA = 0x3A3, 0x3C3, 0x3C2
+_CAPITAL_SIGMA, _FINAL_SIGMA = 0x3A3, 0x3C2
 
 
 def define_flags():
@@ -154,8 +159,10 @@ class CharacterTables:
           ignorable.append(cp)
       pieces = []
       for c in out:
-        if tokenization._is_punctuation(c) or c.isspace():
-          pieces.extend([_SPACE, ord(c), _SPACE] if not c.isspace() else [_SPACE])
+        if c.isspace():
+          pieces.append(_SPACE)
+        elif tokenization._is_punctuation(c):
+          pieces.extend([_SPACE, ord(c), _SPACE])
         else:
           pieces.append(ord(c))
       if tokenization._is_chinese_char(cp):
@@ -193,7 +200,6 @@ def _final_sigmas(flat, row_ids, tables):
   Words never span rows and whitespace is neither cased nor case-ignorable, so searching within
   the row is searching within the word.
   """
-  n = tf.size(flat)
   relevant = tf.logical_not(_in_ranges(flat, tables.case_ignorable))
   cased = _in_ranges(flat, tables.cased)
   positions = tf.cast(tf.where(relevant)[:, 0], tf.int32)  # Indices of the relevant characters.
@@ -207,7 +213,6 @@ def _final_sigmas(flat, row_ids, tables):
   next_pos = tf.gather(positions, tf.clip_by_value(after, 0, tf.maximum(count - 1, 0)))
   has_next = (after < count) & (tf.gather(row_ids, next_pos) == row_ids)
   next_cased = has_next & tf.gather(cased, next_pos)
-  del n
   return tf.equal(flat, _CAPITAL_SIGMA) & prev_cased & tf.logical_not(next_cased)
 
 
