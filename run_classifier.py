@@ -12,7 +12,9 @@ columns or an unknown label is reported with its file and line. A task of your o
 """
 
 import csv
+import math
 import os
+import re
 
 from absl import flags
 from absl import logging
@@ -208,6 +210,17 @@ def _read_delimited(input_file, delimiter, quotechar='"'):
   return rows
 
 
+def _regression_label(input_file, line, text):
+  """A regression target: a finite number (a NaN or infinite one would poison every step)."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise fileio.InputError(f"{input_file}:{line}: label {text!r} is not a number") from None
+  if not math.isfinite(value):
+    raise fileio.InputError(f"{input_file}:{line}: label {text!r} is not a finite number")
+  return value
+
+
 class _Columns:
   """Where a file's text and label columns are: found by header name, or at fixed positions."""
 
@@ -271,10 +284,7 @@ def _examples_from_rows(input_file, rows, columns, set_type, labels=None, label_
       if label_aliases:
         label = label_aliases.get(label, label)
       if is_regression:
-        try:
-          label = float(label)
-        except ValueError:
-          raise fileio.InputError(f"{input_file}:{line}: label {label!r} is not a number") from None
+        label = _regression_label(input_file, line, label)
       elif labels is not None and label not in labels:
         raise fileio.InputError(f"{input_file}:{line}: unknown label {label!r}; expected one of "
                                 f"{', '.join(labels)}")
@@ -510,7 +520,10 @@ class DelimitedProcessor(DataProcessor):
         raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels from")
       examples = self._create_examples(train_file, "train", labels=None)
       found = {example.label for example in examples}
-      if all(label.lstrip("-").isdigit() for label in found):
+      if not found:
+        raise fileio.InputError(f"{train_file}: no labelled rows to read the labels from; give "
+                                "--labels")
+      if all(re.fullmatch(r"-?[0-9]+", label) for label in found):
         self._labels = sorted(found, key=int)
       else:
         self._labels = sorted(found)
@@ -562,11 +575,7 @@ class DelimitedProcessor(DataProcessor):
       if read_label:
         value = fields[label].strip()
         if self.is_regression:
-          try:
-            value = float(value)
-          except ValueError:
-            raise fileio.InputError(f"{input_file}:{line}: label {value!r} is not a "
-                                    f"number") from None
+          value = _regression_label(input_file, line, value)
         elif labels is not None and value not in labels:
           raise fileio.InputError(f"{input_file}:{line}: unknown label {value!r}; expected one of "
                                   f"{', '.join(labels)}")

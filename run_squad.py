@@ -241,6 +241,9 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
         if version_2_with_negative:
           is_impossible = bool(qa.get("is_impossible", False))
         answers = qa.get("answers") or []
+        if not isinstance(answers, list):
+          raise fileio.InputError(f"{input_file}: {qa_where}: \"answers\" must be a list of "
+                                  "{\"text\", \"answer_start\"} objects")
         if is_training and not is_impossible:
           if not answers:
             hint = (" (it is marked is_impossible: pass --version_2_with_negative for SQuAD 2.0 "

@@ -17,7 +17,8 @@ Items of the reliability issue tested elsewhere, and not repeated here:
     test_extract_features (command line, no output written);
   - SQuAD answers whose offsets do not match the context, in the reader:
     test_run_squad.test_bad_answer_offsets_are_skipped_and_reported;
-  - TFRecords of the wrong shape: test_run_pretraining.test_bad_flags_are_clear_errors_and_write_nothing;
+  - TFRecords of the wrong shape:
+    test_run_pretraining.test_bad_flags_are_clear_errors_and_write_nothing;
   - pre-training killed with SIGKILL or SIGTERM, then resumed: test_run_pretraining;
   - non-finite losses skipped, then a stop with the checkpoint intact: test_training;
   - same seed, same data whatever the worker count: test_create_pretraining_data (fast mode).
@@ -466,7 +467,7 @@ def test_same_seed_same_data_files_in_separate_processes(tmp_path):
     assert len(files[0]) > 10_000 and files[0] == files[1], mode
 
 
-# --- interruption ----------------------------------------------------------------------------------
+# --- interruption -------------------------------------------------------------------------------
 
 
 def _wait_for(condition, proc, what, timeout=240):
