@@ -6,6 +6,7 @@ batches of fixed shape (drop_remainder) so every step compiles once. Training da
 evaluation and prediction data are read once, in order.
 """
 
+import contextlib
 import re
 
 import tensorflow as tf
@@ -71,6 +72,45 @@ def check_records(input_files, name_to_features):
           f"{path}: record 0 does not match the expected features ({expected}): "
           f"{_op_message(e)}; were the records written with the same "
           "max_seq_length / max_predictions_per_seq?") from None
+
+
+def _is_record_error(error):
+  """Whether a tf.data error comes from the records (damaged bytes, features that do not parse)."""
+  if isinstance(error, tf.errors.DataLossError):
+    return True
+  return isinstance(error, tf.errors.InvalidArgumentError) and any(
+      word in error.message for word in ("Feature:", "Key:", "serialized Example"))
+
+
+def find_bad_record(input_files, name_to_features):
+  """The InputError for the first record of `input_files` that cannot be read or parsed (naming
+  its file and index), or None. Reads everything up to it: for use after a failure only."""
+  for path in input_files:
+    index = 0
+    try:
+      for record in tf.data.TFRecordDataset(path):
+        _decode(record, name_to_features)
+        index += 1
+    except tf.errors.DataLossError as e:
+      return fileio.InputError(f"{path}: record {index} cannot be read ({_op_message(e)}); the "
+                               "file is truncated or damaged: write it again")
+    except tf.errors.InvalidArgumentError as e:
+      return fileio.InputError(f"{path}: record {index} does not match the expected features: "
+                               f"{_op_message(e)}")
+  return None
+
+
+@contextlib.contextmanager
+def naming_bad_records(input_files, name_to_features):
+  """Turns a tf.data error from a damaged or malformed record met while training or evaluating
+  into an InputError naming the file and record (TF's own message names neither)."""
+  try:
+    yield
+  except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+    bad = find_bad_record(input_files, name_to_features) if _is_record_error(e) else None
+    if bad is None:
+      raise
+    raise bad from None
 
 
 def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,

@@ -62,8 +62,11 @@ def main(_):
   logging.info("Reading %d input files", len(input_files))
 
   accumulation = FLAGS.gradient_accumulation_steps
+  # Both batch sizes are checked now rather than the evaluation's after hours of training.
   train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
                                                 "train_batch_size", accumulation)
+  eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
+                                               "eval_batch_size") if FLAGS.do_eval else None
   with strategy.scope():
     model = modeling.BertPretrainer(config, training.compute_dtype_from_flags())
     optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, FLAGS.num_train_steps,
@@ -76,26 +79,27 @@ def main(_):
     f.write(config.to_json_string())
 
   if FLAGS.do_train:
-    trainer.train(
-        lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, train_batch,
-                                                    is_training=True, input_context=ctx,
-                                                    seed=FLAGS.seed),
-        FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-        steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
-        init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
-        summary_dir=os.path.join(FLAGS.output_dir, "train"),
-        max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+    # check_records saw each file's first record; a damaged one further in is named here.
+    with input_pipeline.naming_bad_records(input_files, name_to_features):
+      trainer.train(
+          lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, train_batch,
+                                                      is_training=True, input_context=ctx,
+                                                      seed=FLAGS.seed),
+          FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+          steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
+          init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
+          summary_dir=os.path.join(FLAGS.output_dir, "train"),
+          max_nonfinite_loops=FLAGS.max_nonfinite_loops)
 
   if FLAGS.do_eval:
     if not FLAGS.do_train:
       trainer.restore_or_initialize(training.init_fn_for(model, FLAGS.init_checkpoint))
-    eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
-                                                 "eval_batch_size")
-    metrics = trainer.evaluate(
-        lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, eval_batch,
-                                                    is_training=False, input_context=ctx,
-                                                    drop_remainder=True),
-        max_steps=FLAGS.max_eval_steps)
+    with input_pipeline.naming_bad_records(input_files, name_to_features):
+      metrics = trainer.evaluate(
+          lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, eval_batch,
+                                                      is_training=False, input_context=ctx,
+                                                      drop_remainder=True),
+          max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
     training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
 
