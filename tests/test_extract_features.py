@@ -121,6 +121,42 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path):
   assert worst < 2.05e-5, worst
 
 
+@requires_shared
+def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
+  """A checkpoint prefix in the original format: bert_config.json is found beside it, the
+  default --layers are the last four of its two layers (-3 and -4 do not exist: an error), and
+  the values are that model's hidden states."""
+  import checkpoints  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  directory = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+  prefix = os.path.join(directory, "bert_model.ckpt")
+  input_file = tmp_path / "input.txt"
+  input_file.write_text("all work and no play ||| makes jack a dull boy\n", encoding="utf-8")
+  output_file = tmp_path / "out.jsonl"
+  common = [f"--input_file={input_file}", f"--output_file={output_file}",
+            f"--init_checkpoint={prefix}", f"--vocab_file={directory}/vocab.txt",
+            "--max_seq_length=16"]
+  result = _run(common)
+  assert result.returncode == 2
+  assert "--layers: -3 is not a layer of a 2-layer model" in result.stderr
+  result = _run(common + ["--layers=-1,0"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  (output,) = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
+  tokens = ["[CLS]", "all", "work", "and", "no", "play", "[SEP]", "makes", "jack", "a", "dull",
+            "boy", "[SEP]"]
+  assert [f["token"] for f in output["features"]] == tokens
+
+  config = modeling.BertConfig.from_json_file(os.path.join(directory, "bert_config.json"))
+  model = modeling.BertModel(config)
+  checkpoints.init_from_checkpoint(model, prefix, require_all=True)
+  vocab = tokenization.FullTokenizer(os.path.join(directory, "vocab.txt"), True)
+  ids = np.array([vocab.convert_tokens_to_ids(tokens)])
+  layers = model(ids, np.ones_like(ids), np.array([[0] * 7 + [1] * 6]))["encoder_outputs"]
+  for position, feature in enumerate(output["features"]):
+    for layer, want in zip(feature["layers"], (layers[-1], layers[0])):
+      np.testing.assert_allclose(layer["values"], want.numpy()[0, position], atol=2e-6, rtol=0)
+
+
 def test_rounding_is_pythons_round_to_6_decimals(ef):
   rng = np.random.default_rng(0)
   values = np.concatenate([
