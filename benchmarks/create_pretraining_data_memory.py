@@ -29,11 +29,20 @@ VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 
 
 def _children(pid):
-  try:
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-      return [int(c) for c in f.read().split()]
-  except OSError:
-    return []
+  """Child processes of `pid`, from each process's parent id in /proc/*/stat (the kernel's
+  /proc/PID/task/PID/children list is not available on every kernel)."""
+  children = []
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        # The parent id is the second field after the parenthesised command name.
+        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+          children.append(int(entry))
+    except (OSError, IndexError, ValueError):
+      continue
+  return children
 
 
 def _pss_bytes(pid):
