@@ -842,15 +842,10 @@ def main(_):
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  with strategy.scope():
-    model = modeling.BertClassifier(config, processor.num_labels(),
-                                    training.compute_dtype_from_flags())
-    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
-                                                     num_warmup_steps)
-  trainer = training.Trainer(strategy, model, classifier_losses(is_regression), optimizer,
-                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
-                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  model, optimizer, trainer = training.fine_tuning_trainer(
+      strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
+                                        training.compute_dtype_from_flags()),
+      classifier_losses(is_regression), num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
   if FLAGS.hub_module_handle:
     init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
@@ -864,12 +859,7 @@ def main(_):
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                            drop_remainder=True, is_regression=is_regression,
                                            seed=FLAGS.seed)
-    trainer.train(lambda ctx: input_fn(train_batch, ctx), num_train_steps,
-                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                  steps_per_loop=FLAGS.iterations_per_loop,
-                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
-                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
-                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+    training.train_from_flags(trainer, input_fn, train_batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)
 

@@ -985,14 +985,9 @@ def main(_):
     # The record file is read through a 1000-record shuffle buffer; shuffling the questions first
     # mixes articles that a big file keeps far apart.
     random.Random(FLAGS.seed).shuffle(train_examples)
-  with strategy.scope():
-    model = modeling.BertSpanLabeler(config, training.compute_dtype_from_flags())
-    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
-                                                     num_warmup_steps)
-  trainer = training.Trainer(strategy, model, squad_losses, optimizer,
-                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
-                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  model, optimizer, trainer = training.fine_tuning_trainer(
+      strategy, lambda: modeling.BertSpanLabeler(config, training.compute_dtype_from_flags()),
+      squad_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
 
   if FLAGS.do_train:
@@ -1009,12 +1004,7 @@ def main(_):
     del train_examples
     input_fn = input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                 drop_remainder=True, seed=FLAGS.seed)
-    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
-                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                  steps_per_loop=FLAGS.iterations_per_loop,
-                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
-                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
-                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+    training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)
 

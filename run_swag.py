@@ -337,14 +337,9 @@ def main(_):
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  with strategy.scope():
-    model = modeling.BertMultipleChoice(config, training.compute_dtype_from_flags())
-    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
-                                                     num_warmup_steps)
-  trainer = training.Trainer(strategy, model, swag_losses, optimizer,
-                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
-                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  model, optimizer, trainer = training.fine_tuning_trainer(
+      strategy, lambda: modeling.BertMultipleChoice(config, training.compute_dtype_from_flags()),
+      swag_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
 
   if FLAGS.do_train:
@@ -357,12 +352,7 @@ def main(_):
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                            drop_remainder=True, seed=FLAGS.seed)
-    trainer.train(lambda ctx: input_fn(batch, ctx), num_train_steps,
-                  save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                  steps_per_loop=FLAGS.iterations_per_loop,
-                  examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
-                  summary_dir=os.path.join(FLAGS.output_dir, "train"),
-                  max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+    training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)
 

@@ -454,6 +454,30 @@ def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_p
   return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
+def fine_tuning_trainer(strategy, build_model, loss_fn, num_train_steps, num_warmup_steps):
+  """A fine-tuning script's model (built by `build_model` under the strategy's scope), its
+  optimizer and the Trainer, as the shared flags say. Returns (model, optimizer, trainer)."""
+  with strategy.scope():
+    model = build_model()
+    optimizer = create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
+                                            num_warmup_steps)
+  trainer = Trainer(strategy, model, loss_fn, optimizer, output_dir=FLAGS.output_dir,
+                    use_xla=FLAGS.use_xla,
+                    gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                    keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  return model, optimizer, trainer
+
+
+def train_from_flags(trainer, input_fn, per_replica_batch, num_train_steps, init_fn):
+  """`trainer.train` over `input_fn(batch, input_context)` with the shared loop flags."""
+  return trainer.train(lambda ctx: input_fn(per_replica_batch, ctx), num_train_steps,
+                       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                       steps_per_loop=FLAGS.iterations_per_loop,
+                       examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                       summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                       max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+
+
 def create_optimizer_from_flags(learning_rate, num_train_steps, num_warmup_steps):
   loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
   return optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
