@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import import_script, ROOT, SHARED, requires_shared
 import checkpoints
 import export_model
 import fileio
@@ -55,17 +55,7 @@ def _import_hub():
     return importlib.import_module("tensorflow_hub")
 
 
-def _import_script(name):
-  """Imports a script that defines absl flags at import (run_classifier: vocab_file, ...), first
-  removing the same-named flags that another script imported into this test process defined."""
-  if name in sys.modules:
-    return sys.modules[name]
-  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if (module.startswith("run_") or module == "extract_features") and module != name:
-      for flag_name in [f.name for f in module_flags]:
-        if flag_name in flags.FLAGS:
-          delattr(flags.FLAGS, flag_name)
-  return importlib.import_module(name)
+_import_script = import_script
 
 
 def _run(args, timeout=600):

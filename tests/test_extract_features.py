@@ -12,7 +12,7 @@ from absl import flags
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import import_script, ROOT, SHARED, requires_shared
 
 import tokenization
 
@@ -21,18 +21,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
 
 
-def _import_script(name):
-  """Imports a script that defines the original's absl flags at import (vocab_file, ...); flags
-  of another script already imported into this test process are removed first. Imported inside
-  tests, not at collection, so the other test files' scripts are imported before this one."""
-  if name in sys.modules:
-    return sys.modules[name]
-  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if (module.startswith("run_") or module == "extract_features") and module != name:
-      for flag_name in [f.name for f in module_flags]:
-        if flag_name in flags.FLAGS:
-          delattr(flags.FLAGS, flag_name)
-  return importlib.import_module(name)
+_import_script = import_script
 
 
 @pytest.fixture(scope="module")

@@ -19,22 +19,12 @@ from absl import flags
 from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 
-from conftest import SHARED, requires_shared
+from conftest import import_script, SHARED, requires_shared
 import fileio
 import tokenization
 
 
-def _import_script(name):
-  """Imports a fine-tuning script, first removing the absl flags another run_* script imported
-  into this process defined under the same names (the functions tested here read no flag)."""
-  if name in sys.modules:
-    return sys.modules[name]
-  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if module.startswith("run_") and module != name:
-      for flag_name in [f.name for f in module_flags]:
-        if flag_name in flags.FLAGS:
-          delattr(flags.FLAGS, flag_name)
-  return importlib.import_module(name)
+_import_script = import_script
 
 
 run_classifier = _import_script("run_classifier")

@@ -12,25 +12,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import import_script, ROOT, SHARED, requires_shared
 
 import fileio
 import tokenization
 
 
-def _import_script(name):
-  """Imports a fine-tuning script. Each defines the original's absl flags (data_dir,
-  max_seq_length, ...) at import, as the original scripts did, so flags left by another script
-  imported into this test process are removed first; the functions under test take arguments
-  and never read flags."""
-  if name in sys.modules:
-    return sys.modules[name]
-  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if (module.startswith("run_") or module == "extract_features") and module != name:
-      for flag_name in [f.name for f in module_flags]:
-        if flag_name in flags.FLAGS:
-          delattr(flags.FLAGS, flag_name)
-  return importlib.import_module(name)
+_import_script = import_script
 
 
 run_swag = _import_script("run_swag")
