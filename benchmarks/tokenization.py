@@ -58,9 +58,9 @@ def load_texts(name):
 
 def _fresh_tokenizer():
   import tokenization  # pylint: disable=g-import-not-at-top
-  # The Unicode cleaning table is built on first use and kept by the module; a cold pass pays
-  # for it as a new process would.
-  tokenization._unicode_table = None  # pylint: disable=protected-access
+  # The Unicode cleaning table is filled on demand and kept by the module; a cold pass pays for
+  # it as a new process would.
+  tokenization._CLEAN_TABLE.clear()  # pylint: disable=protected-access
   return tokenization.FullTokenizer(FLAGS.vocab_file, do_lower_case=True)
 
 
