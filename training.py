@@ -368,21 +368,26 @@ class Trainer:
 
   # --- evaluation and prediction ------------------------------------------------------------
 
-  @tf.function
-  def _eval_step(self, iterator):
+  # Evaluation and prediction take each batch from the iterator eagerly rather than inside the
+  # step function. With the distributed iterator read in-graph, the forward pass often ran on a
+  # thread of TensorFlow's intra-op pool, where oneDNN treats a kernel as nested parallelism and
+  # runs it on one thread: bf16 BERT-base encode fell from 13.5 to 7.8 seq/s in about half the
+  # runs on 2 cores (benchmarks/encode.py); taken eagerly, 1 run in 24. A smaller last batch
+  # costs one retrace.
+
+  @tf.function(reduce_retracing=True)
+  def _eval_step(self, features):
     def replica_fn(features):
       return self.loss_fn(features, self._predict_forward(features))
-    return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(next(iterator),)))
+    return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(features,)))
 
   def evaluate(self, dataset_fn, max_steps=None):
     """Metrics over a finite dataset (or `max_steps` batches): {name: value, "loss": ...}."""
-    iterator = iter(self.distribute(dataset_fn, stack=0))
     totals, steps = None, 0
-    while max_steps is None or steps < max_steps:
-      try:
-        stats = self._eval_step(iterator)
-      except (StopIteration, tf.errors.OutOfRangeError):
+    for features in self.distribute(dataset_fn, stack=0):
+      if max_steps is not None and steps >= max_steps:
         break
+      stats = self._eval_step(features)
       stats = {k: (float(s), float(c)) for k, (s, c) in stats.items()}
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
@@ -391,24 +396,20 @@ class Trainer:
       raise fileio.InputError("the evaluation data produced no batch")
     return metrics_from_stats(totals)
 
-  @tf.function
-  def _predict_step(self, iterator, output_keys):
+  @tf.function(reduce_retracing=True)
+  def _predict_step(self, features, output_keys):
     def replica_fn(features):
       outputs = self._predict_forward(features)
       kept = {k: outputs[k] for k in output_keys}
       kept.update({k: v for k, v in features.items() if k not in kept})
       return kept
-    return self.strategy.run(replica_fn, args=(next(iterator),))
+    return self.strategy.run(replica_fn, args=(features,))
 
   def predict(self, dataset_fn, output_keys):
     """Yields dicts of numpy arrays (the model outputs named in `output_keys` plus the input
     features) for each batch of a finite dataset, in input order per replica."""
-    iterator = iter(self.distribute(dataset_fn, stack=0))
-    while True:
-      try:
-        outputs = self._predict_step(iterator, tuple(output_keys))
-      except (StopIteration, tf.errors.OutOfRangeError):
-        return
+    for features in self.distribute(dataset_fn, stack=0):
+      outputs = self._predict_step(features, tuple(output_keys))
       yield {k: np.concatenate([np.asarray(x) for x in
                                 self.strategy.experimental_local_results(v)])
              for k, v in outputs.items()}
