@@ -1,4 +1,5 @@
-"""Test helper process: a few pre-training steps under a given strategy; saves losses + weights.
+"""Test helper process: a few pre-training steps under a given strategy; saves losses + weights,
+and (one worker) the trained model's evaluation metrics and predictions.
 
 Run as `python tests/pretrain_worker.py STRATEGY OUT.npz` (multi_worker_mirrored reads TF_CONFIG).
 The data order is fixed (no shuffling) and dropout is off, so every strategy sees the same global
@@ -58,7 +59,16 @@ def main():
   for _ in range(STEPS):
     stats = trainer._train_loop(iterator, tf.constant(1))  # pylint: disable=protected-access
     losses.append(training.metrics_from_stats(stats)["loss"])
-  np.savez(OUT, losses=np.array(losses),
+  results = {"losses": np.array(losses)}
+  if STRATEGY != "multi_worker_mirrored":  # evaluation and prediction run on one worker
+    # The trained model on the same records: metrics over all of them, and per-record outputs
+    # in record order (each batch is the replicas' results concatenated).
+    metrics = trainer.evaluate(dataset_fn)
+    results["eval"] = np.array([metrics[k] for k in sorted(metrics)])
+    predictions = list(trainer.predict(dataset_fn, ["next_sentence_log_probs"]))
+    for key in ("next_sentence_log_probs", "input_ids"):
+      results["predict." + key] = np.concatenate([p[key] for p in predictions])
+  np.savez(OUT, **results,
            **{v.name.split(":")[0].replace("/", "."): v.numpy() for v in model.variables})
 
 
