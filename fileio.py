@@ -165,7 +165,7 @@ def crc32c_batch(items):
   register over that many bytes.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
-  byte, low, high = _crc32c_tables()
+  _, low, high = _crc32c_tables()
   lengths = np.fromiter(map(len, items), np.int64, len(items))
   width = -(-int(lengths.max(initial=0)) // 4) * 4
   zeros = bytes(width)
@@ -175,13 +175,23 @@ def crc32c_batch(items):
   for word in words:
     mixed = register ^ word
     register = low[mixed & 0xFFFF] ^ high[mixed >> 16]
-  # The all-ones initial register carried through n bytes, for every n up to the widest item.
-  initial = np.empty(width + 1, np.uint32)
-  state = 0xFFFFFFFF
-  for n in range(width + 1):
-    initial[n] = state
-    state = int(byte[state & 0xFF]) ^ (state >> 8)
-  return register ^ initial[lengths] ^ np.uint32(0xFFFFFFFF)
+  return register ^ _initial_registers(width)[lengths] ^ np.uint32(0xFFFFFFFF)
+
+
+_INITIAL_REGISTERS = []
+
+
+def _initial_registers(width):
+  """The all-ones initial register carried through n zero bytes, for n = 0..width (kept and
+  extended across calls: every batch of records needs the same few hundred values)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  byte = _crc32c_tables()[0]
+  registers = _INITIAL_REGISTERS
+  state = registers[-1] if registers else None
+  while len(registers) <= width:
+    state = 0xFFFFFFFF if state is None else int(byte[state & 0xFF]) ^ (state >> 8)
+    registers.append(state)
+  return np.array(registers[:width + 1], np.uint32)
 
 
 def _masked(crc):

@@ -49,7 +49,7 @@ def _pss_bytes(pid):
   """Proportional set size: resident memory with shared pages split among their sharers.
 
   Plain RSS would count a freshly spawned worker (a fork of the parent until it execs) as a
-  second copy of the parent's TensorFlow.
+  second copy of the parent's memory.
   """
   try:
     with open(f"/proc/{pid}/smaps_rollup") as f:

