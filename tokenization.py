@@ -417,9 +417,10 @@ class FullTokenizer:
     return tokens
 
   def _word_ids(self, word):
-    tokens = self._token_cache.get(word) or self._word_tokens(word)
-    vocab = self.vocab
-    return [vocab[token] for token in tokens]
+    tokens = self._token_cache.get(word)
+    if tokens is None:
+      tokens = self._word_tokens(word)
+    return convert_by_vocab(self.vocab, tokens)
 
   def convert_tokens_to_ids(self, tokens):
     if self.sp_model is not None:
