@@ -1,17 +1,29 @@
-"""Reading inputs with errors that name the file and line, and writing outputs atomically.
+"""Reading inputs with errors that name the file and line, and writing outputs safely.
 
 Every script reads user files through `read_lines` / `check_file` and writes every output through
-`atomic_path` / `open_atomic`, so a bad input ends in one clear message (file, line, flag) and an
-interrupted run never leaves a half-written file under its final name. `run_main` is the scripts'
-entry point: it turns `InputError` into that one message and a non-zero exit instead of a traceback.
+`atomic_path` / `open_atomic` / `atomic_directory`, after `check_outputs` has refused any output
+that is one of its inputs, so:
+  - a bad input ends in one clear message (file, line, flag), never a traceback;
+  - an interrupted run (an error, Ctrl-C, SIGTERM) never leaves a half-written file under its final
+    name: outputs are written to an exclusively created temporary sibling and renamed when complete;
+  - an input is never overwritten, and a directory is only replaced when it holds what we made.
+`run_main` is the scripts' entry point: it turns `ReportedError`, flag-parsing errors, OS errors
+(disk full, read-only directory, too many open files) and interruption into that one message and a
+non-zero exit instead of a traceback.
 """
 
 import contextlib
+import errno
+import fcntl
 import glob
 import os
+import shutil
+import signal
 import sys
+import tempfile
 
 from absl import app
+from absl import flags
 from absl import logging
 
 
@@ -21,6 +33,11 @@ class ReportedError(Exception):
 
 class InputError(ReportedError, ValueError):
   """A problem with the user's input (file, line, record or flag), reported without a traceback."""
+
+
+class Interrupted(BaseException):
+  """SIGTERM turned into an exception, so that `finally` blocks remove temporaries on the way out
+  (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""
 
 
 def check_file(path, what="file"):
@@ -39,6 +56,7 @@ def check_file(path, what="file"):
 def expand_file_patterns(patterns, what="input file"):
   """Comma-separated paths and glob patterns -> sorted-per-pattern list of files.
 
+  A path that exists is taken literally (a file named `data[1].txt` is that file, not a pattern).
   Each pattern that matches nothing is an error naming it, as a silent empty input would hide a
   typo until training starts.
   """
@@ -46,7 +64,7 @@ def expand_file_patterns(patterns, what="input file"):
   for pattern in (p.strip() for p in patterns.split(",")):
     if not pattern:
       continue
-    matches = sorted(glob.glob(pattern))
+    matches = [pattern] if os.path.lexists(pattern) else sorted(glob.glob(pattern))
     if not matches:
       raise InputError(f"{what} pattern matches no file: {pattern}")
     files.extend(check_file(m, what) for m in matches)
@@ -75,26 +93,153 @@ def read_lines(path):
       yield number, text.rstrip("\r\n")
 
 
-def _temporary_name(path):
+# --- Outputs: never an input, never what is not ours ---------------------------------------------
+
+
+def _same(a, b):
+  """True when paths `a` and `b` name the same file (after symlinks; hard links included)."""
+  if os.path.realpath(a) == os.path.realpath(b):
+    return True
+  try:
+    return os.path.samefile(a, b)
+  except OSError:
+    return False
+
+
+def _inside(path, directory):
+  real, top = os.path.realpath(path), os.path.realpath(directory)
+  return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _flat(named_paths):
+  """[(flag, path or list of paths or None)] -> [(flag, path)] without the empty ones."""
+  out = []
+  for flag, paths in named_paths:
+    for path in ([paths] if isinstance(paths, (str, os.PathLike)) else paths or ()):
+      if path:
+        out.append((flag, os.fspath(path)))
+  return out
+
+
+def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
+  """Refuses outputs that would destroy an input or cannot be written, before any work is done.
+
+  Each argument is a list of (flag name, path or list of paths):
+    files: output files (written under a temporary name, then renamed onto the path);
+    inputs: every file or directory the run reads;
+    directories: output directories the run writes files into (existing content is kept);
+    replaced_directories: output directories the run replaces as a whole.
+  Raises InputError naming the flag and path when an output file is an input or an existing
+  directory, two outputs are one file, an output directory is an input or an existing file (or
+  holds an input, for a replaced one), or an output's parent cannot be made or written.
+  """
+  files, inputs = _flat(files), _flat(inputs)
+  directories, replaced = _flat(directories), _flat(replaced_directories)
+  for flag, path in files:
+    for in_flag, in_path in inputs:
+      if os.path.exists(in_path) and _same(path, in_path):
+        raise InputError(f"--{flag}={path} is the input given by --{in_flag}={in_path}; "
+                         "refusing to overwrite an input (choose another output path)")
+    if os.path.isdir(path):
+      raise InputError(f"--{flag}={path} is an existing directory; give a file path")
+    _check_parent(flag, path)
+  for i, (flag, path) in enumerate(files):
+    for other_flag, other in files[:i]:
+      if os.path.abspath(path) == os.path.abspath(other) or (
+          os.path.exists(path) and _same(path, other)):
+        raise InputError(f"--{flag}: the output {path} is given twice (also by --{other_flag})")
+  for flag, path in directories + replaced:
+    if os.path.lexists(path) and not os.path.isdir(path):
+      raise InputError(f"--{flag}={path} exists and is not a directory")
+    for in_flag, in_path in inputs:
+      if os.path.exists(in_path) and os.path.isfile(in_path) and _same(path, in_path):
+        raise InputError(f"--{flag}={path} is the input given by --{in_flag}")
+    _check_parent(flag, os.path.join(path, "x"))
+  for flag, path in replaced:
+    for in_flag, in_path in inputs:
+      if os.path.exists(in_path) and (_inside(in_path, path) or _inside(path, in_path)):
+        raise InputError(f"--{flag}={path} would replace a directory holding the input "
+                         f"--{in_flag}={in_path}; choose another output directory")
+
+
+def _check_parent(flag, path):
+  """Creates the parent directory of `path` if needed; InputError when that or writing fails."""
+  parent = os.path.dirname(os.path.abspath(path))
+  probe = parent
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise InputError(f"--{flag}={path}: {probe} is not a directory")
+  try:
+    os.makedirs(parent, exist_ok=True)
+  except OSError as e:
+    raise InputError(f"--{flag}={path}: cannot create {parent}: {e.strerror}") from None
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise InputError(f"--{flag}={path}: the directory {parent} is not writable")
+
+
+# --- Temporaries ---------------------------------------------------------------------------------
+
+
+def _umask():
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+_UMASK = _umask()
+
+
+def _temporary_prefix(path):
+  """Hidden sibling of `path` named after it and this process: `.NAME.tmp-PID-`."""
   directory, base = os.path.split(os.path.abspath(path))
-  return os.path.join(directory, f".{base}.tmp-{os.getpid()}")
+  return directory, f".{base}.tmp-{os.getpid()}-"
+
+
+def _remove_stale_temporaries(path):
+  """Removes temporaries of `path` left by processes that no longer run (killed with SIGKILL)."""
+  directory, base = os.path.split(os.path.abspath(path))
+  for stale in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.tmp-*")):
+    pid = os.path.basename(stale)[len(base) + 6:].split("-", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+      continue
+    if os.path.isdir(stale) and not os.path.islink(stale):
+      shutil.rmtree(stale, ignore_errors=True)
+    else:
+      with contextlib.suppress(OSError):
+        os.remove(stale)
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
 
 
 @contextlib.contextmanager
 def atomic_path(path):
   """Yields a temporary path beside `path`; renames it onto `path` only if the block succeeds.
 
-  The temporary file is a hidden sibling so the rename stays on one file system (atomic), and it is
-  removed when the block raises, so a failed or interrupted run leaves the old output (or nothing).
+  The temporary file is a hidden sibling (so the rename stays on one file system and is atomic),
+  created exclusively (a file or symlink planted at a predictable name cannot redirect the write),
+  and removed when the block raises or is interrupted, so a failed run leaves the old output (or
+  nothing). The result gets the permissions of an ordinary new file (0666 less the umask).
   """
-  directory = os.path.dirname(os.path.abspath(path))
+  directory, prefix = _temporary_prefix(path)
   os.makedirs(directory, exist_ok=True)
-  tmp = _temporary_name(path)
+  _remove_stale_temporaries(path)
+  fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
+  os.close(fd)
   try:
     yield tmp
+    os.chmod(tmp, 0o666 & ~_UMASK)
     os.replace(tmp, path)
   finally:
-    if os.path.exists(tmp):
+    if os.path.lexists(tmp):
       os.remove(tmp)
 
 
@@ -110,22 +255,145 @@ def open_atomic(path, mode="w", **kwargs):
       os.fsync(f.fileno())
 
 
-def run_main(main):
-  """absl's app.run, with a ReportedError printed as `error: ...` instead of a traceback.
+@contextlib.contextmanager
+def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
+  """Yields an exclusively created temporary directory beside `path`; when the block succeeds,
+  it replaces `path` (an existing directory is moved aside, then deleted once the new one is in).
 
-  The exit status is 2 for an InputError (the command or its files need fixing) and 1 for other
-  reported errors (e.g. training.TrainingError: the run itself could not go on).
+  An existing `path` is replaced only if `replaceable(path)` says it holds what this program
+  writes (e.g. a SavedModel), or `overwrite` is set; anything else there is an InputError, so a
+  user's directory is never deleted. The result gets ordinary permissions (0777 / 0666 less the
+  umask), readable by a serving process under another user.
+  """
+  path = os.path.abspath(path)
+  if os.path.lexists(path) and not overwrite:
+    if not os.path.isdir(path) or os.path.islink(path):
+      raise InputError(f"--{flag}={path} exists and is not a directory; refusing to replace it")
+    if os.listdir(path) and not (replaceable and replaceable(path)):
+      raise InputError(f"--{flag}={path} exists and does not hold an earlier output of this "
+                       "program; refusing to delete it (choose a new directory, or pass "
+                       "--overwrite to replace it)")
+  directory, prefix = _temporary_prefix(path)
+  os.makedirs(directory, exist_ok=True)
+  _remove_stale_temporaries(path)
+  staging = tempfile.mkdtemp(prefix=prefix, dir=directory)
+  old = None
+  try:
+    yield staging
+    _ordinary_permissions(staging)
+    if os.path.lexists(path):
+      old = tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=directory)
+      os.rmdir(old)
+      os.replace(path, old)
+    os.replace(staging, path)
+  finally:
+    if os.path.lexists(staging):
+      shutil.rmtree(staging, ignore_errors=True)
+    if old and os.path.lexists(old):
+      if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old, ignore_errors=True)
+      else:
+        os.remove(old)
+
+
+def _ordinary_permissions(top):
+  os.chmod(top, 0o777 & ~_UMASK)
+  for root, dirs, files in os.walk(top):
+    for name in dirs:
+      os.chmod(os.path.join(root, name), 0o777 & ~_UMASK)
+    for name in files:
+      os.chmod(os.path.join(root, name), 0o666 & ~_UMASK)
+
+
+# --- One run at a time in a directory ------------------------------------------------------------
+
+
+def lock_directory(path, flag="output_dir"):
+  """Takes an exclusive lock on directory `path` for the life of the process (a `.lock` file
+  locked with flock, released by the kernel however the process ends); InputError naming the
+  directory when another run holds it. Returns the open lock file (keep a reference)."""
+  os.makedirs(path, exist_ok=True)
+  lock = open(os.path.join(path, ".lock"), "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    lock.close()
+    if e.errno in (errno.EAGAIN, errno.EACCES):
+      raise InputError(f"--{flag}={path} is in use by another run (its .lock is held); wait for "
+                       "it to finish or choose another directory") from None
+    raise
+  lock.seek(0)
+  lock.truncate()
+  lock.write(f"{os.getpid()}\n")
+  lock.flush()
+  _LOCKS.append(lock)
+  return lock
+
+
+_LOCKS = []
+
+
+# --- The scripts' entry point --------------------------------------------------------------------
+
+
+def _parse_flags(argv):
+  """absl's flag parsing, with a bad flag (unknown, unparsable, out of range) as one error line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _raise_interrupted(signum, frame):
+  del frame
+  raise Interrupted(signal.Signals(signum).name)
+
+
+def _first_line(text):
+  return str(text).strip().splitlines()[0] if str(text).strip() else type(text).__name__
+
+
+def run_main(main):
+  """absl's app.run, with errors a user can fix printed as one `error: ...` line.
+
+  Exit status 2 for an InputError, a bad flag, or an OS error on a named path (missing, read-only,
+  disk full, too many open files: the command or its environment needs fixing); 1 for other
+  reported errors (e.g. training.TrainingError: the run itself could not go on); 130 / 143 for
+  Ctrl-C / SIGTERM, after `finally` blocks have removed the run's temporaries. A traceback is
+  shown only with --verbosity=1 or more (for debugging this program).
   """
 
   def guarded(argv):
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+      signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
       return main(argv)
     except ReportedError as e:
-      logging.flush()
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2 if isinstance(e, InputError) else 1)
+      _report(e, 2 if isinstance(e, InputError) else 1)
+    except OSError as e:
+      where = e.filename or ""
+      _report(f"{where}: {e.strerror or e}" if where else (e.strerror or str(e)), 2, e)
+    except (KeyboardInterrupt, Interrupted) as e:
+      name = "SIGINT (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else str(e)
+      _report(f"stopped by {name}; no incomplete output was left under its final name",
+              130 if isinstance(e, KeyboardInterrupt) else 143)
+    except Exception as e:  # pylint: disable=broad-except
+      tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+      if tf_errors is not None and isinstance(e, tf_errors.OpError):
+        # TensorFlow's I/O errors (disk full while saving a checkpoint, an unreadable file).
+        _report(_first_line(e.message), 2, e)
+      raise
 
-  app.run(guarded)
+  app.run(guarded, flags_parser=_parse_flags)
+
+
+def _report(message, status, error=None):
+  logging.flush()
+  if error is not None and logging.get_verbosity() >= logging.DEBUG:
+    raise error
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(status)
 
 
 # --- TFRecord files without TensorFlow ------------------------------------------------------------
