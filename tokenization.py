@@ -87,6 +87,17 @@ def load_vocab(vocab_file):
   return vocab
 
 
+def check_vocab_fits(vocab_size, config, vocab_file, config_source="the model config"):
+  """Raises InputError when ids of a vocab of `vocab_size` tokens cannot be embedded by a model
+  of `config` (an id >= config.vocab_size would fail deep inside the embedding lookup), naming
+  both files. A smaller vocab is fine: it only leaves rows of the embedding unused."""
+  if vocab_size > config.vocab_size:
+    raise fileio.InputError(
+        f"vocab file {vocab_file} has {vocab_size} tokens but {config_source} has vocab_size="
+        f"{config.vocab_size}: ids from {config.vocab_size} up cannot be embedded; use the vocab "
+        "the model was trained with")
+
+
 def check_special_tokens(vocab, vocab_file):
   """Raises InputError naming `vocab_file` unless the vocab holds all of SPECIAL_TOKENS."""
   missing = [token for token in SPECIAL_TOKENS if token not in vocab]
