@@ -37,6 +37,7 @@ import time
 import zlib
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+MARKER = ".quickstart_output"
 
 # The task's areas, by top-level module of the standard library (modules missing from this
 # Python's version are skipped).
@@ -350,12 +351,22 @@ def main(argv=None):
   args = parser.parse_args(argv)
   s = SETTINGS["small" if args.small else "default"]
   out = os.path.abspath(args.output_dir)
+  # A rerun starts from scratch (the training scripts would otherwise resume from the
+  # checkpoints a previous run left, with other settings perhaps), so it deletes its own
+  # sub-directories: only in a directory that is new, empty or marked as ours by a first run,
+  # never in a user's directory that happens to hold a `data` or `vocab` folder.
+  marker = os.path.join(out, MARKER)
+  if os.path.isdir(out) and os.listdir(out) and not os.path.isfile(marker):
+    parser.exit(2, f"error: --output_dir={out} exists and is not a quick-start output (no "
+                f"{MARKER} in it); refusing to delete anything there: choose a new directory\n")
+  if os.path.lexists(out) and not os.path.isdir(out):
+    parser.exit(2, f"error: --output_dir={out} exists and is not a directory\n")
   os.makedirs(out, exist_ok=True)
+  with open(marker, "w", encoding="utf-8") as f:
+    f.write("Made by quickstart.py; a rerun replaces its sub-directories.\n")
   paths = {name: os.path.join(out, name) for name in
            ("data", "vocab", "pretraining_data", "pretraining", "classifier", "features",
             "export")}
-  # A rerun starts from scratch: the training scripts would otherwise resume from the
-  # checkpoints a previous run left (with other settings, perhaps).
   for path in list(paths.values()) + [os.path.join(out, "logs")]:
     shutil.rmtree(path, ignore_errors=True)
   run = Runner(out)

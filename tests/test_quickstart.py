@@ -167,3 +167,18 @@ def test_pip_install_gives_the_console_commands(tmp_path):
   result = subprocess.run([str(tmp_path / "prefix" / "bin" / "bert-create-pretraining-data")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 1 and "--input_file" in result.stderr
+
+
+def test_refuses_to_clear_a_directory_it_did_not_make(tmp_path):
+  # A user's directory with folders named as the quick start's: nothing in it may be deleted.
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "thesis.txt").write_text("years of work")
+  (tmp_path / "vocab").mkdir()
+  result = subprocess.run([sys.executable, "quickstart.py", "--small",
+                           f"--output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith("error: --output_dir=")
+  assert "Traceback" not in result.stderr
+  assert (tmp_path / "data" / "thesis.txt").read_text() == "years of work"
+  assert sorted(os.listdir(tmp_path)) == ["data", "vocab"]
