@@ -12,10 +12,12 @@ mixed precision changes speed, not the numerics that matter.
 
 import contextlib
 import copy
+import inspect
 import json
 import math
 
 import tensorflow as tf
+from absl import logging
 
 import fileio
 
@@ -36,8 +38,36 @@ _HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_t
                    "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
 
 
+# Keys a config may carry that do not change this model: the original's unused pooler_* and
+# directionality entries, and what HuggingFace's configs add. Any other unknown key is warned about
+# (a misspelt `num_hidden_layer` would otherwise silently leave the default of 12 layers).
+_IGNORED_KEYS = frozenset((
+    "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
+    "pooler_type", "directionality", "_name_or_path", "architectures", "model_type", "torch_dtype",
+    "transformers_version", "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id",
+    "position_embedding_type", "use_cache", "classifier_dropout", "gradient_checkpointing",
+    "id2label", "label2id", "finetuning_task", "problem_type", "output_past", "tokenizer_class"))
+# The sizes that fix the variables' shapes: a config file must give each (a default of BERT-base's
+# value for a missing one would build a model that does not match the checkpoint or the data).
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+          "intermediate_size", "max_position_embeddings", "type_vocab_size")
+# Sanity bounds, far above any BERT (BERT-large: hidden 1024, 24 layers, 3.4e8 parameters; the
+# largest vocabularies ~1e6). A value beyond is a typo, and building it would exhaust the memory
+# or abort the process inside oneDNN instead of ending in a message naming the key.
+_MAX_SIZE = {"vocab_size": 2**24, "hidden_size": 2**16, "num_hidden_layers": 2**10,
+             "num_attention_heads": 2**12, "intermediate_size": 2**18,
+             "max_position_embeddings": 2**20, "type_vocab_size": 2**16}
+_MAX_PARAMETERS = 2**33  # 32 GiB of float32 weights, before the optimizer's slots.
+
+
 class BertConfig:
-  """Hyper-parameters of a BERT encoder, as in the original's `bert_config.json`."""
+  """Hyper-parameters of a BERT encoder, as in the original's `bert_config.json`.
+
+  Every field is checked (`validate`): the sizes are positive JSON integers (12.0 is refused, not
+  rounded: a config is written by hand or by a tool that writes integers, and a float there is
+  more likely a mistake than a convenience), dropout probabilities in [0, 1), initializer_range
+  and layer_norm_eps positive, and the model within the sanity bounds above.
+  """
 
   def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
@@ -58,21 +88,56 @@ class BertConfig:
     self.validate()
 
   def validate(self, source="config"):
-    if self.hidden_act not in ACTIVATIONS:
-      raise fileio.InputError(f"{source}: hidden_act {self.hidden_act!r} is not one of "
-                              f"{sorted(ACTIVATIONS)}")
+    """Raises InputError naming `source` (the config file) and the first bad key."""
+    def bad(key, wanted):
+      raise fileio.InputError(f"{source}: {key} must be {wanted}, got "
+                              f"{json.dumps(getattr(self, key), default=repr)}")
+
+    for key in _SIZES:
+      value = getattr(self, key)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        bad(key, "a positive integer")
+      if value > _MAX_SIZE[key]:
+        bad(key, f"at most {_MAX_SIZE[key]} (a sanity bound far above any BERT)")
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      if not _is_number(getattr(self, key)) or not 0 <= getattr(self, key) < 1:
+        bad(key, "a probability in [0, 1)")
+    for key in ("initializer_range", "layer_norm_eps"):
+      if not _is_number(getattr(self, key)) or not 0 < getattr(self, key) < math.inf:
+        bad(key, "a positive number")
+    if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
+      bad("hidden_act", f"one of {', '.join(sorted(ACTIVATIONS))}")
     if self.hidden_size % self.num_attention_heads:
       raise fileio.InputError(f"{source}: hidden_size {self.hidden_size} is not a multiple of "
                               f"num_attention_heads {self.num_attention_heads}")
+    h, layers = self.hidden_size, self.num_hidden_layers
+    parameters = ((self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
+                  + layers * (4 * h * h + 2 * h * self.intermediate_size) + h * h)
+    if parameters > _MAX_PARAMETERS:
+      raise fileio.InputError(
+          f"{source}: the model would have about {parameters:.2g} parameters (vocab_size "
+          f"{self.vocab_size}, hidden_size {h}, num_hidden_layers {layers}, intermediate_size "
+          f"{self.intermediate_size}), above the sanity bound of {_MAX_PARAMETERS:.2g}")
 
   @classmethod
   def from_dict(cls, d, source="config"):
-    """From the original's keys; unknown keys (pooler_fc_size, directionality, ...) are ignored."""
-    names = cls.__init__.__code__.co_varnames[1:cls.__init__.__code__.co_argcount]
-    if "vocab_size" not in d:
-      raise fileio.InputError(f"{source}: no vocab_size in the BERT config")
+    """From the original's keys. The sizes are required; unknown keys are ignored, with a warning
+    unless known to be harmless (pooler_fc_size, directionality, HuggingFace's extras, ...)."""
+    missing = [k for k in _SIZES if k not in d]
+    if missing:
+      raise fileio.InputError(f"{source}: the BERT config has no {missing[0]}")
+    signature = inspect.signature(cls.__init__).parameters
+    names = [k for k in signature if k != "self"]
+    unknown = sorted(k for k in d if k not in names and k not in _IGNORED_KEYS)
+    if unknown:
+      logging.warning("%s: unknown key(s) %s in the BERT config are ignored (misspelt?)", source,
+                      ", ".join(unknown))
+    if d.get("position_embedding_type", "absolute") != "absolute":
+      logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
+                      "position embeddings", source, d["position_embedding_type"])
     config = cls.__new__(cls)
-    cls.__init__(config, **{k: d[k] for k in names if k in d})
+    for name in names:
+      setattr(config, name, d[name] if name in d else signature[name].default)
     config.validate(source)
     return config
 
@@ -81,7 +146,7 @@ class BertConfig:
     """From a HuggingFace `config.json`: same keys, but HF's "gelu" is the exact erf GELU."""
     d = dict(d)
     act = d.get("hidden_act", "gelu")
-    if act not in _HF_ACTIVATIONS:
+    if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
       raise fileio.InputError(f"{source}: HuggingFace hidden_act {act!r} is not supported")
     d["hidden_act"] = _HF_ACTIVATIONS[act]
     return cls.from_dict(d, source)
@@ -94,7 +159,7 @@ class BertConfig:
     try:
       with open(path, encoding="utf-8") as f:
         d = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSON syntax, UTF-8, a 5000-digit number, nesting.
       raise fileio.InputError(f"{path}: not a JSON config: {e}") from None
     if not isinstance(d, dict):
       raise fileio.InputError(f"{path}: a BERT config is a JSON object")
@@ -118,6 +183,11 @@ class BertConfig:
 
   def __eq__(self, other):
     return isinstance(other, BertConfig) and self.__dict__ == other.__dict__
+
+
+def _is_number(value):
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and not (isinstance(value, float) and math.isnan(value)))
 
 
 def _initializer(config):

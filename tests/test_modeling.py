@@ -1,5 +1,6 @@
 """The encoder against HuggingFace's outputs of a real checkpoint, and the model's contracts."""
 
+import json
 import os
 
 import numpy as np
@@ -130,14 +131,93 @@ def test_masked_lm_head_gathers_only_masked_positions():
                              tf.nn.log_softmax(logits)[0].numpy(), atol=1e-5)
 
 
-def test_config_errors_name_the_problem(tmp_path):
+GOOD_CONFIG = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=32, max_position_embeddings=32, type_vocab_size=2)
+
+# (key, bad value, what the message says): every field of the config.
+BAD_FIELDS = [
+    ("vocab_size", 0, "positive integer"),
+    ("hidden_size", -16, "positive integer"),
+    ("num_hidden_layers", 2.5, "positive integer"),
+    ("num_attention_heads", "4", "positive integer"),
+    ("intermediate_size", True, "positive integer"),
+    ("max_position_embeddings", None, "positive integer"),
+    ("type_vocab_size", 2.0, "positive integer"),
+    ("num_hidden_layers", [2], "positive integer"),
+    ("hidden_size", 10**9, "at most 65536"),
+    ("vocab_size", 10**30, "at most"),
+    ("hidden_dropout_prob", 1.0, r"probability in \[0, 1\)"),
+    ("attention_probs_dropout_prob", -0.1, "probability"),
+    ("hidden_dropout_prob", "0.1", "probability"),
+    ("hidden_dropout_prob", float("nan"), "probability"),
+    ("initializer_range", 0, "positive number"),
+    ("layer_norm_eps", -1e-12, "positive number"),
+    ("layer_norm_eps", float("inf"), "positive number"),
+    ("initializer_range", False, "positive number"),
+    ("hidden_act", "mish", "one of"),
+    ("hidden_act", ["gelu"], "one of"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", BAD_FIELDS)
+def test_every_config_field_is_validated_naming_the_key_and_file(key, value, message):
+  with pytest.raises(modeling.fileio.InputError, match=rf"^my/bert_config\.json: {key} must be "
+                                                       rf".*{message}"):
+    modeling.BertConfig.from_dict(dict(GOOD_CONFIG, **{key: value}), "my/bert_config.json")
+
+
+def test_config_cross_field_and_size_errors():
+  with pytest.raises(modeling.fileio.InputError, match="c.json: hidden_size 10 is not a multiple "
+                                                       "of num_attention_heads 3"):
+    modeling.BertConfig.from_dict(dict(GOOD_CONFIG, hidden_size=10, num_attention_heads=3),
+                                  "c.json")
+  # Each size within its bound, the whole far beyond memory: refused before any variable is made.
+  with pytest.raises(modeling.fileio.InputError,
+                     match=r"c.json: the model would have about 8.2e\+11 parameters"):
+    modeling.BertConfig.from_dict(dict(GOOD_CONFIG, hidden_size=8192, num_hidden_layers=1024,
+                                       intermediate_size=32768), "c.json")
+  for key in ("vocab_size", "num_hidden_layers", "type_vocab_size"):
+    d = dict(GOOD_CONFIG)
+    del d[key]
+    with pytest.raises(modeling.fileio.InputError, match=f"c.json: the BERT config has no {key}"):
+      modeling.BertConfig.from_dict(d, "c.json")
+  with pytest.raises(modeling.fileio.InputError, match="vocab_size must be a positive integer"):
+    modeling.BertConfig(vocab_size=-1)
+  # The defaults of the Python constructor and of the original config's optional keys are valid.
+  config = modeling.BertConfig.from_dict(GOOD_CONFIG, "c.json")
+  assert (config.hidden_act, config.hidden_dropout_prob, config.layer_norm_eps) == (
+      "gelu", 0.1, 1e-12)
+
+
+def test_unknown_config_keys_are_warned_about_except_harmless_ones(caplog):
+  with caplog.at_level("WARNING"):
+    modeling.BertConfig.from_dict(dict(GOOD_CONFIG, num_hidden_layer=4, hiden_act="relu"),
+                                  "typo.json")
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert warnings == ["typo.json: unknown key(s) hiden_act, num_hidden_layer in the BERT config "
+                      "are ignored (misspelt?)"]
+  caplog.clear()
+  with caplog.at_level("WARNING"):
+    if os.path.isdir(SHARED):  # The original's tiny config: pooler_*, directionality.
+      modeling.BertConfig.from_json_file(
+          os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint",
+                       "bert_config.json"))
+    modeling.BertConfig.from_json_file(os.path.join(minilm_dir(), "config.json"))
+    modeling.BertConfig.from_hf_dict(modeling.BertConfig(**GOOD_CONFIG).to_hf_dict(), "hf.json")
+  assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_config_file_errors_name_the_file(tmp_path):
   bad = tmp_path / "bert_config.json"
-  bad.write_text('{"vocab_size": 10, "hidden_size": 10, "num_attention_heads": 3}')
-  with pytest.raises(modeling.fileio.InputError, match="not a multiple"):
-    modeling.BertConfig.from_json_file(str(bad))
   bad.write_text('{"hidden_size": 8')
-  with pytest.raises(modeling.fileio.InputError, match="not a JSON config"):
+  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: not a JSON config"):
     modeling.BertConfig.from_json_file(str(bad))
-  bad.write_text('{"vocab_size": 10, "hidden_act": "mish"}')
-  with pytest.raises(modeling.fileio.InputError, match="hidden_act"):
+  bad.write_text('{"vocab_size": 1' + "0" * 5000 + "}")
+  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: not a JSON config"):
+    modeling.BertConfig.from_json_file(str(bad))
+  bad.write_text("[1, 2]")
+  with pytest.raises(modeling.fileio.InputError, match="a BERT config is a JSON object"):
+    modeling.BertConfig.from_json_file(str(bad))
+  bad.write_text(json.dumps(dict(GOOD_CONFIG, model_type="bert", hidden_act=["gelu"])))
+  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: HuggingFace hidden_act"):
     modeling.BertConfig.from_json_file(str(bad))
