@@ -14,6 +14,8 @@ import itertools
 import re
 import unicodedata
 
+from absl import logging
+
 import fileio
 
 # Every script builds its inputs from these, so a vocab without them fails at load time with the
@@ -78,12 +80,23 @@ def load_vocab(vocab_file):
   """Reads a vocab file (one token per line, id = line index) into an OrderedDict token -> id.
 
   As in the original, surrounding whitespace is stripped from each line, and a token that occurs
-  twice keeps the id of its last occurrence while still using up a line index.
+  twice keeps the id of its last occurrence while still using up a line index. Such a repeat is
+  logged as one warning: the earlier id can never come out of the tokenizer, which usually means
+  a vocab assembled by hand or two vocabs concatenated.
   """
   fileio.check_file(vocab_file, "vocab file")
   vocab = collections.OrderedDict()
+  repeats = []
   for number, line in fileio.read_lines(vocab_file):
-    vocab[line.strip()] = number - 1
+    token = line.strip()
+    if token in vocab:
+      repeats.append((token, vocab[token] + 1, number))
+    vocab[token] = number - 1
+  if repeats:
+    token, first, again = repeats[0]
+    more = f" ({len(repeats) - 1} more repeated line(s))" if len(repeats) > 1 else ""
+    logging.warning("vocab file %s: token %r on line %d repeats line %d; the later line's id is "
+                    "used%s", vocab_file, token, again, first, more)
   return vocab
 
 

@@ -374,6 +374,20 @@ def test_load_vocab_strips_and_numbers_lines(tmp_path):
   assert list(vocab.items()) == [("[PAD]", 0), ("[UNK]", 1), ("hello", 3), ("last", 4)]
 
 
+def test_duplicate_vocab_tokens_get_one_warning_naming_file_token_and_lines(tmp_path, caplog):
+  path = _write(tmp_path / "dup.txt", ["[PAD]", "[UNK]", "hello", "world", "hello", "world", "x"])
+  with caplog.at_level("WARNING"):
+    vocab = tokenization.load_vocab(path)
+  assert (vocab["hello"], vocab["world"], len(vocab)) == (4, 5, 5)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert warnings == [f"vocab file {path}: token 'hello' on line 5 repeats line 3; the later "
+                      "line's id is used (1 more repeated line(s))"]
+  caplog.clear()
+  with caplog.at_level("WARNING"):
+    tokenization.load_vocab(_write(tmp_path / "ok.txt", ["[PAD]", "[UNK]", "hello"]))
+  assert not caplog.records
+
+
 def test_validate_case_matches_checkpoint():
   check = tokenization.validate_case_matches_checkpoint
   check(True, "/models/uncased_L-12_H-768_A-12/bert_model.ckpt")
