@@ -93,12 +93,46 @@ def _is_optimizer_slot(name):
           or name == "global_step" or ".OPTIMIZER_SLOT" in name)
 
 
+def checkpoint_files(path):
+  """The files a checkpoint (anything `resolve_checkpoint` accepts) is read from: the index and
+  data files of a prefix, or the safetensors file; for the outputs-vs-inputs check."""
+  kind, resolved = resolve_checkpoint(path)
+  if kind == "hf":
+    return [resolved]
+  return [resolved + ".index"] + sorted(tf.io.gfile.glob(resolved + ".data-*"))
+
+
+def _damaged(prefix, error):
+  """InputError for a checkpoint whose index or data file cannot be read (truncated, corrupt or
+  missing shard), naming its files: TensorFlow's own message often names neither."""
+  data = sorted(tf.io.gfile.glob(prefix + ".data-*")) or [prefix + ".data-00000-of-00001"]
+  message = getattr(error, "message", None) or str(error) or type(error).__name__
+  return fileio.InputError(f"checkpoint {prefix} is damaged or incomplete ({prefix}.index, "
+                           f"{', '.join(data)}): {message.strip().splitlines()[0]}")
+
+
+def _reader(prefix):
+  try:
+    return tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    raise _damaged(prefix, e) from None
+
+
+def _tensor(reader, name, prefix):
+  # A truncated data file raises IndexError ("Read less bytes than requested"), a flipped byte a
+  # DataLossError, a missing shard a NotFoundError.
+  try:
+    return reader.get_tensor(name)
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    raise _damaged(prefix, e) from None
+
+
 def load_tf1_checkpoint(module, prefix):
   """Loads an original Google (name-based) checkpoint into `module` by variable name."""
-  reader = tf.train.load_checkpoint(prefix)
+  reader = _reader(prefix)
   available = reader.get_variable_to_shape_map()
   model = variables_by_name(module)
-  targets = {n: (v, reader.get_tensor(n)) for n, v in model.items() if n in available}
+  targets = {n: (v, _tensor(reader, n, prefix)) for n, v in model.items() if n in available}
   _assign_all(targets, prefix)
   return InitReport(prefix, sorted(targets), sorted(set(model) - set(targets)),
                     sorted(n for n in available if n not in model and not _is_optimizer_slot(n)))
@@ -146,12 +180,12 @@ def _object_paths(module):
 def load_project_checkpoint(module, prefix):
   """Loads a checkpoint written by this project's training loop (tf.train.Checkpoint with the
   model under `model`) by object path; optimizer state and unknown heads are skipped."""
-  reader = tf.train.load_checkpoint(prefix)
+  reader = _reader(prefix)
   available = {k[len("model/"):-len(_VALUE_SUFFIX)]: k
                for k in reader.get_variable_to_shape_map()
                if k.startswith("model/") and k.endswith(_VALUE_SUFFIX) and ".OPTIMIZER_SLOT" not in k}
   paths = _object_paths(module)
-  targets = {variable_name(v): (v, reader.get_tensor(available[p]))
+  targets = {variable_name(v): (v, _tensor(reader, available[p], prefix))
              for p, v in paths.items() if p in available}
   _assign_all(targets, prefix)
   loaded_paths = set(p for p in paths if p in available)
@@ -182,8 +216,8 @@ def resolve_checkpoint(path):
     raise fileio.InputError(f"checkpoint not found: {path} (no {path}.index)")
   try:
     keys = tf.train.list_variables(path)
-  except (tf.errors.OpError, ValueError) as e:
-    raise fileio.InputError(f"checkpoint {path} cannot be read: {e}") from None
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    raise _damaged(path, e) from None
   return ("project" if any(k == _OBJECT_GRAPH_KEY for k, _ in keys) else "tf1"), path
 
 

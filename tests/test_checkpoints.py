@@ -9,7 +9,7 @@ import tensorflow as tf
 import checkpoints
 import fileio
 import modeling
-from conftest import SHARED, requires_shared
+from conftest import SHARED, minilm_dir, requires_shared
 
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 
@@ -112,3 +112,64 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     checkpoints.init_from_checkpoint(model, str(tmp_path / "nope.ckpt"))
   with pytest.raises(fileio.InputError, match="no checkpoint found in directory"):
     checkpoints.init_from_checkpoint(model, str(tmp_path))
+
+
+def _damaged_copy(tmp_path, name, damage):
+  """A copy of the tiny checkpoint in tmp_path/name with `damage(directory)` applied."""
+  directory = tmp_path / name
+  directory.mkdir()
+  for file in ("bert_config.json", "vocab.txt", "bert_model.ckpt.index",
+               "bert_model.ckpt.data-00000-of-00001"):
+    (directory / file).write_bytes(open(os.path.join(TINY, file), "rb").read())
+    os.chmod(directory / file, 0o644)
+  damage(directory)
+  return str(directory / "bert_model.ckpt")
+
+
+def _truncate(path, size):
+  with open(path, "r+b") as f:
+    f.truncate(size)
+
+
+def _flip(path, offset):
+  data = bytearray(open(path, "rb").read())
+  data[offset:offset + 8] = bytes(b ^ 0xFF for b in data[offset:offset + 8])
+  open(path, "wb").write(data)
+
+
+@requires_shared
+@pytest.mark.parametrize("damage,detail", [
+    (lambda d: _truncate(d / "bert_model.ckpt.index", 500), "not an sstable"),
+    (lambda d: _truncate(d / "bert_model.ckpt.data-00000-of-00001", 1000), "Read less bytes"),
+    (lambda d: _flip(d / "bert_model.ckpt.data-00000-of-00001", 100), "Checksum does not match"),
+    (lambda d: os.remove(d / "bert_model.ckpt.data-00000-of-00001"), ""),
+])
+def test_damaged_checkpoint_is_an_input_error_naming_its_files(tmp_path, damage, detail):
+  prefix = _damaged_copy(tmp_path, "ckpt", damage)
+  config = modeling.BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
+  with pytest.raises(fileio.InputError) as error:
+    checkpoints.init_from_checkpoint(modeling.BertPretrainer(config), prefix)
+  message = str(error.value)
+  assert message.startswith(f"checkpoint {prefix} is damaged or incomplete ({prefix}.index, "
+                            f"{prefix}.data-00000-of-00001): "), message
+  assert detail in message and "\n" not in message
+
+
+def test_truncated_safetensors_is_an_input_error_naming_the_file(tmp_path):
+  source = os.path.join(minilm_dir(), "model.safetensors")
+  config = modeling.BertConfig.from_json_file(os.path.join(minilm_dir(), "config.json"))
+  for size in (4, 100_000):
+    path = tmp_path / f"cut{size}" / "model.safetensors"
+    path.parent.mkdir()
+    with open(source, "rb") as f:
+      path.write_bytes(f.read(size))
+    with pytest.raises(fileio.InputError, match=f"^{path}: not a readable safetensors file"):
+      checkpoints.init_from_checkpoint(modeling.BertModel(config), str(path.parent))
+
+
+@requires_shared
+def test_checkpoint_files_lists_what_a_checkpoint_is_read_from(tmp_path):
+  prefix = os.path.join(TINY, "bert_model.ckpt")
+  expected = [prefix + ".index", prefix + ".data-00000-of-00001"]
+  assert checkpoints.checkpoint_files(prefix) == expected
+  assert checkpoints.checkpoint_files(TINY) == expected
