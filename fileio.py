@@ -178,6 +178,81 @@ def _check_parent(flag, path):
     raise InputError(f"--{flag}={path}: the directory {parent} is not writable")
 
 
+def file_signature(path):
+  """[real path, size, mtime in ns] of an input, for the key of an output derived from it (hashing
+  the file would cost about as much as the conversion a reuse saves)."""
+  stat = os.stat(path)
+  return [os.path.realpath(path), stat.st_size, stat.st_mtime_ns]
+
+
+def build_unless_current(path, key, build):
+  """Calls `build()` to (re)write the derived file `path` unless its sidecar `PATH.key.json`
+  holds `key` (a JSON description of every input and setting it was made from). The sidecar is
+  removed before building and written after, so a stopped run never leaves a key beside records
+  it does not describe. Returns whether it built."""
+  import json  # pylint: disable=g-import-not-at-top
+  key_file = path + ".key.json"
+  key = json.loads(json.dumps(key))
+  if os.path.isfile(path):
+    try:
+      with open(key_file, encoding="utf-8") as f:
+        if json.load(f) == key:
+          logging.info("Reusing %s: made from the same inputs and settings", path)
+          return False
+    except (OSError, ValueError):
+      pass
+  if os.path.lexists(key_file):
+    os.remove(key_file)
+  build()
+  with open_atomic(key_file) as f:
+    json.dump(key, f, indent=1, sort_keys=True)
+  return True
+
+
+def check_checkpoint_matches(directory, module, flag="output_dir"):
+  """InputError naming `directory` when its latest checkpoint (a tf.train.Checkpoint with the model
+  under `model`, as training.Trainer writes) is not of `module`'s shape: another task's head or
+  number of labels. Resuming would die on a shape mismatch after the run had replaced the cached
+  records beside it; checked before any of that. An unreadable checkpoint is left to the restore."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  latest = tf.train.latest_checkpoint(directory)
+  if not latest:
+    return
+  try:
+    shapes = tf.train.load_checkpoint(latest).get_variable_to_shape_map()
+  except (tf.errors.OpError, ValueError):
+    return
+  prefix, suffix = "model/", "/.ATTRIBUTES/VARIABLE_VALUE"
+  saved = {k[len(prefix):-len(suffix)]: list(s) for k, s in shapes.items()
+           if k.startswith(prefix) and k.endswith(suffix) and ".OPTIMIZER_SLOT" not in k}
+  flatten = module._flatten  # pylint: disable=protected-access
+  ours = {"/".join(map(str, p)): v.shape.as_list()
+          for p, v in flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)}
+  problems = [f"{p} has shape {saved[p]} there but {s} here" for p, s in sorted(ours.items())
+              if p in saved and saved[p] != s]
+  problems += [f"it has no {p}" for p in sorted(ours) if p not in saved]
+  problems += [f"it has {p}, which this model lacks" for p in sorted(saved) if p not in ours]
+  if problems:
+    raise InputError(f"--{flag}={directory} holds {os.path.basename(latest)}, a checkpoint of "
+                     f"another model ({problems[0]}): another task or number of labels? Choose "
+                     f"another --{flag}")
+
+
+@contextlib.contextmanager
+def naming_output(path):
+  """Gives an OSError of the block that names no file, or a temporary of output `path`, the name
+  `path`: a write failing for a full disk or a file size limit (ENOSPC, EFBIG, EDQUOT) then says
+  which output could not be written."""
+  try:
+    yield
+  except OSError as e:
+    name = os.path.basename(os.fspath(e.filename)) if e.filename is not None else None
+    if e.errno is None or not (
+        name is None or name.startswith(f".{os.path.basename(os.fspath(path))}.tmp-")):
+      raise
+    raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+
+
 # --- Temporaries ---------------------------------------------------------------------------------
 
 

@@ -12,6 +12,8 @@ columns or an unknown label is reported with its file and line. A task of your o
 """
 
 import csv
+import glob
+import json
 import math
 import os
 import re
@@ -60,7 +62,8 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "max_seq_length", 128,
     "Length of every example in WordPiece tokens, [CLS] and [SEP] included: longer texts are "
-    "cut, shorter ones padded.")
+    "cut, shorter ones padded. At least 3 ([CLS] a [SEP]), 5 for sentence pairs.",
+    lower_bound=3)
 
 flags.DEFINE_bool("do_train", False, "Fine-tune on the training file.")
 
@@ -95,7 +98,8 @@ flags.DEFINE_list(
     "labels", None,
     "tsv/csv tasks: the labels, comma-separated, in the order of the output units (e.g. "
     "'neg,pos'). Default: the distinct labels of the training file, sorted (numerically when "
-    "all are integers).")
+    "all are integers); without --do_train, the labels the training run saved in output_dir "
+    "(labels.json).")
 
 flags.DEFINE_bool(
     "skip_header", True,
@@ -157,6 +161,8 @@ class DataProcessor:
 
   # Regression tasks predict one real number; `get_labels` is then empty.
   is_regression = False
+  # Sentence-pair tasks put a second text in segment 1.
+  is_pair = True
 
   def get_train_examples(self, data_dir):
     """The training split."""
@@ -170,9 +176,16 @@ class DataProcessor:
     """The test split, for predictions only (placeholder labels)."""
     raise NotImplementedError()
 
-  def get_labels(self):
+  def get_labels(self, data_dir=None):
     """The label strings; a label's position in this list is its class id."""
     raise NotImplementedError()
+
+  def split_file(self, data_dir, split):
+    """The file a split ("train", "dev", "test") is read from."""
+    raise NotImplementedError()
+
+  def data_files(self, data_dir):
+    return [self.split_file(data_dir, split) for split in ("train", "dev", "test")]
 
   def num_labels(self):
     """Output units of the classifier head: one per label, or one for a regression task."""
@@ -311,6 +324,13 @@ class GlueProcessor(DataProcessor):
   # Column whose value makes the guid (as the original for MNLI); default: the row's index.
   guid_column_name = None
 
+  @property
+  def is_pair(self):
+    return self.text_b_column is not None
+
+  def split_file(self, data_dir, split):
+    return os.path.join(data_dir, getattr(self, f"{split}_file"))
+
   def get_train_examples(self, data_dir):
     return self._create_examples(os.path.join(data_dir, self.train_file), "train")
 
@@ -320,7 +340,7 @@ class GlueProcessor(DataProcessor):
   def get_test_examples(self, data_dir):
     return self._create_examples(os.path.join(data_dir, self.test_file), "test")
 
-  def get_labels(self):
+  def get_labels(self, data_dir=None):
     return [] if self.is_regression else list(self.labels)
 
   def _create_examples(self, input_file, set_type):
@@ -434,8 +454,13 @@ class XnliProcessor(DataProcessor):
   def __init__(self, language="zh"):
     self.language = language
 
+  def split_file(self, data_dir, split):
+    if split == "train":
+      return os.path.join(data_dir, "multinli", f"multinli.train.{self.language}.tsv")
+    return os.path.join(data_dir, f"xnli.{split}.tsv")
+
   def get_train_examples(self, data_dir):
-    input_file = os.path.join(data_dir, "multinli", f"multinli.train.{self.language}.tsv")
+    input_file = self.split_file(data_dir, "train")
     rows = self._read_tsv(input_file)
     columns = _locate_columns(input_file, rows, ("premise", "hypo", "label"), None, True)
     # The translated training files spell one label differently.
@@ -448,7 +473,7 @@ class XnliProcessor(DataProcessor):
   def get_test_examples(self, data_dir):
     return self._language_examples(os.path.join(data_dir, "xnli.test.tsv"), "test")
 
-  def get_labels(self):
+  def get_labels(self, data_dir=None):
     return list(self.labels)
 
   def _language_examples(self, input_file, set_type):
@@ -492,8 +517,17 @@ class DelimitedProcessor(DataProcessor):
       raise fileio.InputError(f"columns named {', '.join(by_name)} need a header row; give "
                               f"0-based column numbers with --noskip_header")
 
+  @property
+  def is_pair(self):
+    return self.columns[1] is not None
+
   def _path(self, data_dir, split):
     return os.path.join(data_dir, f"{split}.{self.extension}")
+
+  split_file = _path
+
+  def set_labels(self, labels):
+    self._labels = list(labels)
 
   def get_train_examples(self, data_dir):
     return self._create_examples(self._path(data_dir, "train"), "train",
@@ -517,7 +551,8 @@ class DelimitedProcessor(DataProcessor):
                                 "from")
       train_file = self._path(data_dir, "train")
       if not os.path.exists(train_file):
-        raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels from")
+        raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels "
+                                "from, nor a labels.json saved by a training run in --output_dir")
       examples = self._create_examples(train_file, "train", labels=None)
       found = {example.label for example in examples}
       if not found:
@@ -715,7 +750,8 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
           "is_real_example": _int64_feature([int(feature.is_real_example)]),
       }
       record = tf.train.Example(features=tf.train.Features(feature=fields))
-      writer.write(record.SerializeToString())
+      # Deterministic: the same examples give the same bytes in every run (map fields included).
+      writer.write(record.SerializeToString(deterministic=True))
   return len(examples)
 
 
@@ -801,6 +837,63 @@ def _predictions(trainer, input_file, batch_size, is_regression):
   return np.concatenate(outputs), np.concatenate(real)
 
 
+# What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
+_RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
+_OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
+            "test_results.tsv", "labels.json")
+
+
+def _check_flags(processor):
+  """Flag values absl's bounds cannot judge alone."""
+  if FLAGS.labels is not None:
+    for i, label in enumerate(FLAGS.labels):
+      if not label:
+        raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty label")
+      if label in FLAGS.labels[:i]:
+        raise fileio.InputError(f"--labels: {label!r} is given twice")
+  if processor.is_pair and FLAGS.max_seq_length < 5:
+    raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} cannot hold a sentence pair "
+                            f"of --task_name={FLAGS.task_name}: [CLS] a [SEP] b [SEP] needs 5")
+
+
+def _label_list(processor, labels_file, has_checkpoint):
+  """The class labels: --labels; else, when training, those of the training file; else those the
+  training run saved in output_dir (labels.json), which must agree with the model there."""
+  if processor.is_regression:
+    return []
+  saved = None
+  if os.path.exists(labels_file):
+    try:
+      with open(labels_file, encoding="utf-8") as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise fileio.InputError(f"{labels_file}: not the labels of a training run ({e})") from None
+    if not isinstance(saved, list) or not all(isinstance(label, str) for label in saved):
+      raise fileio.InputError(f"{labels_file}: not the labels of a training run (a JSON list of "
+                              "strings)")
+  if (saved is not None and FLAGS.labels is None and not FLAGS.do_train
+      and isinstance(processor, DelimitedProcessor)):
+    processor.set_labels(saved)
+  labels = processor.get_labels(FLAGS.data_dir)
+  if saved is not None and has_checkpoint and saved != labels:
+    raise fileio.InputError(
+        f"the labels {','.join(labels)} differ from {','.join(saved)}, those the model in "
+        f"--output_dir={FLAGS.output_dir} was trained with ({labels_file}); give "
+        f"--labels={','.join(saved)} or another --output_dir")
+  return labels
+
+
+def _records_key(processor, split, label_list, vocab_file, padded_to):
+  """What a split's feature records are made from: reused only when all of it is unchanged."""
+  task = {name: FLAGS[name].value for name in ("task_name", "xnli_language", "text_a_column",
+                                               "text_b_column", "label_column", "skip_header",
+                                               "regression")}
+  return {"script": "run_classifier", "split": split, "task": task,
+          "input": fileio.file_signature(processor.split_file(FLAGS.data_dir, split)),
+          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
+
+
 def main(_):
   tf.random.set_seed(FLAGS.seed)
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -814,15 +907,38 @@ def main(_):
                       ("vocab_file", vocab_file), ("output_dir", FLAGS.output_dir)):
     if not value:
       raise fileio.InputError(f"--{name} is required")
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  if not FLAGS.hub_module_handle:
-    config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
-                                             FLAGS.max_seq_length)
   processor = processor_from_flags()
-  label_list = processor.get_labels()
-  is_regression = processor.is_regression
+  _check_flags(processor)
+  out = FLAGS.output_dir
+  init_checkpoint = FLAGS.init_checkpoint
+  fileio.check_outputs(
+      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
+      inputs=[("data_dir", processor.data_files(FLAGS.data_dir)), ("vocab_file", vocab_file),
+              ("bert_config_file", FLAGS.bert_config_file),
+              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
+               if init_checkpoint else None),
+              ("hub_module_handle", FLAGS.hub_module_handle)],
+      directories=[("output_dir", out)])
+  has_checkpoint = bool(tf.train.latest_checkpoint(out))
+  if not (FLAGS.do_train or has_checkpoint or init_checkpoint or FLAGS.hub_module_handle):
+    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
+                            "--init_checkpoint is given (train first with --do_train)")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
+  if not FLAGS.hub_module_handle:
+    config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
+                                             FLAGS.max_seq_length)
+  config_source = (FLAGS.bert_config_file or FLAGS.hub_module_handle
+                   or f"the config beside --init_checkpoint={init_checkpoint}")
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config, vocab_file,
+                                config_source)
+  if processor.is_pair and config.type_vocab_size < 2:
+    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
+                            f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 "
+                            "and 1)")
+  labels_file = os.path.join(out, "labels.json")
+  label_list = _label_list(processor, labels_file, has_checkpoint)
+  is_regression = processor.is_regression
 
   strategy = training.strategy_from_flags()
   # The batch sizes of every phase asked for are checked before any feature writing or training.
@@ -846,14 +962,26 @@ def main(_):
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                         training.compute_dtype_from_flags()),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+  fileio.check_checkpoint_matches(out, model)
+  init_fn = training.init_fn_for(model, init_checkpoint)
   if FLAGS.hub_module_handle:
     init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
 
+  def records(name, split, examples, padded_to=None):
+    path = os.path.join(out, f"{name}.tf_record")
+    key = _records_key(processor, split, label_list, vocab_file, padded_to)
+    if padded_to:
+      examples = _padded(examples, padded_to)
+    fileio.build_unless_current(path, key, lambda: file_based_convert_examples_to_features(
+        examples, label_list, FLAGS.max_seq_length, tokenizer, path, is_regression))
+    return path
+
   if FLAGS.do_train:
-    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-    file_based_convert_examples_to_features(train_examples, label_list, FLAGS.max_seq_length,
-                                            tokenizer, train_file, is_regression)
+    train_file = records("train", "train", train_examples)
+    if not is_regression:
+      # Evaluating or predicting later without --labels reads the labels of this model here.
+      with fileio.open_atomic(labels_file) as f:
+        json.dump(label_list, f)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
@@ -865,10 +993,7 @@ def main(_):
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    eval_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
-    file_based_convert_examples_to_features(_padded(examples, FLAGS.eval_batch_size), label_list,
-                                            FLAGS.max_seq_length, tokenizer, eval_file,
-                                            is_regression)
+    eval_file = records("eval", "dev", examples, FLAGS.eval_batch_size)
     outputs, real = _predictions(trainer, eval_file, eval_batch, is_regression)
     outputs = outputs[real]
     labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
@@ -887,10 +1012,7 @@ def main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    predict_file = os.path.join(FLAGS.output_dir, "predict.tf_record")
-    file_based_convert_examples_to_features(_padded(examples, FLAGS.predict_batch_size),
-                                            label_list, FLAGS.max_seq_length, tokenizer,
-                                            predict_file, is_regression)
+    predict_file = records("predict", "test", examples, FLAGS.predict_batch_size)
     outputs, real = _predictions(trainer, predict_file, predict_batch, is_regression)
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:
