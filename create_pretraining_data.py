@@ -40,7 +40,9 @@ import itertools
 import multiprocessing
 import os
 import random
+import signal
 import struct
+import threading
 import time
 
 from absl import flags
@@ -96,17 +98,21 @@ def define_flags():
       "do_whole_word_mask", False,
       "Whether to mask all WordPieces of a word together (the WordPieces are still predicted "
       "one by one).")
-  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, special tokens included.")
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, special tokens included.",
+                       lower_bound=5)
   flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Maximum number of masked LM predictions per sequence.")
+                       "Maximum number of masked LM predictions per sequence.", lower_bound=1)
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
   flags.DEFINE_integer(
       "dupe_factor", 10,
-      "Number of times to go over the input, each time with different splits and masks.")
-  flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].")
+      "Number of times to go over the input, each time with different splits and masks.",
+      lower_bound=1)
+  flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].",
+                     lower_bound=0.0, upper_bound=1.0)
   flags.DEFINE_float(
       "short_seq_prob", 0.1,
-      "Probability of a document aiming at a random length shorter than the maximum.")
+      "Probability of a document aiming at a random length shorter than the maximum.",
+      lower_bound=0.0, upper_bound=1.0)
   flags.DEFINE_enum(
       "mode", "exact", ["exact", "fast"],
       "exact: the original script's records, in its order, from one random stream (sequential, "
@@ -120,19 +126,22 @@ def define_flags():
       "num_workers", 0,
       "Processes that tokenize and (in fast mode) create instances; 0 = one per CPU (in-process "
       "for inputs under 8 MB in fast mode, 16 MB in exact mode, where starting workers costs "
-      "more than they save). The output is the same for any value.")
+      "more than they save). The output is the same for any value.", lower_bound=0)
   flags.DEFINE_integer(
       "chunk_documents", 1000,
       "Fast mode: documents per chunk. A chunk is the unit of work and of document shuffling, "
-      "and random next segments are drawn from it, so it should hold many documents.")
+      "and random next segments are drawn from it, so it should hold many documents.",
+      lower_bound=1)
   flags.DEFINE_integer(
       "shuffle_buffer_size", 20000,
       "Fast mode: records held in the buffer that mixes records of different chunks before "
-      "writing (0 = write in chunk order); a record is about 0.8 KB at --max_seq_length=128.")
+      "writing (0 = write in chunk order); a record is about 0.8 KB at --max_seq_length=128.",
+      lower_bound=0)
   flags.DEFINE_integer(
       "num_output_shards", 8,
-      "Number of files when --output_file is a {shard} pattern or a directory.")
-  flags.DEFINE_float("progress_seconds", 30, "Seconds between progress log lines.")
+      "Number of files when --output_file is a {shard} pattern or a directory.", lower_bound=1)
+  flags.DEFINE_float("progress_seconds", 30, "Seconds between progress log lines.",
+                     lower_bound=0.0)
 
 
 @dataclasses.dataclass
@@ -893,9 +902,13 @@ def write_records(records, output_files, batch_size=4096):
     for batch in _batched(records, batch_size * len(files)):
       # Record i of the whole output goes to file i mod len(files).
       offset = count % len(files)
-      for i, f in enumerate(files):
-        f.write(fileio.tfrecord_bytes(batch[(i - offset) % len(files)::len(files)]))
+      for i, (f, path) in enumerate(zip(files, output_files)):
+        with fileio.naming_output(path):
+          f.write(fileio.tfrecord_bytes(batch[(i - offset) % len(files)::len(files)]))
       count += len(batch)
+    for f, path in zip(files, output_files):
+      with fileio.naming_output(path):
+        f.close()
   return count
 
 
@@ -1036,10 +1049,25 @@ class _WorkerState:
     return cls(options, tokenizer, vocab_ids, encoder)
 
 
-def _init_worker(options):
-  """Pool initializer: builds the tokenizer and encoder once per worker process."""
+def _init_worker(options, parent_pid):
+  """Pool initializer: builds the tokenizer and encoder once per worker process.
+
+  A Ctrl-C at a terminal reaches the whole process group: workers ignore it and are ended by the
+  main process (no KeyboardInterrupt traceback from each). They started with SIGINT blocked (see
+  _WorkerPool), so it is ignored before it is unblocked. A watchdog thread ends the worker when
+  its parent is gone (killed with SIGKILL, say), so no worker runs on as an orphan.
+  """
   global _worker
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+  threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
   _worker = _WorkerState.create(options)
+
+
+def _exit_with_parent(parent_pid, interval=0.5):
+  while os.getppid() == parent_pid:
+    time.sleep(interval)
+  os._exit(1)  # pylint: disable=protected-access
 
 
 def _tokenize_task(task):
@@ -1132,6 +1160,18 @@ def ordered_map(pool, function, tasks, window):
     yield in_flight.popleft().result()
 
 
+class _WorkerPool(concurrent.futures.ProcessPoolExecutor):
+  """Spawns its workers (inside submit) with SIGINT blocked: the signal mask is inherited, so a
+  Ctrl-C during a worker's start-up waits until _init_worker has made it ignore SIGINT."""
+
+  def submit(self, *args, **kwargs):  # pylint: disable=arguments-differ
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+      return super().submit(*args, **kwargs)
+    finally:
+      signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 @contextlib.contextmanager
 def worker_pool(options, num_workers):
   """A pool of `num_workers` processes with a tokenizer each.
@@ -1139,14 +1179,26 @@ def worker_pool(options, num_workers):
   Workers are spawned, not forked: a caller may already run threads (TensorFlow's), and a fresh
   interpreter imports only what tokenizing needs. A ProcessPoolExecutor rather than a Pool
   because a worker that dies (killed for memory, say) then fails the run instead of hanging it.
+  When the run stops early (an error, Ctrl-C, SIGTERM) the workers are ended at once rather than
+  left to finish their chunks.
   """
-  pool = concurrent.futures.ProcessPoolExecutor(
-      num_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-      initargs=(options,))
+  before = set(multiprocessing.active_children())
+  pool = _WorkerPool(num_workers, mp_context=multiprocessing.get_context("spawn"),
+                     initializer=_init_worker, initargs=(options, os.getpid()))
   try:
     yield pool
-  finally:
+  except BaseException as e:
+    # Every process started since `before`, including one spawned but not yet registered by the
+    # pool when the interruption came.
+    for process in set(multiprocessing.active_children()) - before:
+      process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
+    if isinstance(e, concurrent.futures.BrokenExecutor):
+      raise fileio.ReportedError(
+          "a worker process ended unexpectedly (killed, perhaps for lack of memory); lower "
+          "--num_workers or --chunk_documents") from None
+    raise
+  pool.shutdown(wait=True)
 
 
 def create_fast_records(input_files, options, stats, num_workers, tokenizer=None):
@@ -1206,6 +1258,8 @@ def run(options):
   input_files = fileio.expand_file_patterns(options.input_file, "input file")
   fileio.check_file(options.vocab_file, "vocab file")
   output_files = resolve_output_files(options.output_file, options.num_output_shards)
+  fileio.check_outputs(files=[("output_file", output_files)],
+                       inputs=[("input_file", input_files), ("vocab_file", options.vocab_file)])
   num_workers = options.num_workers or os.cpu_count() or 1
   # Built here in both modes so a bad vocab fails at once, not inside a worker process.
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
