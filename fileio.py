@@ -253,21 +253,6 @@ def naming_output(path):
     raise OSError(e.errno, e.strerror, os.fspath(path)) from None
 
 
-@contextlib.contextmanager
-def naming_output(path):
-  """Gives an OSError of the block that names no file, or a temporary of output `path`, the name
-  `path`: a write failing for a full disk or a file size limit (ENOSPC, EFBIG, EDQUOT) then says
-  which output could not be written."""
-  try:
-    yield
-  except OSError as e:
-    name = os.path.basename(os.fspath(e.filename)) if e.filename is not None else None
-    if e.errno is None or not (
-        name is None or name.startswith(f".{os.path.basename(os.fspath(path))}.tmp-")):
-      raise
-    raise OSError(e.errno, e.strerror, os.fspath(path)) from None
-
-
 # --- Temporaries ---------------------------------------------------------------------------------
 
 
