@@ -3,16 +3,25 @@
 - `LinearWarmupLinearDecay`: the original's schedule. Linear decay from `init_lr` to 0 over
   `num_train_steps` (power 1, *not* shifted by the warm-up), overridden during the first
   `num_warmup_steps` by a linear ramp `init_lr * step / num_warmup_steps`.
-- `AdamWeightDecay`: the original's Adam: no bias correction, epsilon 1e-6, and weight decay that is
-  *decoupled* (added to the update, not to the loss, so it does not interact with the m/v
-  statistics) and skipped for LayerNorm and bias variables.
+- `AdamW`: Adam with bias correction and decoupled weight decay, the update of torch.optim.AdamW
+  (and of HuggingFace's and Model Garden's AdamW): `p -= lr * (m_hat / (sqrt(v_hat) + eps) +
+  wd * p)` with `m_hat = m / (1 - beta_1^t)`, `v_hat = v / (1 - beta_2^t)`, epsilon 1e-8 (torch's).
+  The default of every script (`--optimizer=adamw`).
+- `AdamWeightDecay`: the original's Adam (`--optimizer=adam_weight_decay`): the same update
+  *without* bias correction, epsilon 1e-6. Early on, m / sqrt(v) is then up to ~6x a
+  bias-corrected step (0.1 / sqrt(0.001) at step 1, more at step 10), so a short fine-tuning
+  warm-up hits its peak rate with steps several times too large: small GLUE sets (RTE) then
+  often collapse to the majority class (Mosbach et al., ICLR 2021; benchmarks/README.md has our
+  figures). Over pre-training's 10k-step warm-up the two agree to within a few percent once the
+  rate is non-negligible, so the original's released checkpoints do not depend on it.
 - `Lamb`: layer-wise adaptive moments (You et al. 2019) for large-batch pre-training.
 - `DynamicLossScale`: fp16 loss scaling.
 
-Both optimizers clip gradients to a global norm (1.0, as the original) and skip any step whose
-gradients are not finite, so one bad batch never reaches the weights; `iterations` counts applied
-steps only. Updates go through `strategy.extended.update`, the same code under every
-tf.distribute strategy (and none).
+In all of them weight decay is *decoupled* (added to the update, not to the loss, so it does not
+interact with the m/v statistics) and skipped for LayerNorm and bias variables. All clip gradients
+to a global norm (1.0, as the original) and skip any step whose gradients are not finite, so one
+bad batch never reaches the weights; `iterations` counts applied steps only. Updates go through
+`strategy.extended.update`, the same code under every tf.distribute strategy (and none).
 """
 
 import re
@@ -139,19 +148,36 @@ class _Optimizer(tf.Module):
 
 
 class AdamWeightDecay(_Optimizer):
-  """The original BERT optimizer (AdamWeightDecayOptimizer)."""
+  """The original BERT optimizer (AdamWeightDecayOptimizer): Adam without bias correction."""
+
+  bias_correction = False
 
   def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
     grad = tf.convert_to_tensor(grad) * factor
     new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
     new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-    # No bias correction: the original leaves it out, and its released checkpoints were trained so.
-    update = new_m / (tf.sqrt(new_v) + self.epsilon)
+    m_hat, v_hat = new_m, new_v
+    if self.bias_correction:
+      step = tf.cast(self.iterations + 1, tf.float32)
+      m_hat = new_m / (1.0 - tf.pow(self.beta_1, step))
+      v_hat = new_v / (1.0 - tf.pow(self.beta_2, step))
+    update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
     if decay:
       update += self.weight_decay_rate * var
     m.assign(tf.where(finite, new_m, m))
     v.assign(tf.where(finite, new_v, v))
     var.assign(tf.where(finite, var - lr * update, var))
+
+
+class AdamW(AdamWeightDecay):
+  """Adam with bias correction and decoupled weight decay: torch.optim.AdamW's update, epsilon
+  included (1e-8; it is added to sqrt(v_hat), as torch does). Same slots as the original's, so a
+  checkpoint of either resumes with the other."""
+
+  bias_correction = True
+
+  def __init__(self, learning_rate, epsilon=1e-8, **kwargs):
+    super().__init__(learning_rate, epsilon=epsilon, **kwargs)
 
 
 class Lamb(_Optimizer):
@@ -177,12 +203,15 @@ class Lamb(_Optimizer):
     var.assign(tf.where(finite, var - lr * ratio * update, var))
 
 
+OPTIMIZERS = {"adamw": AdamW, "adam_weight_decay": AdamWeightDecay, "lamb": Lamb}
+
+
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
                      weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None):
-  """The original's `create_optimizer`, returning an optimizer module (`optimizer`: adamw|lamb)."""
+  """The original's `create_optimizer`, returning an optimizer module; `optimizer` is a key of
+  OPTIMIZERS (adamw: bias-corrected, adam_weight_decay: the original's, lamb)."""
   schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps)
-  classes = {"adamw": AdamWeightDecay, "lamb": Lamb}
-  if optimizer not in classes:
-    raise ValueError(f"--optimizer must be one of {sorted(classes)}, got {optimizer!r}")
-  return classes[optimizer](schedule, weight_decay_rate=weight_decay_rate, clip_norm=clip_norm,
-                            loss_scale=loss_scale)
+  if optimizer not in OPTIMIZERS:
+    raise ValueError(f"--optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+  return OPTIMIZERS[optimizer](schedule, weight_decay_rate=weight_decay_rate,
+                               clip_norm=clip_norm, loss_scale=loss_scale)

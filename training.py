@@ -42,7 +42,12 @@ flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
                   "float32. fp16 adds dynamic loss scaling.")
 flags.DEFINE_integer("gradient_accumulation_steps", 1,
                      "Micro-batches per optimizer step; each is train_batch_size / this.")
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "AdamWeightDecay (the original) or LAMB.")
+flags.DEFINE_enum(
+    "optimizer", "adamw", ["adamw", "adam_weight_decay", "lamb"],
+    "adamw: Adam with bias correction and decoupled weight decay (torch / HuggingFace AdamW, "
+    "epsilon 1e-8); adam_weight_decay: the original's Adam without bias correction (epsilon 1e-6), "
+    "for faithful reproductions; it makes short fine-tuning runs on small sets collapse more "
+    "often; lamb: LAMB for large-batch pre-training.")
 flags.DEFINE_bool("use_tpu", False, "The original's flag: same as --distribution_strategy=tpu.")
 flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu).")
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")

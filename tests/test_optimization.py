@@ -24,6 +24,27 @@ def _reference_adamw_step(params, grads, m, v, lr, decay_names, wd=0.01, b1=0.9,
   return out
 
 
+def _reference_torch_adamw(params, grads_per_step, lrs, decay_names, wd=0.01, b1=0.9, b2=0.999,
+                           eps=1e-8, clip=1.0):
+  """torch.optim.AdamW.step (after torch.nn.utils.clip_grad_norm_), written out in numpy in the
+  order torch computes it: decay multiplies the weights first, the bias-corrected step follows."""
+  params = {n: p.copy() for n, p in params.items()}
+  m = {n: np.zeros_like(p) for n, p in params.items()}
+  v = {n: np.zeros_like(p) for n, p in params.items()}
+  for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
+    norm = np.sqrt(sum(np.sum(g ** 2) for g in grads.values()))
+    scale = min(1.0, clip / (norm + 1e-6))
+    for n, p in params.items():
+      g = grads[n] * scale
+      if n in decay_names:
+        p *= 1 - lr * wd
+      m[n] = b1 * m[n] + (1 - b1) * g
+      v[n] = b2 * v[n] + (1 - b2) * g * g
+      denom = np.sqrt(v[n]) / np.sqrt(1 - b2 ** t) + eps
+      p -= lr / (1 - b1 ** t) * m[n] / denom
+  return params
+
+
 def _variables():
   rng = np.random.default_rng(0)
   with tf.name_scope("bert"):
@@ -55,6 +76,67 @@ def test_adamw_step_matches_hand_computation(grad_scale):
       params[n], m[n], vv[n] = expected[n]
       np.testing.assert_allclose(var.numpy(), params[n], rtol=1e-5, atol=1e-6)
   assert opt.iterations.numpy() == 3
+
+
+@pytest.mark.parametrize("grad_scale", [1e-3, 0.1, 10.0])  # eps-sized, below and above the clip
+def test_bias_corrected_adamw_matches_torch_adamw_formula(grad_scale):
+  variables = _variables()
+  names = [v.name for v in variables]
+  params = {n: v.numpy().astype(np.float64) for n, v in zip(names, variables)}
+  rng = np.random.default_rng(2)
+  steps = 6
+  grads = [{n: grad_scale * rng.normal(size=p.shape) for n, p in params.items()}
+           for _ in range(steps)]
+  schedule = optimization.LinearWarmupLinearDecay(1e-2, num_train_steps=20, num_warmup_steps=2)
+  opt = optimization.create_optimizer(1e-2, 20, 2, optimizer="adamw")
+  assert isinstance(opt, optimization.AdamW) and opt.epsilon == 1e-8
+  for g in grads:
+    opt.apply_gradients([tf.constant(g[n], tf.float32) for n in names], variables)
+  # torch's clip_grad_norm_ divides by norm + 1e-6 and ours by max(norm, clip): equal to 1e-6
+  # relative, well inside the tolerance; the lr is the one our schedule gives at each step.
+  expected = _reference_torch_adamw(params, grads, [float(schedule(t)) for t in range(steps)],
+                                    decay_names={"bert/dense/kernel:0"})
+  for n, var in zip(names, variables):
+    moved = np.abs(expected[n] - params[n]).max()
+    assert moved > 1e-3  # a test that the steps were taken at all (6 steps of up to 1e-2)
+    np.testing.assert_allclose(var.numpy(), expected[n], rtol=1e-5, atol=1e-6)
+  # Not the original's rule: without bias correction the first steps are several times larger.
+  original = optimization.AdamWeightDecay(schedule)
+  other = _variables()
+  for g in grads:
+    original.apply_gradients([tf.constant(g[n], tf.float32) for n in names], other)
+  assert np.abs(other[0].numpy() - expected[names[0]]).max() > 1e-3
+  assert opt.iterations.numpy() == steps
+
+
+def test_adamw_keeps_the_shared_guards():
+  """Non-finite skipping and fp16 unscaling are the shared path: the bias correction counts
+  applied steps only, so a skipped step does not advance it."""
+  variables = _variables()
+  scale = optimization.DynamicLossScale(initial_scale=1024.0, growth_interval=100)
+  opt = optimization.AdamW(optimization.LinearWarmupLinearDecay(1e-3, 10), loss_scale=scale)
+  plain_vars = _variables()
+  plain = optimization.AdamW(optimization.LinearWarmupLinearDecay(1e-3, 10))
+  before = [v.numpy() for v in variables]
+  applied, _ = opt.apply_gradients([tf.fill(v.shape, np.inf) for v in variables], variables)
+  assert not bool(applied) and opt.iterations.numpy() == 0 and scale.scale.numpy() == 512.0
+  for b, v in zip(before, variables):
+    np.testing.assert_array_equal(b, v.numpy())
+  g = [tf.ones_like(v) * 0.01 for v in variables]
+  for step in range(3):
+    opt.apply_gradients([x * scale.scale for x in g], variables)
+    plain.apply_gradients(g, plain_vars)
+  for a, b in zip(variables, plain_vars):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+  assert opt.iterations.numpy() == plain.iterations.numpy() == 3
+
+
+def test_optimizer_names():
+  for name, cls in [("adamw", optimization.AdamW), ("lamb", optimization.Lamb),
+                    ("adam_weight_decay", optimization.AdamWeightDecay)]:
+    opt = optimization.create_optimizer(1e-4, 10, 1, optimizer=name)
+    assert type(opt) is cls
+  assert optimization.AdamWeightDecay(None).epsilon == 1e-6  # the original's
 
 
 def test_weight_decay_skips_layer_norm_and_bias():
