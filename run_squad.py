@@ -11,6 +11,7 @@ with `evaluate_squad.py` when the predict file has answers.
 """
 
 import collections
+import glob
 import json
 import math
 import os
@@ -54,15 +55,18 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "max_seq_length", 384,
     "Length in WordPiece tokens of every window ([CLS] question [SEP] context [SEP]); shorter "
-    "windows are zero-padded.")
+    "windows are zero-padded. Above --max_query_length + 3, so every window holds context.",
+    lower_bound=5)
 
 flags.DEFINE_integer(
     "doc_stride", 128,
-    "Contexts longer than one window are cut into windows starting this many tokens apart.")
+    "Contexts longer than one window are cut into windows starting this many tokens apart; "
+    "below the context tokens of a window (max_seq_length - max_query_length - 3), so that "
+    "windows overlap.", lower_bound=1)
 
 flags.DEFINE_integer(
     "max_query_length", 64,
-    "Questions are cut to this many WordPiece tokens.")
+    "Questions are cut to this many WordPiece tokens.", lower_bound=1)
 
 flags.DEFINE_bool("do_train", False, "Fine-tune on --train_file.")
 
@@ -70,12 +74,14 @@ flags.DEFINE_bool("do_predict", False, "Answer the questions of --predict_file."
 
 flags.DEFINE_integer(
     "n_best_size", 20,
-    "How many candidate answers per question to keep (and list in nbest_predictions.json).")
+    "How many candidate answers per question to keep (and list in nbest_predictions.json).",
+    lower_bound=1)
 
 flags.DEFINE_integer(
     "max_answer_length", 30,
     "Longest answer, in WordPiece tokens, that a prediction may have; start and end are "
-    "predicted independently, so without a limit a span could cover the whole window.")
+    "predicted independently, so without a limit a span could cover the whole window.",
+    lower_bound=1)
 
 flags.DEFINE_bool(
     "verbose_logging", False,
@@ -90,7 +96,7 @@ flags.DEFINE_bool(
 flags.DEFINE_float(
     "null_score_diff_threshold", 0.0,
     "SQuAD 2.0: answer nothing when the no-answer score exceeds the best span's score by more "
-    "than this.")
+    "than this (any number; inf never answers nothing, -inf always does).")
 
 
 class SquadExample:
@@ -180,10 +186,15 @@ def _split_paragraph(paragraph_text):
   return doc_tokens, char_to_word_offset
 
 
-def _line_of(raw_text, qas_id):
-  """1-based line where a question id appears in the raw JSON, for messages (None if not found)."""
-  position = raw_text.find(json.dumps(qas_id))
-  return None if position < 0 else raw_text.count("\n", 0, position) + 1
+def _line_of(raw_text, qas_id, occurrence=1):
+  """1-based line where a question id appears (the n-th time) in the raw JSON, for messages (None
+  if not found)."""
+  position = -1
+  for _ in range(occurrence):
+    position = raw_text.find(json.dumps(qas_id), position + 1)
+    if position < 0:
+      return None
+  return raw_text.count("\n", 0, position) + 1
 
 
 def _field(container, key, kind, where, input_file):
@@ -204,7 +215,8 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
   the answers are located too where possible (for diagnostics) but nothing is skipped.
 
   With version_2_with_negative, questions marked `is_impossible` become no-answer examples
-  (positions -1); without it, such a question in training is an error naming the flag.
+  (positions -1); without it, such a question (or, in a file with answers, one without any) is an
+  error naming the flag. A question id given twice is an error: predictions are keyed by id.
   """
   fileio.check_file(input_file, "SQuAD file")
   try:
@@ -221,6 +233,8 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
   examples = []
   num_skipped = 0
   num_multi_answer = 0
+  seen_ids = collections.Counter()
+  unanswered = None
   for entry_index, entry in enumerate(input_data):
     paragraphs = _field(entry, "paragraphs", list, f"data[{entry_index}]", input_file)
     for paragraph_index, paragraph in enumerate(paragraphs):
@@ -233,6 +247,16 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
         qas_id = qa.get("id") if isinstance(qa, dict) else None
         if not isinstance(qas_id, (str, int)):
           raise fileio.InputError(f"{input_file}: {qa_where}: missing \"id\"")
+        seen_ids[qas_id] += 1
+        if seen_ids[qas_id] > 1:
+          raise fileio.InputError(
+              f"{input_file}:{_line_of(raw_text, qas_id, seen_ids[qas_id])}: question id "
+              f"{qas_id} is repeated (first at line {_line_of(raw_text, qas_id)}); predictions "
+              "are keyed by id, so one would replace the other")
+        if qa.get("is_impossible") and not version_2_with_negative:
+          raise fileio.InputError(
+              f"{input_file}:{_line_of(raw_text, qas_id)}: question {qas_id} is marked "
+              "is_impossible, a SQuAD 2.0 question: pass --version_2_with_negative")
         question_text = _field(qa, "question", str, qa_where, input_file)
         start_position = None
         end_position = None
@@ -244,12 +268,13 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
         if not isinstance(answers, list):
           raise fileio.InputError(f"{input_file}: {qa_where}: \"answers\" must be a list of "
                                   "{\"text\", \"answer_start\"} objects")
+        if not answers and not is_impossible and unanswered is None:
+          unanswered = qas_id
         if is_training and not is_impossible:
           if not answers:
-            hint = (" (it is marked is_impossible: pass --version_2_with_negative for SQuAD 2.0 "
-                    "data)" if qa.get("is_impossible") else "")
             raise fileio.InputError(f"{input_file}:{_line_of(raw_text, qas_id)}: question "
-                                    f"{qas_id} has no answer to train on{hint}")
+                                    f"{qas_id} has no answer to train on (an unanswerable SQuAD "
+                                    "2.0 question? pass --version_2_with_negative)")
           # The original insisted on exactly one answer; the dev sets' duplicates are harmless.
           num_multi_answer += len(answers) > 1
         if is_impossible:
@@ -278,6 +303,12 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
             end_position=end_position,
             is_impossible=is_impossible))
 
+  if (unanswered is not None and not version_2_with_negative
+      and any(example.orig_answer_text for example in examples)):
+    # Answers elsewhere make the file one to score; an unanswered question there is SQuAD 2.0's.
+    raise fileio.InputError(f"{input_file}:{_line_of(raw_text, unanswered)}: question "
+                            f"{unanswered} has no answer while others have, as in SQuAD 2.0: "
+                            "pass --version_2_with_negative")
   if num_skipped:
     logging.warning("%s: skipped %d questions whose answer could not be found in the context",
                     input_file, num_skipped)
@@ -569,7 +600,8 @@ class FeatureWriter:
       features["is_impossible"] = create_int_feature([int(bool(feature.is_impossible))])
 
     tf_example = tf.train.Example(features=tf.train.Features(feature=features))
-    self._writer.write(tf_example.SerializeToString())
+    # Deterministic: the same features give the same bytes in every run (map fields included).
+    self._writer.write(tf_example.SerializeToString(deterministic=True))
 
   def close(self, error=None):
     """Finishes the file (or, given the exception that interrupted writing, discards it)."""
@@ -949,6 +981,12 @@ def _has_answers(dataset):
              for qa in paragraph["qas"])
 
 
+# What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
+_OUTPUTS = ("train.tf_record", "train.tf_record.key.json", "eval.tf_record",
+            "eval.tf_record.key.json", "predictions.json", "nbest_predictions.json",
+            "null_odds.json", "eval_results.txt")
+
+
 def _validate_flags():
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise fileio.InputError("at least one of --do_train, --do_predict must be set")
@@ -962,16 +1000,54 @@ def _validate_flags():
   if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
     raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} must be greater than "
                             f"--max_query_length={FLAGS.max_query_length} + 3")
+  window = FLAGS.max_seq_length - FLAGS.max_query_length - 3
+  if FLAGS.doc_stride >= window:
+    raise fileio.InputError(
+        f"--doc_stride={FLAGS.doc_stride} must be below the {window} context tokens of a window "
+        f"(--max_seq_length={FLAGS.max_seq_length} - --max_query_length="
+        f"{FLAGS.max_query_length} - 3), or windows would not overlap")
+  if math.isnan(FLAGS.null_score_diff_threshold):
+    raise fileio.InputError("--null_score_diff_threshold=nan compares false with every score; "
+                            "give a number")
+
+
+def _records_key(input_file, vocab_file, is_training):
+  """What a feature file is made from: reused only when all of it is unchanged."""
+  return {"script": "run_squad", "input": fileio.file_signature(input_file),
+          "vocab": fileio.file_signature(vocab_file), "is_training": is_training,
+          **{name: FLAGS[name].value for name in ("do_lower_case", "max_seq_length", "doc_stride",
+                                                  "max_query_length", "version_2_with_negative")},
+          # Training questions are shuffled with the seed; prediction records are padded.
+          "seed": FLAGS.seed if is_training else None,
+          "padded_to": None if is_training else FLAGS.predict_batch_size}
 
 
 def main(_):
   tf.random.set_seed(FLAGS.seed)
   _validate_flags()
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+  out = FLAGS.output_dir
+  init_checkpoint = FLAGS.init_checkpoint
+  fileio.check_outputs(
+      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
+      inputs=[("train_file", FLAGS.train_file if FLAGS.do_train else None),
+              ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None),
+              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
+              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
+               if init_checkpoint else None)],
+      directories=[("output_dir", out)])
+  if not (FLAGS.do_train or init_checkpoint or tf.train.latest_checkpoint(out)):
+    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
+                            "--init_checkpoint is given (train first with --do_train)")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
+  config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
+                                FLAGS.vocab_file, config_source)
+  if config.type_vocab_size < 2:
+    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
+                            "SQuAD windows are pairs (question: segment 0, context: segment 1)")
 
   strategy = training.strategy_from_flags()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
@@ -985,22 +1061,32 @@ def main(_):
     # The record file is read through a 1000-record shuffle buffer; shuffling the questions first
     # mixes articles that a big file keeps far apart.
     random.Random(FLAGS.seed).shuffle(train_examples)
+  if FLAGS.do_predict:
+    # Read before any training, so that a bad predict file does not cost a training run.
+    predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
+                                           version_2_with_negative=FLAGS.version_2_with_negative)
   model, optimizer, trainer = training.fine_tuning_trainer(
       strategy, lambda: modeling.BertSpanLabeler(config, training.compute_dtype_from_flags()),
       squad_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+  fileio.check_checkpoint_matches(out, model)
+  init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
     batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
                                             FLAGS.gradient_accumulation_steps)
-    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-    with FeatureWriter(train_file, is_training=True) as writer:
-      convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
-                                   FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
-                                   output_fn=writer.process_feature)
-    logging.info("Training on %d questions (%d windows), %d steps (%d warm-up), batch %d",
-                 len(train_examples), writer.num_features, num_train_steps, num_warmup_steps,
-                 FLAGS.train_batch_size)
+    train_file = os.path.join(out, "train.tf_record")
+
+    def write_train_records():
+      with FeatureWriter(train_file, is_training=True) as writer:
+        convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
+                                     FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
+                                     output_fn=writer.process_feature)
+      logging.info("%s: %d windows", train_file, writer.num_features)
+
+    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, FLAGS.vocab_file, True),
+                                write_train_records)
+    logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
+                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     del train_examples
     input_fn = input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                 drop_remainder=True, seed=FLAGS.seed)
@@ -1009,27 +1095,31 @@ def main(_):
     trainer.restore_or_initialize(init_fn)
 
   if FLAGS.do_predict:
-    predict(trainer, tokenizer, int(optimizer.iterations.numpy()))
+    predict(trainer, tokenizer, int(optimizer.iterations.numpy()), predict_examples)
 
 
-def predict(trainer, tokenizer, global_step):
-  """Answers --predict_file into output_dir; scores the answers when the file has gold ones."""
+def predict(trainer, tokenizer, global_step, examples):
+  """Answers --predict_file (its `examples`) into output_dir; scores the answers when the file
+  has gold ones."""
   batch = training.per_replica_batch_size(FLAGS.predict_batch_size, trainer.strategy,
                                           "predict_batch_size")
-  examples = read_squad_examples(FLAGS.predict_file, is_training=False,
-                                 version_2_with_negative=FLAGS.version_2_with_negative)
   features = []
+  # The windows are needed in memory to map the logits back to text, records or not.
+  convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
+                               FLAGS.max_query_length, is_training=False,
+                               output_fn=features.append)
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
-  with FeatureWriter(predict_file, is_training=False) as writer:
 
-    def keep(feature):
-      features.append(feature)
-      writer.process_feature(feature)
+  def write_records():
+    with FeatureWriter(predict_file, is_training=False) as writer:
+      for feature in features:
+        writer.process_feature(feature)
+      for _ in range(-len(features) % FLAGS.predict_batch_size):
+        writer.process_feature(_padding_feature(FLAGS.max_seq_length))
 
-    convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
-                                 FLAGS.max_query_length, is_training=False, output_fn=keep)
-    for _ in range(-len(features) % FLAGS.predict_batch_size):
-      writer.process_feature(_padding_feature(FLAGS.max_seq_length))
+  fileio.build_unless_current(predict_file,
+                              _records_key(FLAGS.predict_file, FLAGS.vocab_file, False),
+                              write_records)
   logging.info("Predicting %d questions (%d windows), batch %d", len(examples), len(features),
                FLAGS.predict_batch_size)
 

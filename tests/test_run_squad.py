@@ -195,10 +195,14 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
 
 @requires_shared
 def test_v2_data_needs_the_flag_for_training():
-  with pytest.raises(fileio.InputError, match="--version_2_with_negative"):
-    run_squad.read_squad_examples(V2_DEV, is_training=True)
-  # Prediction does not need answers.
-  assert len(run_squad.read_squad_examples(V2_DEV, is_training=False)) == 208
+  # Training or predicting, without the flag its unanswerable questions would be mishandled
+  # (trained on no span, scored as SQuAD 1.1): the error names the file, line and question.
+  for is_training in (True, False):
+    with pytest.raises(fileio.InputError, match=rf"^{V2_DEV}:\d+: question \w+ is marked "
+                       "is_impossible, a SQuAD 2.0 question: pass --version_2_with_negative$"):
+      run_squad.read_squad_examples(V2_DEV, is_training=is_training)
+  assert len(run_squad.read_squad_examples(V2_DEV, is_training=False,
+                                           version_2_with_negative=True)) == 208
 
 
 @requires_shared
@@ -357,6 +361,12 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
   the two padding windows must not produce answers."""
   config = tmp_path / "bert_config.json"
   config.write_text(TINY_CONFIG, encoding="utf-8")
+  # Predicting needs weights to predict with: a randomly initialised encoder's, saved first.
+  import checkpoints  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  encoder = tmp_path / "random" / "bert_model.ckpt"
+  checkpoints.export_tf1_checkpoint(
+      modeling.BertModel(modeling.BertConfig.from_json_file(str(config))), str(encoder))
   with open(V2_DEV, encoding="utf-8") as f:
     dataset = json.load(f)
   dataset["data"][0]["paragraphs"] = dataset["data"][0]["paragraphs"][:3]
@@ -366,8 +376,9 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
   output_dir = tmp_path / "out"
   result = _run_squad([f"--bert_config_file={config}", f"--vocab_file={VOCAB}",
                        f"--output_dir={output_dir}", f"--predict_file={predict_file}",
-                       "--do_predict", "--version_2_with_negative", "--max_seq_length=128",
-                       "--doc_stride=64", "--predict_batch_size=8"])
+                       f"--init_checkpoint={encoder}", "--do_predict",
+                       "--version_2_with_negative", "--max_seq_length=128",
+                       "--max_query_length=32", "--doc_stride=64", "--predict_batch_size=8"])
   assert "Predicting 21 questions (54 windows)" in result.stderr
   with open(output_dir / "predictions.json", encoding="utf-8") as f:
     predictions = json.load(f)
@@ -399,8 +410,11 @@ def test_flag_errors(tmp_path):
   config.write_text(TINY_CONFIG, encoding="utf-8")
   common = [f"--bert_config_file={config}", "--vocab_file=vocab.txt", f"--output_dir={tmp_path}"]
   assert error(*common, "--do_train") == "error: --do_train needs --train_file"
-  assert error(*common, "--do_predict", "--predict_file=x.json", "--max_seq_length=256") == (
+  assert error(*common, "--do_train", "--train_file=x.json", "--max_seq_length=256") == (
       f"error: --max_seq_length=256 is above max_position_embeddings=128 of {config}")
+  assert error(*common, "--do_predict", "--predict_file=x.json") == (
+      f"error: nothing to evaluate: --output_dir={tmp_path} holds no checkpoint and no "
+      "--init_checkpoint is given (train first with --do_train)")
 
 
 @requires_shared
