@@ -19,6 +19,7 @@ config the tanh GELU is called "gelu", as the original code knows it.
 
 import os
 import shutil
+import tempfile
 
 import tensorflow as tf
 from absl import flags
@@ -107,18 +108,61 @@ def _tf1_config(config):
   return config
 
 
+_PROJECT_PREFIX = "ckpt-0"
+
+
 def write_project_checkpoint(model, directory, config, vocab_file):
-  """A checkpoint as this project's training loop writes it (object-based, model=...)."""
+  """A checkpoint as this project's training loop writes it (object-based, model=...), as
+  ckpt-0 with its `checkpoint` state file.
+
+  Saved in a staging directory and moved in file by file, the state file last: a
+  CheckpointManager saving in `directory` itself would delete the checkpoints it finds there.
+  """
   os.makedirs(directory, exist_ok=True)
-  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
-                                       max_to_keep=1)
-  path = manager.save(checkpoint_number=0)
+  staging = tempfile.mkdtemp(prefix=".ckpt-0.tmp-", dir=directory)
+  try:
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), staging,
+                                         max_to_keep=1)
+    manager.save(checkpoint_number=0)
+    produced = sorted(os.listdir(staging))
+    for name in [n for n in produced if n != "checkpoint"] + ["checkpoint"]:
+      os.replace(os.path.join(staging, name), os.path.join(directory, name))
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
   with fileio.open_atomic(os.path.join(directory, "bert_config.json")) as f:
     f.write(config.to_json_string())
   if vocab_file:
     with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
       shutil.copyfile(vocab_file, tmp)
-  return path
+  return os.path.join(directory, _PROJECT_PREFIX)
+
+
+def output_files(output, output_format, with_vocab):
+  """Every file a conversion to `output_format` at `output` writes."""
+  if output_format == "tf1":
+    prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
+    directory = os.path.dirname(os.path.abspath(prefix))
+    files = [prefix + ".index", prefix + ".data-00000-of-00001",
+             os.path.join(directory, "bert_config.json")]
+  elif output_format == "hf":
+    directory = output
+    files = [os.path.join(output, "model.safetensors"), os.path.join(output, "config.json")]
+  else:
+    directory = output
+    files = [os.path.join(output, f"{_PROJECT_PREFIX}.{suffix}")
+             for suffix in ("index", "data-00000-of-00001")]
+    files += [os.path.join(output, "checkpoint"), os.path.join(output, "bert_config.json")]
+  return files + ([os.path.join(directory, "vocab.txt")] if with_vocab else [])
+
+
+def _check_project_output(directory):
+  """A project output directory must not hold other checkpoints: its `checkpoint` state file,
+  rewritten to name ckpt-0, would hide them (a training run would resume from the conversion)."""
+  others = sorted(n for n in (os.listdir(directory) if os.path.isdir(directory) else [])
+                  if n.startswith("ckpt-") and not n.startswith(_PROJECT_PREFIX + "."))
+  if others:
+    raise fileio.InputError(f"--output={directory} holds other checkpoints ({others[0]} ...); "
+                            "choose a new directory")
 
 
 def convert(input_path, output, output_format, bert_config_file=None, vocab_file=None):
@@ -129,6 +173,18 @@ def convert(input_path, output, output_format, bert_config_file=None, vocab_file
     raise fileio.InputError("--output is required")
   kind, _ = checkpoints.resolve_checkpoint(input_path)
   config_path, vocab = find_sidecars(input_path, bert_config_file, vocab_file)
+  # Before any work: no output file may be one of the input's (converting in place would drop
+  # the optimizer slots and leave a stale .meta), compared by real path.
+  input_files = checkpoints.checkpoint_files(input_path)
+  state = os.path.join(input_path, "checkpoint")
+  if os.path.isdir(input_path) and os.path.isfile(state):
+    input_files.append(state)
+  fileio.check_outputs(files=[("output", f) for f in output_files(output, output_format, vocab)],
+                       inputs=[("input", input_files),
+                               ("bert_config_file" if bert_config_file else "input", config_path),
+                               ("vocab_file" if vocab_file else "input", vocab)])
+  if output_format == "project":
+    _check_project_output(output)
   config = modeling.BertConfig.from_json_file(config_path)
   model = load_model(input_path, config)
   logging.info("Converting %s (%s) to %s: %s", input_path, kind, output_format, output)
