@@ -48,17 +48,19 @@ def define_flags():
                       "wordpiece: the output vocab file (default: OUTPUT_DIR/vocab.txt).")
   flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"],
                     "WordPiece vocab.txt or SentencePiece unigram model.")
-  flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size, special tokens included.")
+  flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size, special tokens included.",
+                       lower_bound=len(tokenization.SPECIAL_TOKENS) + 1)
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case and strip accents first, as for uncased models.")
   flags.DEFINE_integer("num_unused", 0,
-                       "wordpiece: [unused0] ... slots after the special tokens, to fill later.")
+                       "wordpiece: [unused0] ... slots after the special tokens, to fill later.",
+                       lower_bound=0)
   flags.DEFINE_integer("max_unique_chars", 1000,
                        "wordpiece: the alphabet: characters beyond the most frequent this many "
-                       "are left out (words with them become [UNK]).")
+                       "are left out (words with them become [UNK]).", lower_bound=1)
   flags.DEFINE_integer("max_sentences", 0,
                        "Read at most this many lines (0 = all): a large corpus's first part "
-                       "is usually enough to learn a vocabulary.")
+                       "is usually enough to learn a vocabulary.", lower_bound=0)
 
 
 def read_sentences(input_files, max_sentences=0):
@@ -168,7 +170,7 @@ def _fit(tokens, reserved, vocab_size):
 
 
 def write_vocab(tokens, path):
-  with fileio.open_atomic(path) as f:
+  with fileio.naming_output(path), fileio.open_atomic(path) as f:
     f.write("".join(token + "\n" for token in tokens))
   return path
 
@@ -235,12 +237,24 @@ def main(_):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
+  vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.output_dir, "vocab.txt")
+  if FLAGS.model_type == "sentencepiece":
+    outputs = [("output_dir", os.path.join(FLAGS.output_dir, f"spm.{extension}"))
+               for extension in ("model", "vocab")]
+  else:
+    outputs = [("vocab_file" if FLAGS.vocab_file else "output_dir", vocab_file)]
+    reserved = len(tokenization.SPECIAL_TOKENS) + FLAGS.num_unused
+    if FLAGS.vocab_size <= reserved:
+      raise fileio.InputError(f"--vocab_size={FLAGS.vocab_size} leaves no room beside the "
+                              f"{reserved} reserved tokens (special ones and --num_unused)")
+  # Only the named files are written: an --output_dir holding the corpus is fine, a corpus file
+  # named like an output is refused.
+  fileio.check_outputs(files=outputs, inputs=[("input_file", input_files)])
   if FLAGS.model_type == "sentencepiece":
     path = build_sentencepiece(input_files, FLAGS.output_dir, FLAGS.vocab_size,
                                FLAGS.do_lower_case, FLAGS.max_sentences)
     print(f"SentencePiece model: {path}")
     return
-  vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.output_dir, "vocab.txt")
   build_wordpiece(input_files, vocab_file, FLAGS.vocab_size, FLAGS.do_lower_case,
                   FLAGS.num_unused, FLAGS.max_unique_chars, FLAGS.max_sentences)
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
