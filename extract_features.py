@@ -13,6 +13,7 @@ appears under --output_file only when the whole input has been processed.
 
 import itertools
 import json
+import os
 
 from absl import flags
 from absl import logging
@@ -38,7 +39,8 @@ flags.DEFINE_string("layers", "-1,-2,-3,-4",
 
 flags.DEFINE_integer("max_seq_length", 128,
                      "Sequences longer than this many WordPiece tokens ([CLS] and [SEP] "
-                     "included) are truncated; the longer text of a pair loses tokens first.")
+                     "included) are truncated; the longer text of a pair loses tokens first.",
+                     lower_bound=3)
 
 flags.DEFINE_string("vocab_file", None,
                     "WordPiece vocabulary (vocab.txt) of the checkpoint.")
@@ -46,7 +48,8 @@ flags.DEFINE_string("vocab_file", None,
 flags.DEFINE_bool("do_lower_case", True,
                   "Lower-case (and strip accents from) the text: True for uncased checkpoints.")
 
-flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).")
+flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).",
+                     lower_bound=1)
 
 flags.DEFINE_bool("use_one_hot_embeddings", False,
                   "The original's TPU switch; accepted and ignored (the lookup is a gather).")
@@ -211,12 +214,22 @@ def main(_):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
   fileio.check_file(FLAGS.input_file, "--input_file")
+  fileio.check_file(FLAGS.vocab_file, "--vocab_file")
+  checkpoint_dir = (FLAGS.init_checkpoint if os.path.isdir(FLAGS.init_checkpoint)
+                    else os.path.dirname(FLAGS.init_checkpoint))
+  configs = [FLAGS.bert_config_file] + [os.path.join(checkpoint_dir, name)
+                                        for name in ("bert_config.json", "config.json")]
+  fileio.check_outputs(
+      files=[("output_file", FLAGS.output_file)],
+      inputs=[("input_file", FLAGS.input_file), ("vocab_file", FLAGS.vocab_file),
+              ("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
+              ("bert_config_file", configs)])
+  if os.path.getsize(FLAGS.input_file) == 0:
+    raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
+                            "features of")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
                                            FLAGS.max_seq_length)
-  if FLAGS.max_seq_length < 2:
-    raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} leaves no room for "
-                            "[CLS] and [SEP]")
   layer_indexes = parse_layers(FLAGS.layers, config.num_hidden_layers)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 
@@ -233,7 +246,7 @@ def main(_):
                             f"{', '.join(missing)}")
   trainer = training.Trainer(strategy, model, loss_fn=None, use_xla=FLAGS.use_xla)
 
-  with fileio.open_atomic(FLAGS.output_file) as writer:
+  with fileio.naming_output(FLAGS.output_file), fileio.open_atomic(FLAGS.output_file) as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
                     FLAGS.max_seq_length, FLAGS.batch_size, per_replica)
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
