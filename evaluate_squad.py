@@ -15,12 +15,15 @@ Usage, as the official scripts (the version is read from the data unless --squad
       [--na-prob-thresh 1.0] [--out-file eval.json]
 
 Where the official scripts crash or write diagnostics to stdout, this one reports a clear error
-(missing file, bad JSON, a question missing from the no-answer file) or logs to stderr, so stdout
-stays valid JSON.
+(missing file, bad JSON, a prediction that is not text, a question id given twice, a question
+missing from the no-answer file) or logs to stderr, so stdout stays valid JSON. A question without
+a prediction counts as wrong, with one warning for them all, by both versions' rules (the v1.1
+script's; the v2.0 script fails on a partial predictions file).
 """
 
 import collections
 import json
+import math
 import re
 import string
 import sys
@@ -99,6 +102,19 @@ def is_version_2(dataset_json):
 # --- v1.1 -------------------------------------------------------------------------------------
 
 
+def _warn_missing(dataset, predictions):
+  """One warning for the questions without a prediction (they score 0); an InputError when no
+  prediction matches a question (the wrong predictions or data file)."""
+  qids = [qa["id"] for qa in _questions(dataset)]
+  missing = [qid for qid in qids if qid not in predictions]
+  if qids and len(missing) == len(qids):
+    raise fileio.InputError("no prediction matches a question of the data file")
+  if missing:
+    logging.warning("%d of %d questions have no prediction (%s%s); they count as wrong",
+                    len(missing), len(qids), ", ".join(missing[:3]),
+                    ", ..." if len(missing) > 3 else "")
+
+
 def evaluate_v1(dataset, predictions):
   """The v1.1 result {'exact_match', 'f1'} in percent.
 
@@ -106,19 +122,19 @@ def evaluate_v1(dataset, predictions):
   question takes its best score over its gold answers. A question with no prediction adds 0 but
   still counts in the denominator.
   """
+  _warn_missing(dataset, predictions)
   exact_sum = f1_sum = 0
   asked = 0
   for qa in _questions(dataset):
     asked += 1
     qid = qa["id"]
     if qid not in predictions:
-      logging.warning("question %s has no prediction; it scores 0", qid)
       continue
     answer = predictions[qid]
     golds = [gold["text"] for gold in qa["answers"]]
-    exact_sum += max(_same_answer(answer, gold) for gold in golds)
-    f1_sum += max(f1_v1(answer, gold) for gold in golds)
-  return {"exact_match": 100.0 * exact_sum / asked, "f1": 100.0 * f1_sum / asked}
+    exact_sum += max((_same_answer(answer, gold) for gold in golds), default=0)
+    f1_sum += max((f1_v1(answer, gold) for gold in golds), default=0)
+  return {"exact_match": 100.0 * exact_sum / max(asked, 1), "f1": 100.0 * f1_sum / max(asked, 1)}
 
 
 # --- v2.0 -------------------------------------------------------------------------------------
@@ -133,15 +149,13 @@ def _scores_v2(dataset, predictions):
   """Per-question (exact, F1) dicts for the predicted questions, before any no-answer threshold.
 
   Only gold answers that still say something after normalization count; when none does, the
-  empty string is the one correct answer. Questions without a prediction get no entry, so they
-  are in no total.
+  empty string is the one correct answer. Questions without a prediction get no entry here.
   """
   exact = {}
   f1 = {}
   for qa in _questions(dataset):
     qid = qa["id"]
     if qid not in predictions:
-      logging.warning("question %s has no prediction; it is left out of the scores", qid)
       continue
     golds = [gold["text"] for gold in qa["answers"] if normalize_answer(gold["text"])] or [""]
     answer = predictions[qid]
@@ -181,9 +195,9 @@ def _best_threshold(predictions, scores, na_probs, answerable):
   which earns one point per unanswerable question. Passing a question's probability switches it
   to its predicted answer, which earns its score if it is answerable and costs the point if it is
   not (unless the prediction is empty anyway). The first threshold with the highest total wins;
-  the percentage is over the scored questions.
+  the percentage is over all questions (one without a prediction is never right).
   """
-  total = sum(1 for has_answer in answerable.values() if not has_answer)
+  total = sum(1 for qid, has_answer in answerable.items() if not has_answer and qid in scores)
   best_total, best_thresh = total, 0.0
   for qid in sorted(na_probs, key=lambda q: na_probs[q]):
     if qid not in scores:
@@ -194,7 +208,7 @@ def _best_threshold(predictions, scores, na_probs, answerable):
       total -= 1
     if total > best_total:
       best_total, best_thresh = total, na_probs[qid]
-  return 100.0 * best_total / len(scores), best_thresh
+  return 100.0 * best_total / len(answerable), best_thresh
 
 
 def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
@@ -207,17 +221,19 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
   sweep = na_probs is not None
   if not sweep:
     na_probs = dict.fromkeys(predictions, 0.0)
+  _warn_missing(dataset, predictions)
   answerable = _answerable(dataset)
   exact_raw, f1_raw = _scores_v2(dataset, predictions)
-  if not exact_raw:
-    raise fileio.InputError("no prediction matches a question of the data file")
   exact = _thresholded(exact_raw, na_probs, answerable, na_prob_thresh)
   f1 = _thresholded(f1_raw, na_probs, answerable, na_prob_thresh)
-  result = _averages(exact, f1, list(exact))
-  # The subsets, like the overall total, hold only questions that have a prediction (the
-  # official script would fail on a missing one instead).
+  # A question without a prediction is wrong, "no answer" ones included: the official script
+  # would fail on it, and leaving it out would score a file of the easy questions only as high.
+  for qid in answerable:
+    exact.setdefault(qid, 0.0)
+    f1.setdefault(qid, 0.0)
+  result = _averages(exact, f1, list(answerable))
   for prefix, wanted in (("HasAns_", True), ("NoAns_", False)):
-    qids = [qid for qid, has_answer in answerable.items() if has_answer == wanted and qid in exact]
+    qids = [qid for qid, has_answer in answerable.items() if has_answer == wanted]
     if qids:
       result.update((prefix + key, value) for key, value in _averages(exact, f1, qids).items())
   if sweep:
@@ -231,11 +247,25 @@ def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
 # --- Command line -----------------------------------------------------------------------------
 
 
-def load_json(path, what):
+def _unique_keys(pairs):
+  """json object hook: a key given twice is an error (json.load would keep the last silently)."""
+  result = {}
+  for key, value in pairs:
+    if key in result:
+      raise fileio.InputError(f"{key!r} appears more than once")
+    result[key] = value
+  return result
+
+
+def load_json(path, what, unique_keys=False):
+  """The JSON content of `path`; InputError naming the file (and line) when it is not JSON, or,
+  with `unique_keys`, when an object repeats a key (a question id given twice)."""
   fileio.check_file(path, what)
   try:
     with open(path, encoding="utf-8-sig") as f:
-      return json.load(f)
+      return json.load(f, object_pairs_hook=_unique_keys if unique_keys else None)
+  except fileio.InputError as e:
+    raise fileio.InputError(f"{path}: {what}: {e}") from None
   except json.JSONDecodeError as e:
     raise fileio.InputError(f"{path}:{e.lineno}: {what} is not valid JSON ({e.msg}, column "
                             f"{e.colno})") from None
@@ -244,10 +274,39 @@ def load_json(path, what):
 
 
 def _check_mapping(value, path, what):
+  """`value` as a dict of question id -> answer text (predictions) or a finite number (no-answer
+  probabilities); InputError naming the file and the question otherwise."""
+  texts = what == "predictions"
+  expected = "answer text" if texts else "a probability"
   if not isinstance(value, dict):
     raise fileio.InputError(f"{path}: {what} must be a JSON object mapping question id to "
-                            f"{'answer text' if what == 'predictions' else 'a probability'}")
+                            f"{expected}")
+  for qid, item in value.items():
+    if texts:
+      good = isinstance(item, str)
+    else:
+      good = (isinstance(item, (int, float)) and not isinstance(item, bool) and
+              math.isfinite(item))
+    if not good:
+      raise fileio.InputError(f"{path}: the {what} entry of question {qid} is "
+                              f"{json.dumps(item)[:80]}, not {expected}")
   return value
+
+
+def _check_dataset(dataset, data_file, v2):
+  """InputError naming the file for a question id given twice (one of the two would silently
+  share the other's prediction) or, by the v1.1 rules, a question without gold answers."""
+  seen = set()
+  for qa in _questions(dataset):
+    qid = qa["id"]
+    if qid in seen:
+      raise fileio.InputError(f"{data_file}: question id {qid} appears more than once; each "
+                              "question needs its own id")
+    seen.add(qid)
+    if not v2 and not qa["answers"]:
+      raise fileio.InputError(
+          f"{data_file}: question {qid} has no gold answer, as in SQuAD 2.0 data; score it by "
+          "the v2.0 rules (--squad_version=2.0, or auto with a 2.0 version field)")
 
 
 def evaluate_files(data_file, pred_file, na_prob_file=None, na_prob_thresh=1.0,
@@ -256,24 +315,28 @@ def evaluate_files(data_file, pred_file, na_prob_file=None, na_prob_thresh=1.0,
   dataset_json = load_json(data_file, "SQuAD data file")
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
     raise fileio.InputError(f"{data_file}: not a SQuAD data file (no top-level \"data\" list)")
-  predictions = _check_mapping(load_json(pred_file, "predictions"), pred_file, "predictions")
+  predictions = _check_mapping(load_json(pred_file, "predictions", unique_keys=True), pred_file,
+                               "predictions")
   na_probs = None
   if na_prob_file:
-    na_probs = _check_mapping(load_json(na_prob_file, "no-answer probabilities"), na_prob_file,
-                              "no-answer probabilities")
+    na_probs = _check_mapping(load_json(na_prob_file, "no-answer probabilities", unique_keys=True),
+                              na_prob_file, "no-answer probabilities")
   if squad_version == "auto":
     v2 = is_version_2(dataset_json) or na_probs is not None
   else:
     v2 = squad_version.startswith("2")
   dataset = dataset_json["data"]
   try:
+    _check_dataset(dataset, data_file, v2)
+    if not any(qa["id"] in predictions for qa in _questions(dataset)):
+      raise fileio.InputError(f"{pred_file}: no prediction matches a question of {data_file}")
     if v2:
       return evaluate_v2(dataset, predictions, na_probs, na_prob_thresh), True
     if str(dataset_json.get("version", "1.1")) != "1.1":
       logging.warning("%s declares version %s; scoring it by the v1.1 rules", data_file,
                       dataset_json.get("version"))
     return evaluate_v1(dataset, predictions), False
-  except (KeyError, TypeError) as e:
+  except (KeyError, TypeError, AttributeError) as e:
     raise fileio.InputError(f"{data_file}: not in the SQuAD format ({type(e).__name__}: "
                             f"{e})") from None
 
@@ -307,10 +370,16 @@ def main(argv):
   if not data_file or not pred_file:
     raise fileio.InputError("usage: evaluate_squad.py DATA_FILE PRED_FILE [--na-prob-file F] "
                             "[--na-prob-thresh 1.0] [--out-file F]")
+  if not math.isfinite(flags_values.na_prob_thresh):
+    raise fileio.InputError(f"--na_prob_thresh={flags_values.na_prob_thresh} is not a number")
+  fileio.check_outputs(files=[("out_file", flags_values.out_file)],
+                       inputs=[("data_file", data_file), ("pred_file", pred_file),
+                               ("na_prob_file", flags_values.na_prob_file)])
   result, is_v2 = evaluate_files(data_file, pred_file, flags_values.na_prob_file,
                                  flags_values.na_prob_thresh, flags_values.squad_version)
-  if flags_values.out_file:
-    with fileio.open_atomic(flags_values.out_file) as f:
+  out_file = flags_values.out_file
+  if out_file:
+    with fileio.naming_output(out_file), fileio.open_atomic(out_file) as f:
       json.dump(result, f)
   elif is_v2:
     print(json.dumps(result, indent=2))

@@ -133,11 +133,16 @@ def test_v2_subset_answers_and_no_answers():
   assert result["f1"] == pytest.approx(100.0 * (207 + 2 / 3) / 208)
   assert result["HasAns_f1"] == pytest.approx(100.0 * (95 + 2 / 3) / 96)
 
-  # Missing predictions are left out of the totals, as in the official v2.0 script.
+  # A missing prediction counts as wrong (the official v2.0 script fails on it), even for a
+  # question whose right answer is "no answer".
   fewer = dict(perfect)
   del fewer[unanswerable[0]]
   result = evaluate_squad.evaluate_v2(dataset, fewer)
-  assert (result["total"], result["NoAns_total"]) == (207, 111)
+  assert (result["total"], result["NoAns_total"]) == (208, 112)
+  assert result["exact"] == pytest.approx(100.0 * 207 / 208)
+  assert result["NoAns_exact"] == pytest.approx(100.0 * 111 / 112)
+  result = evaluate_squad.evaluate_v2(dataset, fewer, dict.fromkeys(fewer, 0.5))
+  assert result["best_exact"] == pytest.approx(100.0 * 207 / 208)
 
 
 def _cli(*args):
