@@ -10,6 +10,8 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 """
 
 import collections
+import glob
+import json
 import os
 
 from absl import flags
@@ -48,11 +50,13 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "max_seq_length", 128,
     "The maximum total input sequence length after WordPiece tokenization. A longer sentence is "
-    "split at word boundaries into several sequences, so every word is tagged exactly once.")
+    "split at word boundaries into several sequences, so every word is tagged exactly once. At "
+    "least 3 ([CLS] word [SEP]).", lower_bound=3)
 
 flags.DEFINE_list(
     "labels", None,
-    "The tags, comma-separated, in the order of the output units. Default: CoNLL-2003's "
+    "The tags, comma-separated, in the order of the output units. Default: without --do_train, "
+    "the tags the training run saved in output_dir (labels.json); else CoNLL-2003's "
     "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC.")
 
 flags.DEFINE_bool("do_train", False, "Fine-tune on train.txt.")
@@ -152,11 +156,18 @@ class ConllProcessor:
   def get_train_examples(self, data_dir):
     return read_conll_examples(os.path.join(data_dir, "train.txt"), "train", self.labels)
 
-  def get_dev_examples(self, data_dir):
+  @staticmethod
+  def split_file(data_dir, split):
+    """The file of a split ("train", "dev", "test"); dev is valid.txt, or dev.txt without one."""
+    if split != "dev":
+      return os.path.join(data_dir, f"{split}.txt")
     path = os.path.join(data_dir, "valid.txt")
     if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, "dev.txt")):
       path = os.path.join(data_dir, "dev.txt")
-    return read_conll_examples(path, "dev", self.labels)
+    return path
+
+  def get_dev_examples(self, data_dir):
+    return read_conll_examples(self.split_file(data_dir, "dev"), "dev", self.labels)
 
   def get_test_examples(self, data_dir):
     return read_conll_examples(os.path.join(data_dir, "test.txt"), "test", self.labels)
@@ -265,6 +276,12 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   one shape without dropping a sentence.
   """
   features = convert_examples_to_features(examples, label_list, max_seq_length, tokenizer)
+  write_features(features, max_seq_length, output_file, pad_to_multiple)
+  return features
+
+
+def write_features(features, max_seq_length, output_file, pad_to_multiple=1):
+  """Writes InputFeatures (then padding records, see above) to a TFRecord file atomically."""
   padding = [_padding_feature(max_seq_length)] * (-len(features) % pad_to_multiple)
   with fileio.atomic_path(output_file) as tmp_file:
     with tf.io.TFRecordWriter(tmp_file) as writer:
@@ -275,9 +292,9 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
         record["segment_ids"] = create_int_feature(feature.segment_ids)
         record["label_ids"] = create_int_feature(feature.label_ids)
         record["label_weights"] = create_float_feature(feature.label_weights)
+        # Deterministic: the same features give the same bytes in every run.
         writer.write(tf.train.Example(
-            features=tf.train.Features(feature=record)).SerializeToString())
-  return features
+            features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))
 
 
 def feature_spec(seq_length):
@@ -346,16 +363,18 @@ def ner_losses(features, outputs):
   return {"ner_loss": (nll, count), "accuracy": (correct, count)}
 
 
-def _tag(trainer, examples, name, label_list, tokenizer):
-  """Runs the model over `examples` with --{name}_batch_size; returns (one predicted tag per
-  word per sentence, mean cross-entropy over the labelled words)."""
+def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
+  """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
+  tag per word per sentence, mean cross-entropy over the labelled words)."""
   flag_name = f"{name}_batch_size"
   global_batch = FLAGS[flag_name].value
   batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
-  features = file_based_convert_examples_to_features(
-      examples, label_list, FLAGS.max_seq_length, tokenizer, record_file,
-      pad_to_multiple=global_batch)
+  # The features are needed in memory to map predictions back to words, records or not.
+  features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length, tokenizer)
+  fileio.build_unless_current(
+      record_file, _records_key(split, label_list, vocab_file, global_batch),
+      lambda: write_features(features, FLAGS.max_seq_length, record_file, global_batch))
   input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
                                          drop_remainder=True)
   predicted, nll, count = [], 0.0, 0.0
@@ -371,6 +390,48 @@ def _tag(trainer, examples, name, label_list, tokenizer):
   return tags, nll / max(count, 1.0)
 
 
+# What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
+_RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
+_OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
+            "test_predictions.txt", "labels.json")
+
+
+def _records_key(split, label_list, vocab_file, padded_to):
+  """What a split's feature records are made from: reused only when all of it is unchanged."""
+  return {"script": "run_ner", "split": split,
+          "input": fileio.file_signature(ConllProcessor.split_file(FLAGS.data_dir, split)),
+          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
+
+
+def _label_list(labels_file, has_checkpoint):
+  """The tags: --labels; else, without training, those the training run saved in output_dir
+  (labels.json); else CoNLL-2003's. They must agree with the model in output_dir."""
+  if FLAGS.labels is not None:
+    for i, label in enumerate(FLAGS.labels):
+      if not label:
+        raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty tag")
+      if label in FLAGS.labels[:i]:
+        raise fileio.InputError(f"--labels: {label!r} is given twice")
+  saved = None
+  if os.path.exists(labels_file):
+    try:
+      with open(labels_file, encoding="utf-8") as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise fileio.InputError(f"{labels_file}: not the tags of a training run ({e})") from None
+    if not isinstance(saved, list) or not all(isinstance(label, str) for label in saved):
+      raise fileio.InputError(f"{labels_file}: not the tags of a training run (a JSON list of "
+                              "strings)")
+  labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
+  if saved is not None and has_checkpoint and saved != labels:
+    raise fileio.InputError(
+        f"the tags {','.join(labels)} differ from {','.join(saved)}, those the model in "
+        f"--output_dir={FLAGS.output_dir} was trained with ({labels_file}); give "
+        f"--labels={','.join(saved)} or another --output_dir")
+  return labels
+
+
 def main(_):
   tf.random.set_seed(FLAGS.seed)
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -378,18 +439,34 @@ def main(_):
   for name in ("data_dir", "vocab_file", "output_dir"):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+  out, data_dir, init_checkpoint = FLAGS.output_dir, FLAGS.data_dir, FLAGS.init_checkpoint
+  fileio.check_outputs(
+      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
+      inputs=[("data_dir", [os.path.join(data_dir, name)
+                            for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")]),
+              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
+              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
+               if init_checkpoint else None)],
+      directories=[("output_dir", out)])
+  has_checkpoint = bool(tf.train.latest_checkpoint(out))
+  if not (FLAGS.do_train or has_checkpoint or init_checkpoint):
+    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
+                            "--init_checkpoint is given (train first with --do_train)")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
-  processor = ConllProcessor(FLAGS.labels)
+  labels_file = os.path.join(out, "labels.json")
+  processor = ConllProcessor(_label_list(labels_file, has_checkpoint))
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  tokenization.check_vocab_fits(
+      max(tokenizer.vocab.values(), default=-1) + 1, config, FLAGS.vocab_file,
+      FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}")
 
   strategy = training.strategy_from_flags()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
   if FLAGS.do_train:
-    train_examples = processor.get_train_examples(FLAGS.data_dir)
+    train_examples = processor.get_train_examples(data_dir)
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
@@ -397,18 +474,23 @@ def main(_):
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                              training.compute_dtype_from_flags()),
       ner_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+  fileio.check_checkpoint_matches(out, model)
+  init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
     batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
                                             FLAGS.gradient_accumulation_steps)
-    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-    features = file_based_convert_examples_to_features(train_examples, label_list,
-                                                       FLAGS.max_seq_length, tokenizer,
-                                                       train_file)
-    logging.info("Training on %d sentences (%d sequences), %d steps (%d warm-up), batch %d",
-                 len(train_examples), len(features), num_train_steps, num_warmup_steps,
-                 FLAGS.train_batch_size)
+    train_file = os.path.join(out, "train.tf_record")
+    fileio.build_unless_current(
+        train_file, _records_key("train", label_list, FLAGS.vocab_file, None),
+        lambda: file_based_convert_examples_to_features(train_examples, label_list,
+                                                        FLAGS.max_seq_length, tokenizer,
+                                                        train_file))
+    # Evaluating or tagging later without --labels reads the tags of this model here.
+    with fileio.open_atomic(labels_file) as f:
+      json.dump(label_list, f)
+    logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
+                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                            drop_remainder=True, seed=FLAGS.seed)
     training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
@@ -416,19 +498,19 @@ def main(_):
     trainer.restore_or_initialize(init_fn)
 
   if FLAGS.do_eval:
-    examples = processor.get_dev_examples(FLAGS.data_dir)
-    tags, loss = _tag(trainer, examples, "eval", label_list, tokenizer)
+    examples = processor.get_dev_examples(data_dir)
+    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, FLAGS.vocab_file)
     result = metrics.conll_evaluate([e.labels for e in examples], tags)
     logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
     summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
     summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
                    eval_examples=len(examples))
-    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+    training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
 
   if FLAGS.do_predict:
-    examples = processor.get_test_examples(FLAGS.data_dir)
-    tags, _ = _tag(trainer, examples, "predict", label_list, tokenizer)
-    output_file = os.path.join(FLAGS.output_dir, "test_predictions.txt")
+    examples = processor.get_test_examples(data_dir)
+    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer, FLAGS.vocab_file)
+    output_file = os.path.join(out, "test_predictions.txt")
     write_conll_predictions(output_file, examples, tags)
     logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)
 

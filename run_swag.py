@@ -10,6 +10,7 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 
 import collections
 import csv
+import glob
 import os
 
 from absl import flags
@@ -45,7 +46,8 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "max_seq_length", 128,
     "The maximum total length of each choice's sequence after WordPiece tokenization. Longer "
-    "ones are truncated, shorter ones padded.")
+    "ones are truncated, shorter ones padded. At least 5 ([CLS] context [SEP] ending [SEP]).",
+    lower_bound=5)
 
 flags.DEFINE_bool("do_train", False, "Fine-tune on train.csv.")
 
@@ -151,14 +153,16 @@ def read_swag_examples(input_file, is_training=True):
 class SwagProcessor:
   """SWAG's train.csv, val.csv and test.csv in one directory."""
 
+  FILES = {"train": "train.csv", "dev": "val.csv", "test": "test.csv"}
+
   def get_train_examples(self, data_dir):
-    return read_swag_examples(os.path.join(data_dir, "train.csv"), is_training=True)
+    return read_swag_examples(os.path.join(data_dir, self.FILES["train"]), is_training=True)
 
   def get_dev_examples(self, data_dir):
-    return read_swag_examples(os.path.join(data_dir, "val.csv"), is_training=True)
+    return read_swag_examples(os.path.join(data_dir, self.FILES["dev"]), is_training=True)
 
   def get_test_examples(self, data_dir):
-    return read_swag_examples(os.path.join(data_dir, "test.csv"), is_training=False)
+    return read_swag_examples(os.path.join(data_dir, self.FILES["test"]), is_training=False)
 
 
 def _truncate_seq_pair(tokens_a, tokens_b, max_length):
@@ -255,8 +259,9 @@ def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer,
         record["segment_ids"] = create_int_feature(sum(feature.segment_ids, []))
         record["label_ids"] = create_int_feature([feature.label])
         record["is_real_example"] = create_int_feature([int(feature.is_real_example)])
+        # Deterministic: the same examples give the same bytes in every run.
         writer.write(tf.train.Example(
-            features=tf.train.Features(feature=record)).SerializeToString())
+            features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))
   return len(examples)
 
 
@@ -299,14 +304,25 @@ def swag_losses(features, outputs):
   return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}
 
 
-def _probabilities(trainer, examples, name, tokenizer):
-  """Choice probabilities [len(examples), NUM_CHOICES] with --{name}_batch_size."""
+def _records_key(split, padded_to):
+  """What a split's feature records are made from: reused only when all of it is unchanged."""
+  path = os.path.join(FLAGS.data_dir, SwagProcessor.FILES[split])
+  return {"script": "run_swag", "split": split, "input": fileio.file_signature(path),
+          "vocab": fileio.file_signature(FLAGS.vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "max_seq_length": FLAGS.max_seq_length, "padded_to": padded_to}
+
+
+def _probabilities(trainer, examples, name, split, tokenizer):
+  """Choice probabilities [len(examples), NUM_CHOICES] of `examples` (of `split`) with
+  --{name}_batch_size."""
   flag_name = f"{name}_batch_size"
   global_batch = FLAGS[flag_name].value
   batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
-  file_based_convert_examples_to_features(examples, FLAGS.max_seq_length, tokenizer, record_file,
-                                          pad_to_multiple=global_batch)
+  fileio.build_unless_current(
+      record_file, _records_key(split, global_batch),
+      lambda: file_based_convert_examples_to_features(examples, FLAGS.max_seq_length, tokenizer,
+                                                      record_file, pad_to_multiple=global_batch))
   input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
                                          drop_remainder=True)
   probabilities, real = [], []
@@ -323,12 +339,31 @@ def main(_):
   for name in ("data_dir", "vocab_file", "output_dir"):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+  out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
+  records = ("train.tf_record", "eval.tf_record", "predict.tf_record")
+  fileio.check_outputs(
+      files=[("output_dir", [os.path.join(out, name) for name in (
+          *records, *(f"{r}.key.json" for r in records), "eval_results.txt", "test_results.tsv")])],
+      inputs=[("data_dir", [os.path.join(FLAGS.data_dir, name)
+                            for name in SwagProcessor.FILES.values()]),
+              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
+              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
+               if init_checkpoint else None)],
+      directories=[("output_dir", out)])
+  if not (FLAGS.do_train or init_checkpoint or tf.train.latest_checkpoint(out)):
+    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
+                            "--init_checkpoint is given (train first with --do_train)")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
+  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
+  config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   processor = SwagProcessor()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
+                                FLAGS.vocab_file, config_source)
+  if config.type_vocab_size < 2:
+    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but SWAG "
+                            "choices are pairs (context: segment 0, ending: segment 1)")
 
   strategy = training.strategy_from_flags()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
@@ -340,14 +375,17 @@ def main(_):
   model, optimizer, trainer = training.fine_tuning_trainer(
       strategy, lambda: modeling.BertMultipleChoice(config, training.compute_dtype_from_flags()),
       swag_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, FLAGS.init_checkpoint)
+  fileio.check_checkpoint_matches(out, model)
+  init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
     batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
                                             FLAGS.gradient_accumulation_steps)
-    train_file = os.path.join(FLAGS.output_dir, "train.tf_record")
-    file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length, tokenizer,
-                                            train_file)
+    train_file = os.path.join(out, "train.tf_record")
+    fileio.build_unless_current(
+        train_file, _records_key("train", None),
+        lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
+                                                        tokenizer, train_file))
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
@@ -358,7 +396,7 @@ def main(_):
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "eval", tokenizer)
+    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer)
     labels = np.array([e.label for e in examples])
     chosen = probabilities[np.arange(len(labels)), labels]
     loss = float(-np.mean(np.log(np.maximum(chosen, 1e-30))))
@@ -369,7 +407,7 @@ def main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "predict", tokenizer)
+    probabilities = _probabilities(trainer, examples, "predict", "test", tokenizer)
     output_file = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_file) as f:
       for row in probabilities:
