@@ -27,12 +27,13 @@ preprocessing inside them, so clients send text.
 
 Every SavedModel is written to a temporary directory beside --export_dir and renamed into place
 when complete, so an interrupted export never leaves a half-written model under its final name.
+An existing --export_dir is replaced only when it holds an earlier SavedModel (--overwrite forces
+it); one that is or holds an input (the checkpoint, config or vocab) is always refused.
 """
 
 import functools
 import json
 import os
-import shutil
 import tempfile
 import unicodedata
 
@@ -62,7 +63,12 @@ def define_flags():
   """The script's flags; defined on demand so run_classifier.py can import this module."""
   flags.DEFINE_enum("model_type", "encoder", ["encoder", "preprocessor", "classifier", "squad"],
                     "What to export (see the module docstring).")
-  flags.DEFINE_string("export_dir", None, "Directory the SavedModel is written to.")
+  flags.DEFINE_string("export_dir", None,
+                      "Directory the SavedModel is written to. An existing one is replaced only "
+                      "if it holds an earlier SavedModel (or with --overwrite).")
+  flags.DEFINE_bool("overwrite", False,
+                    "Replace --export_dir even if it holds something other than a SavedModel "
+                    "(never a directory holding one of the inputs).")
   flags.DEFINE_string(
       "init_checkpoint", None,
       "Weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, one of this "
@@ -74,7 +80,7 @@ def define_flags():
   flags.DEFINE_bool("do_lower_case", True, "Whether the model is uncased.")
   flags.DEFINE_integer("max_seq_length", 128,
                        "Sequence length the preprocessing pads to (preprocessor, classifier, "
-                       "squad).")
+                       "squad); at least 3, for [CLS] x [SEP].", lower_bound=3)
   flags.DEFINE_list("labels", None,
                     "classifier: label names in the order of the output units (as "
                     "run_classifier's --labels or the task's labels); default 0 .. n-1.")
@@ -82,8 +88,9 @@ def define_flags():
   flags.DEFINE_bool("text_pairs", False,
                     "classifier: serving_default takes text_a and text_b (sentence-pair task); "
                     "the `pairs` signature takes both in any case.")
-  flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept.")
-  flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer span, in tokens.")
+  flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept.", lower_bound=1)
+  flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer span, in tokens.",
+                       lower_bound=1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -676,36 +683,32 @@ class SquadModule(_SavedModelRoot):
 # Saving and loading.
 
 
-def save_atomic(module, export_dir):
-  """tf.saved_model.save into a temporary directory beside `export_dir`, then a rename.
+# What tf.saved_model.save writes at the top of a SavedModel directory.
+_SAVED_MODEL_ENTRIES = frozenset(("saved_model.pb", "fingerprint.pb", "variables", "assets",
+                                  "assets.extra", "keras_metadata.pb"))
 
-  An existing SavedModel at `export_dir` is replaced only once the new one is complete.
-  """
-  export_dir = os.path.abspath(export_dir)
-  parent = os.path.dirname(export_dir)
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
+
+def is_saved_model_directory(path):
+  """True when `path` holds a SavedModel and nothing else (so replacing it loses no user file):
+  saved_model.pb, and only SavedModel entries beside it and variables.* files under variables/."""
   try:
-    tf.saved_model.save(module, staging, signatures=module.signatures())
-    if os.path.exists(export_dir):
-      old = staging + ".old"
-      os.replace(export_dir, old)
-      os.replace(staging, export_dir)
-      shutil.rmtree(old, ignore_errors=True)
-    else:
-      os.replace(staging, export_dir)
-  finally:
-    shutil.rmtree(staging, ignore_errors=True)
-  logging.info("Wrote SavedModel %s", export_dir)
-  return export_dir
+    names = set(os.listdir(path))
+    variables = os.path.join(path, "variables")
+    if "variables" in names and (os.path.islink(variables) or not os.path.isdir(variables)):
+      return False
+    extra = [n for n in (os.listdir(variables) if "variables" in names else [])
+             if not n.startswith("variables.")]
+  except OSError:
+    return False
+  return "saved_model.pb" in names and names <= _SAVED_MODEL_ENTRIES and not extra
 
 
 def _checkpoint_directory(init_checkpoint):
   return init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(init_checkpoint)
 
 
-def find_config_and_vocab(init_checkpoint, bert_config_file=None, vocab_file=None):
-  """(BertConfig, config path, vocab path): from the flags, else beside the checkpoint."""
+def _config_and_vocab_paths(init_checkpoint, bert_config_file=None, vocab_file=None):
+  """(config path, vocab path): from the flags, else beside the checkpoint; nothing is read."""
   directory = _checkpoint_directory(init_checkpoint) if init_checkpoint else ""
   config_path = bert_config_file or next(
       (os.path.join(directory, n) for n in ("bert_config.json", "config.json")
@@ -717,6 +720,12 @@ def find_config_and_vocab(init_checkpoint, bert_config_file=None, vocab_file=Non
   if not vocab_path or not os.path.exists(vocab_path):
     raise fileio.InputError("--vocab_file is required (no vocab.txt beside --init_checkpoint)")
   fileio.check_file(vocab_path, "vocab file")
+  return config_path, vocab_path
+
+
+def find_config_and_vocab(init_checkpoint, bert_config_file=None, vocab_file=None):
+  """(BertConfig, config path, vocab path): from the flags, else beside the checkpoint."""
+  config_path, vocab_path = _config_and_vocab_paths(init_checkpoint, bert_config_file, vocab_file)
   return modeling.BertConfig.from_json_file(config_path), config_path, vocab_path
 
 
@@ -741,29 +750,67 @@ def _num_outputs_in_checkpoint(init_checkpoint):
 
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
            do_lower_case=True, max_seq_length=128, labels=None, regression=False,
-           text_pairs=False, max_query_length=64, max_answer_length=30):
-  """Builds the `model_type` module from a checkpoint and writes it to `export_dir`."""
+           text_pairs=False, max_query_length=64, max_answer_length=30, overwrite=False):
+  """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
+
+  Every input is checked and `export_dir` is vetted before the model is built: it must not be or
+  hold an input, and an existing one is replaced only if it is an earlier SavedModel (or with
+  `overwrite`). The SavedModel is written to a staging directory beside it and renamed into place
+  when complete, so an error, Ctrl-C, SIGTERM or a full disk leaves the previous export intact.
+  """
   if not export_dir:
     raise fileio.InputError("--export_dir is required")
+  if model_type not in ("encoder", "preprocessor", "classifier", "squad"):
+    raise fileio.InputError(f"unknown --model_type={model_type}")
+  if model_type != "encoder" and max_seq_length < 3:
+    raise fileio.InputError(f"--max_seq_length={max_seq_length} is too small for [CLS] x [SEP]")
+  if labels and (len(set(labels)) != len(labels) or not all(labels)):
+    raise fileio.InputError(f"--labels={','.join(labels)}: each label must be given once and "
+                            "be non-empty")
   if model_type == "preprocessor":
     if not vocab_file and init_checkpoint:
       vocab_file = os.path.join(_checkpoint_directory(init_checkpoint), "vocab.txt")
     fileio.check_file(vocab_file, "vocab file (--vocab_file)")
-    return save_atomic(PreprocessorModule(vocab_file, do_lower_case, max_seq_length), export_dir)
-  if not init_checkpoint:
-    raise fileio.InputError(f"--init_checkpoint is required for --model_type={model_type}")
+    inputs = [("vocab_file", vocab_file)]
+  else:
+    if not init_checkpoint:
+      raise fileio.InputError(f"--init_checkpoint is required for --model_type={model_type}")
+    config_path, vocab_path = _config_and_vocab_paths(init_checkpoint, bert_config_file,
+                                                      vocab_file)
+    inputs = [("init_checkpoint", checkpoints.checkpoint_files(init_checkpoint)),
+              ("bert_config_file", config_path), ("vocab_file", vocab_path)]
+  fileio.check_outputs(replaced_directories=[("export_dir", export_dir)], inputs=inputs)
+  with fileio.atomic_directory(export_dir, replaceable=is_saved_model_directory,
+                               overwrite=overwrite, flag="export_dir") as staging:
+    with tempfile.TemporaryDirectory() as scratch:
+      if model_type == "preprocessor":
+        module = PreprocessorModule(vocab_file, do_lower_case, max_seq_length)
+      else:
+        module = _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
+                                    do_lower_case, max_seq_length, labels, regression,
+                                    text_pairs, max_query_length, max_answer_length)
+      tf.saved_model.save(module, staging, signatures=module.signatures())
+  export_dir = os.path.abspath(export_dir)
+  logging.info("Wrote SavedModel %s", export_dir)
+  return export_dir
+
+
+def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
+                       do_lower_case, max_seq_length, labels, regression, text_pairs,
+                       max_query_length, max_answer_length):
+  """The encoder, classifier or SQuAD module with the checkpoint's weights."""
   tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
-  config, _, vocab_path = find_config_and_vocab(init_checkpoint, bert_config_file, vocab_file)
+  config = modeling.BertConfig.from_json_file(config_path)
+  tokenization.check_vocab_fits(len(tokenization.load_vocab(vocab_path)), config, vocab_path,
+                                config_path)
   if model_type != "encoder" and max_seq_length > config.max_position_embeddings:
     raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings="
                             f"{config.max_position_embeddings}")
   if model_type == "encoder":
     holder = _BertHolder(config)
     checkpoints.init_from_checkpoint(holder, init_checkpoint, require_all=True)
-    with tempfile.TemporaryDirectory() as scratch:
-      module = EncoderModule(holder.bert, vocab_path, do_lower_case,
-                             _config_file_for_asset(config, scratch))
-      return save_atomic(module, export_dir)
+    return EncoderModule(holder.bert, vocab_path, do_lower_case,
+                         _config_file_for_asset(config, scratch))
   if model_type == "classifier":
     num_labels = 1 if regression else (len(labels) if labels else
                                        _num_outputs_in_checkpoint(init_checkpoint))
@@ -779,19 +826,15 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
     if report.missing:
       raise fileio.InputError(f"{init_checkpoint} is not a fine-tuned classifier with "
                               f"{num_labels} outputs: it lacks {', '.join(report.missing[:5])}")
-    module = ClassifierModule(model, vocab_path, do_lower_case, max_seq_length, labels,
-                              regression, text_pairs)
-    return save_atomic(module, export_dir)
-  if model_type == "squad":
-    model = modeling.BertSpanLabeler(config)
-    report = checkpoints.init_from_checkpoint(model, init_checkpoint)
-    if report.missing:
-      raise fileio.InputError(f"{init_checkpoint} is not a fine-tuned SQuAD model: it lacks "
-                              f"{', '.join(report.missing[:5])}")
-    module = SquadModule(model, vocab_path, do_lower_case, max_seq_length, max_query_length,
-                         max_answer_length)
-    return save_atomic(module, export_dir)
-  raise fileio.InputError(f"unknown --model_type={model_type}")
+    return ClassifierModule(model, vocab_path, do_lower_case, max_seq_length, labels, regression,
+                            text_pairs)
+  model = modeling.BertSpanLabeler(config)
+  report = checkpoints.init_from_checkpoint(model, init_checkpoint)
+  if report.missing:
+    raise fileio.InputError(f"{init_checkpoint} is not a fine-tuned SQuAD model: it lacks "
+                            f"{', '.join(report.missing[:5])}")
+  return SquadModule(model, vocab_path, do_lower_case, max_seq_length, max_query_length,
+                     max_answer_length)
 
 
 def load_tokenization_info(handle):
@@ -863,7 +906,8 @@ def main(_):
          bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
          do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
          labels=FLAGS.labels, regression=FLAGS.regression, text_pairs=FLAGS.text_pairs,
-         max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length)
+         max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
+         overwrite=FLAGS.overwrite)
 
 
 def run():

@@ -358,7 +358,7 @@ def test_squad_model_answers_with_the_context_words(tmp_path, uncased):
   model = modeling.BertSpanLabeler(modeling.BertConfig(**SMALL_CONFIG))
   checkpoint = _fine_tuned(tmp_path, model, "squad")
   seq_length, max_query, max_answer = 96, 24, 10
-  path = export_model.export("squad", str(tmp_path / "squad"), init_checkpoint=checkpoint,
+  path = export_model.export("squad", str(tmp_path / "squad_model"), init_checkpoint=checkpoint,
                              vocab_file=VOCAB, max_seq_length=seq_length,
                              max_query_length=max_query, max_answer_length=max_answer)
   with open(SQUAD, encoding="utf-8") as f:
@@ -433,15 +433,15 @@ def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
             "--text_a_column=sentence", "--label_column=label", "--labels=0,1",
             f"--hub_module_handle={encoder}",
             f"--output_dir={out}", "--max_seq_length=32", "--train_batch_size=8",
-            "--num_train_epochs=1", "--learning_rate=0", "--do_train", "--do_eval"]
+            "--num_train_epochs=1", "--learning_rate=1e-30", "--do_train", "--do_eval"]
   _run(common)
-  # With a zero learning rate the fine-tuned encoder is exactly the module's.
+  # With a negligible learning rate (zero is refused) the fine-tuned encoder is the module's.
   trained = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
   report = checkpoints.init_from_checkpoint(trained, str(out))
   assert not report.missing
   for mine, theirs in zip(trained.bert.variables, holder.bert.variables):
     assert mine.name == theirs.name
-    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-20)
   assert os.path.exists(out / "eval_results.txt")
   # A casing that contradicts the module's is refused before anything runs.
   result = subprocess.run([PYTHON] + common + ["--nodo_lower_case"], cwd=ROOT, env=ENV,
@@ -472,3 +472,61 @@ def test_export_replaces_atomically_and_reports_bad_inputs(tmp_path):
   tf.saved_model.load(target)
   with pytest.raises(fileio.InputError, match="vocab file"):
     export_model.export("preprocessor", target, vocab_file=str(tmp_path / "nope.txt"))
+
+
+def _modes(directory):
+  """{relative path: permission bits} of everything under `directory`, itself included."""
+  modes = {".": os.stat(directory).st_mode & 0o7777}
+  for root, dirs, files in os.walk(directory):
+    for name in dirs + files:
+      path = os.path.join(root, name)
+      modes[os.path.relpath(path, directory)] = os.stat(path).st_mode & 0o7777
+  return modes
+
+
+@requires_shared
+def test_export_dir_is_replaced_only_when_it_holds_a_saved_model(tmp_path):
+  checkpoint = os.path.join(TINY_TF1, "bert_model.ckpt")
+  target = tmp_path / "model"
+  export_model.export("encoder", str(target), init_checkpoint=checkpoint)
+  # Ordinary permissions (0755 / 0644 under umask 022), not mkdtemp's 0700: a serving process
+  # under another user can read the model.
+  umask = os.umask(0)
+  os.umask(umask)
+  modes = _modes(target)
+  assert {"saved_model.pb", "variables", "assets/vocab.txt"} <= set(modes)
+  for name, mode in modes.items():
+    want = 0o777 & ~umask if os.path.isdir(target / name) else 0o666 & ~umask
+    assert mode == want, (name, oct(mode))
+  assert export_model.is_saved_model_directory(str(target))
+
+  # A user's directory is refused untouched; --overwrite replaces it.
+  foreign = tmp_path / "project"
+  (foreign / "src").mkdir(parents=True)
+  (foreign / "src" / "main.py").write_text("print(1)\n")
+  with pytest.raises(fileio.InputError, match="does not hold an earlier output"):
+    export_model.export("encoder", str(foreign), init_checkpoint=checkpoint)
+  assert (foreign / "src" / "main.py").read_text() == "print(1)\n"
+  export_model.export("encoder", str(foreign), init_checkpoint=checkpoint, overwrite=True)
+  assert export_model.is_saved_model_directory(str(foreign))
+  # A SavedModel with a user's file beside it is not ours alone any more.
+  (target / "notes.txt").write_text("mine")
+  assert not export_model.is_saved_model_directory(str(target))
+  with pytest.raises(fileio.InputError, match="does not hold an earlier output"):
+    export_model.export("encoder", str(target), init_checkpoint=checkpoint)
+  assert (target / "notes.txt").read_text() == "mine"
+  # A directory holding an input is refused even with overwrite.
+  copy = tmp_path / "ckpt"
+  copy.mkdir()
+  for name in os.listdir(TINY_TF1):
+    (copy / name).write_bytes((open(os.path.join(TINY_TF1, name), "rb").read()))
+  with pytest.raises(fileio.InputError, match="holding the input --init_checkpoint"):
+    export_model.export("encoder", str(copy), init_checkpoint=str(copy / "bert_model.ckpt"),
+                        overwrite=True)
+  assert sorted(os.listdir(copy)) == sorted(os.listdir(TINY_TF1))
+  with pytest.raises(fileio.InputError, match="each label must be given once"):
+    export_model.export("classifier", str(tmp_path / "c"), init_checkpoint=checkpoint,
+                        labels=["a", "b", "a"])
+  with pytest.raises(fileio.InputError, match="too small for"):
+    export_model.export("preprocessor", str(tmp_path / "p"), vocab_file=VOCAB, max_seq_length=2)
+  assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
