@@ -9,6 +9,7 @@ evaluation and prediction data are read once, in order.
 import contextlib
 import re
 
+import numpy as np
 import tensorflow as tf
 
 import fileio
@@ -39,10 +40,48 @@ def pretraining_features(max_seq_length, max_predictions_per_seq):
   }
 
 
-def _decode(record, name_to_features):
+def pretraining_value_limits(vocab_size, type_vocab_size, max_seq_length, config_source):
+  """{feature: (bound, what)}: the values of pre-training records the model can take lie in
+  [0, bound). An id past an embedding table is an InvalidArgumentError deep in a CPU step and,
+  on a GPU, a silent zero vector."""
+  return {
+      "input_ids": (vocab_size, f"vocab_size={vocab_size} of {config_source}"),
+      "masked_lm_ids": (vocab_size, f"vocab_size={vocab_size} of {config_source}"),
+      "segment_ids": (type_vocab_size, f"type_vocab_size={type_vocab_size} of {config_source}"),
+      "masked_lm_positions": (max_seq_length, f"--max_seq_length={max_seq_length}"),
+      "next_sentence_labels": (2, "the two next-sentence classes"),
+  }
+
+
+# Marks the failure of the in-pipeline range check, which naming_bad_records turns into a message
+# naming the record.
+_OUT_OF_RANGE = "record value outside the model's range"
+
+
+def _decode(record, name_to_features, value_limits=None):
   example = tf.io.parse_single_example(record, name_to_features)
   # int64 is what tf.train.Example stores; int32 is what every op downstream (and TPUs) want.
-  return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+  example = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+  if not value_limits:
+    return example
+  checks = [tf.debugging.Assert(tf.reduce_all((example[k] >= 0) & (example[k] < bound)),
+                                [_OUT_OF_RANGE, k])
+            for k, (bound, _) in value_limits.items() if k in example]
+  with tf.control_dependencies(checks):
+    return {k: tf.identity(v) for k, v in example.items()}
+
+
+def _range_problem(values, value_limits):
+  """The first value of `values` ({feature: numpy array}) outside its limit, described; or None."""
+  for k, (bound, what) in (value_limits or {}).items():
+    if k not in values:
+      continue
+    v = np.asarray(values[k]).reshape(-1)
+    bad = np.flatnonzero((v < 0) | (v >= bound))
+    if bad.size:
+      return (f"{k} holds {int(v[bad[0]])} at position {int(bad[0])}, outside [0, {bound}) "
+              f"({what}); were the records made for this model (its vocabulary and config)?")
+  return None
 
 
 def _op_message(error):
@@ -51,10 +90,11 @@ def _op_message(error):
   return re.sub(r"\s*\[Op:\w+\].*$", "", text).strip().rstrip(".")
 
 
-def check_records(input_files, name_to_features):
+def check_records(input_files, name_to_features, value_limits=None, scan=100):
   """Parses the first record of each file eagerly, so a missing or wrongly shaped feature, or a
   file that is not TFRecords at all, is an error naming the file before training starts rather
-  than a stack trace inside tf.data."""
+  than a stack trace inside tf.data. With `value_limits` (pretraining_value_limits), the first
+  `scan` records of each file are also checked for ids the model cannot embed."""
   for path in input_files:
     try:
       records = list(tf.data.TFRecordDataset(path).take(1))
@@ -72,6 +112,20 @@ def check_records(input_files, name_to_features):
           f"{path}: record 0 does not match the expected features ({expected}): "
           f"{_op_message(e)}; were the records written with the same "
           "max_seq_length / max_predictions_per_seq?") from None
+    if value_limits:
+      _scan_values(path, value_limits, scan)
+
+
+def _scan_values(path, value_limits, scan):
+  try:
+    for index, record in enumerate(tf.data.TFRecordDataset(path).take(scan)):
+      features = tf.train.Example.FromString(record.numpy()).features.feature
+      values = {k: features[k].int64_list.value for k in value_limits if k in features}
+      problem = _range_problem(values, value_limits)
+      if problem:
+        raise fileio.InputError(f"{path}: record {index}: {problem}")
+  except tf.errors.OpError:
+    pass  # a damaged record past the first: named by naming_bad_records when training meets it
 
 
 def _is_record_error(error):
@@ -79,17 +133,20 @@ def _is_record_error(error):
   if isinstance(error, tf.errors.DataLossError):
     return True
   return isinstance(error, tf.errors.InvalidArgumentError) and any(
-      word in error.message for word in ("Feature:", "Key:", "serialized Example"))
+      word in error.message for word in ("Feature:", "Key:", "serialized Example", _OUT_OF_RANGE))
 
 
-def find_bad_record(input_files, name_to_features):
-  """The InputError for the first record of `input_files` that cannot be read or parsed (naming
-  its file and index), or None. Reads everything up to it: for use after a failure only."""
+def find_bad_record(input_files, name_to_features, value_limits=None):
+  """The InputError for the first record of `input_files` that cannot be read or parsed, or holds
+  a value outside `value_limits` (naming its file and index), or None. Reads everything up to it:
+  for use after a failure only."""
   for path in input_files:
     index = 0
     try:
       for record in tf.data.TFRecordDataset(path):
-        _decode(record, name_to_features)
+        problem = _range_problem(_decode(record, name_to_features), value_limits)
+        if problem:
+          return fileio.InputError(f"{path}: record {index}: {problem}")
         index += 1
     except tf.errors.DataLossError as e:
       return fileio.InputError(f"{path}: record {index} cannot be read ({_op_message(e)}); the "
@@ -101,24 +158,26 @@ def find_bad_record(input_files, name_to_features):
 
 
 @contextlib.contextmanager
-def naming_bad_records(input_files, name_to_features):
-  """Turns a tf.data error from a damaged or malformed record met while training or evaluating
-  into an InputError naming the file and record (TF's own message names neither)."""
+def naming_bad_records(input_files, name_to_features, value_limits=None):
+  """Turns a tf.data error from a damaged, malformed or out-of-range record met while training
+  or evaluating into an InputError naming the file and record (TF's own message names neither)."""
   try:
     yield
   except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-    bad = find_bad_record(input_files, name_to_features) if _is_record_error(e) else None
+    bad = (find_bad_record(input_files, name_to_features, value_limits)
+           if _is_record_error(e) else None)
     if bad is None:
       raise
     raise bad from None
 
 
 def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,
-                     seed=None, shuffle_buffer=1000, drop_remainder=None):
+                     seed=None, shuffle_buffer=1000, drop_remainder=None, value_limits=None):
   """Batches of decoded features from TFRecord files.
 
   `batch_size` is per replica. Training shuffles files and records with `seed` (deterministic
   order for a seed, so a resumed run can skip exactly the batches it has seen) and repeats.
+  Records with values outside `value_limits` fail the pipeline (see naming_bad_records).
   """
   files = tf.data.Dataset.from_tensor_slices(list(input_files))
   if input_context and input_context.num_input_pipelines > 1:
@@ -139,7 +198,7 @@ def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, inp
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
   if is_training:
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.map(lambda r: _decode(r, name_to_features), num_parallel_calls=tf.data.AUTOTUNE,
-              deterministic=True)
+  ds = ds.map(lambda r: _decode(r, name_to_features, value_limits),
+              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.batch(batch_size, drop_remainder=is_training if drop_remainder is None
                   else drop_remainder)

@@ -5,6 +5,7 @@ The original's flags, plus the shared training flags of training.py (--distribut
 command after an interruption resumes from the last checkpoint in --output_dir.
 """
 
+import json
 import os
 
 import tensorflow as tf
@@ -23,24 +24,23 @@ flags.DEFINE_string("input_file", None, "TFRecord files: comma-separated paths o
 flags.DEFINE_string("output_dir", None, "Checkpoints, TensorBoard logs and eval_results.txt.")
 flags.DEFINE_string("init_checkpoint", None,
                     "Initial weights: Google TF1 checkpoint, HF safetensors dir, or ours.")
-flags.DEFINE_integer("max_seq_length", 128, "Must match the records.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Must match the records.")
+flags.DEFINE_integer("max_seq_length", 128, "Must match the records.", lower_bound=2)
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Must match the records.", lower_bound=1)
 flags.DEFINE_bool("do_train", False, "Train.")
 flags.DEFINE_bool("do_eval", False, "Evaluate on --input_file; writes eval_results.txt.")
-flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.", lower_bound=1)
+flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.", lower_bound=1)
 flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.")
-flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.")
+training.require_positive("learning_rate")
+flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1)
+flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0)
+flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.", lower_bound=1)
+
+# Keys that change no trained weight: a resumed run may change them.
+_TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
 
 def validate_flags(config):
-  if not FLAGS.do_train and not FLAGS.do_eval:
-    raise fileio.InputError("at least one of --do_train / --do_eval must be set")
-  for name in ("bert_config_file", "input_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
   if FLAGS.max_seq_length > config.max_position_embeddings:
     raise fileio.InputError(
         f"--max_seq_length={FLAGS.max_seq_length} is above max_position_embeddings="
@@ -49,16 +49,56 @@ def validate_flags(config):
     logging.warning("--num_warmup_steps > --num_train_steps: the learning rate never decays")
 
 
+def check_config_matches_output_dir(config, output_dir, config_file):
+  """Refuses a config that differs from the one the checkpoints in output_dir were trained with,
+  before its bert_config.json is replaced: a different size would fail to restore them, and a
+  key that changes no shape (num_attention_heads, hidden_act) would train another model on top."""
+  saved_path = os.path.join(output_dir, "bert_config.json")
+  if not training.checkpoint_numbers(output_dir) or not os.path.isfile(saved_path):
+    return
+  try:
+    with open(saved_path, encoding="utf-8") as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return  # the checkpoints' own shapes are still checked when they are restored
+  new = config.to_dict()
+  for key in sorted((set(saved) & set(new)) - set(_TRAINING_ONLY_KEYS)):
+    if saved[key] != new[key]:
+      raise fileio.InputError(
+          f"--bert_config_file={config_file} has {key}={new[key]!r}, but the checkpoints in "
+          f"--output_dir={output_dir} were trained with {key}={saved[key]!r} ({saved_path}); "
+          "use that config, or a new --output_dir")
+
+
+def _text(path):
+  try:
+    with open(path, encoding="utf-8") as f:
+      return f.read()
+  except (OSError, ValueError):
+    return None
+
+
 def main(_):
   tf.random.set_seed(FLAGS.seed)
+  if not FLAGS.do_train and not FLAGS.do_eval:
+    raise fileio.InputError("at least one of --do_train / --do_eval must be set")
+  for name in ("bert_config_file", "input_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   validate_flags(config)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
+  fileio.check_outputs(directories=[("output_dir", FLAGS.output_dir)],
+                       inputs=[("input_file", input_files),
+                               ("bert_config_file", FLAGS.bert_config_file)])
+  check_config_matches_output_dir(config, FLAGS.output_dir, FLAGS.bert_config_file)
   # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
   strategy = training.strategy_from_flags()
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq)
-  input_pipeline.check_records(input_files, name_to_features)
+  limits = input_pipeline.pretraining_value_limits(config.vocab_size, config.type_vocab_size,
+                                                   FLAGS.max_seq_length, FLAGS.bert_config_file)
+  input_pipeline.check_records(input_files, name_to_features, limits)
   logging.info("Reading %d input files", len(input_files))
 
   accumulation = FLAGS.gradient_accumulation_steps
@@ -71,20 +111,26 @@ def main(_):
     model = modeling.BertPretrainer(config, training.compute_dtype_from_flags())
     optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, FLAGS.num_train_steps,
                                                      FLAGS.num_warmup_steps)
+  # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an
+  # error here, before bert_config.json is replaced.
   trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer,
                              output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
                              gradient_accumulation_steps=accumulation,
                              keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
-  with fileio.open_atomic(os.path.join(FLAGS.output_dir, "bert_config.json")) as f:
-    f.write(config.to_json_string())
+  trainer.restore_or_initialize(training.init_fn_for(model, FLAGS.init_checkpoint),
+                                for_training=FLAGS.do_train)
+  config_path = os.path.join(FLAGS.output_dir, "bert_config.json")
+  if _text(config_path) != config.to_json_string():  # equal when resuming with that very file
+    with fileio.open_atomic(config_path) as f:
+      f.write(config.to_json_string())
 
   if FLAGS.do_train:
-    # check_records saw each file's first record; a damaged one further in is named here.
-    with input_pipeline.naming_bad_records(input_files, name_to_features):
+    # check_records saw each file's first records; a damaged one further in is named here.
+    with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
       trainer.train(
           lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, train_batch,
                                                       is_training=True, input_context=ctx,
-                                                      seed=FLAGS.seed),
+                                                      seed=FLAGS.seed, value_limits=limits),
           FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
           steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
           init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
@@ -92,13 +138,11 @@ def main(_):
           max_nonfinite_loops=FLAGS.max_nonfinite_loops)
 
   if FLAGS.do_eval:
-    if not FLAGS.do_train:
-      trainer.restore_or_initialize(training.init_fn_for(model, FLAGS.init_checkpoint))
-    with input_pipeline.naming_bad_records(input_files, name_to_features):
+    with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
       metrics = trainer.evaluate(
           lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, eval_batch,
                                                       is_training=False, input_context=ctx,
-                                                      drop_remainder=True),
+                                                      drop_remainder=True, value_limits=limits),
           max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
     training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)

@@ -13,7 +13,10 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 (e.g. accuracy = correct / count).
 """
 
+import contextlib
+import glob
 import os
+import re
 import shutil
 import signal
 import time
@@ -35,13 +38,15 @@ flags.DEFINE_enum("distribution_strategy", "default",
                   "--num_cpu_devices logical CPUs); `multi_worker_mirrored` reads TF_CONFIG.")
 flags.DEFINE_integer("num_cpu_devices", 0,
                      "With no GPU: split the CPU into this many logical devices for `mirrored` "
-                     "(tests and debugging of multi-replica code on a laptop). 0 = leave as is.")
+                     "(tests and debugging of multi-replica code on a laptop). 0 = leave as is.",
+                     lower_bound=0)
 flags.DEFINE_bool("use_xla", False, "Compile the forward and backward pass with XLA (jit_compile).")
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
                   "Compute dtype of matrix work; variables, LayerNorm, softmax and losses stay "
                   "float32. fp16 adds dynamic loss scaling.")
 flags.DEFINE_integer("gradient_accumulation_steps", 1,
-                     "Micro-batches per optimizer step; each is train_batch_size / this.")
+                     "Micro-batches per optimizer step; each is train_batch_size / this.",
+                     lower_bound=1)
 flags.DEFINE_enum(
     "optimizer", "adamw", ["adamw", "adam_weight_decay", "lamb"],
     "adamw: Adam with bias correction and decoupled weight decay (torch / HuggingFace AdamW, "
@@ -53,20 +58,31 @@ flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu)
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")
 flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (optional).")
 flags.DEFINE_string("master", None, "The original's flag; accepted as the TPU address.")
-flags.DEFINE_integer("num_tpu_cores", 8, "The original's flag; the TPU strategy reads the topology.")
+flags.DEFINE_integer("num_tpu_cores", 8, "The original's flag; the TPU strategy reads the topology.",
+                     lower_bound=1)
 flags.DEFINE_integer("iterations_per_loop", 100,
-                     "Steps run inside one tf.function call between host-side logging.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+                     "Steps run inside one tf.function call between host-side logging.",
+                     lower_bound=1)
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.", lower_bound=1)
 flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout and shuffling.")
 flags.DEFINE_integer("max_nonfinite_loops", 3,
-                     "Stop when this many consecutive loops of steps all had a non-finite loss.")
+                     "Stop when this many consecutive loops of steps all had a non-finite loss.",
+                     lower_bound=1)
 
 
-def _define_once(define, name, default, help_text):
+def require_positive(name):
+  """A validator for a float flag that must be strictly above 0 (absl's lower_bound includes
+  the bound: a learning rate of 0 trains nothing, a negative one climbs the loss)."""
+  flags.register_validator(name, lambda value: value is None or value > 0, message="must be > 0")
+
+
+def _define_once(define, name, default, help_text, positive=False, **bounds):
   # Several scripts may be imported into one process (tests, notebooks) and each asks for these.
   if name not in FLAGS:
-    define(name, default, help_text)
+    define(name, default, help_text, **bounds)
+    if positive:
+      require_positive(name)
 
 
 def define_checkpoint_flags():
@@ -81,13 +97,19 @@ def define_checkpoint_flags():
 def define_fine_tuning_flags():
   """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
   define_checkpoint_flags()
-  _define_once(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.")
-  _define_once(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.")
-  _define_once(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.")
-  _define_once(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate (AdamW).")
-  _define_once(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.")
+  _define_once(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.",
+               lower_bound=1)
+  _define_once(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.",
+               lower_bound=1)
+  _define_once(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.",
+               lower_bound=1)
+  _define_once(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate (AdamW).",
+               positive=True)
+  _define_once(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.",
+               positive=True)
   _define_once(flags.DEFINE_float, "warmup_proportion", 0.1,
-               "Fraction of training steps with a linear learning-rate warm-up.")
+               "Fraction of training steps with a linear learning-rate warm-up.",
+               lower_bound=0.0, upper_bound=1.0)
 
 
 class TrainingError(fileio.ReportedError, RuntimeError):
@@ -164,28 +186,113 @@ def metrics_from_stats(stats):
   return values
 
 
-class _SigtermFlag:
-  """Turns SIGTERM into a request to checkpoint and stop at the next loop boundary."""
+class _StopSignals:
+  """Turns SIGTERM and Ctrl-C (SIGINT) into a request to checkpoint and stop at the next loop
+  boundary (`requested` names the signal). A second Ctrl-C stops at once (KeyboardInterrupt),
+  for a user who will not wait for the loop to end."""
 
   def __init__(self):
-    self.requested = False
-    try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread: leave signals alone
-      self._previous = None
+    self.requested = None
+    self._previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._previous[signum] = signal.signal(signum, self._handle)
+      except ValueError:  # not the main thread: leave signals alone
+        break
 
   def _handle(self, signum, frame):
-    del signum, frame
-    logging.warning("SIGTERM: saving a checkpoint and stopping after the current loop")
-    self.requested = True
+    del frame
+    if self.requested and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    name = signal.Signals(signum).name
+    logging.warning("%s: saving a checkpoint and stopping after the current loop%s", name,
+                    " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else "")
+    self.requested = name
 
   def restore(self):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+
+
+_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)$")
+
+
+def checkpoint_numbers(directory):
+  """The steps N of the ckpt-N files (index or data, whole or not) in `directory`, newest first."""
+  if not os.path.isdir(directory):
+    return []
+  return sorted({int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, os.listdir(directory)) if m},
+                reverse=True)
+
+
+def _remove_partial_saves(directory, steps=None):
+  """Removes what interrupted saves left: TensorFlow stages checkpoint N in `ckpt-N_temp/` and
+  writes the `checkpoint` state file through `checkpoint.tmp<hex>` (all steps when None)."""
+  patterns = [f"ckpt-{n}_temp" for n in steps] if steps is not None else ["ckpt-*_temp",
+                                                                          "checkpoint.tmp*"]
+  for pattern in patterns:
+    for path in glob.glob(os.path.join(glob.escape(directory), pattern)):
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        with contextlib.suppress(OSError):
+          os.remove(path)
+
+
+def _repair_checkpoint_state(directory):
+  """Rebuilds a `checkpoint` state file that cannot be read from the ckpt-N files present.
+
+  TensorFlow takes an unreadable state file for none at all (or fails on an empty one): training
+  would start again at step 0 and save over the trained checkpoints. Resuming goes by the files
+  themselves (Trainer._restore_newest); the state file only tells which ones to rotate out.
+  """
+  state = os.path.join(directory, "checkpoint")
+  numbers = checkpoint_numbers(directory)
+  if not os.path.exists(state) and not numbers:
+    return
+  try:
+    problem = None if tf.train.get_checkpoint_state(directory) else "it cannot be parsed"
+  except (ValueError, tf.errors.OpError) as e:
+    problem = _first_line(e)
+  if not os.path.exists(state):
+    problem = "it is missing"
+  if problem is None:
+    return
+  if not numbers:
+    logging.warning("%s names no checkpoint file present (%s); removing it", state, problem)
+    os.remove(state)
+    return
+  logging.warning("The checkpoint state file %s is damaged (%s); rebuilt it from the checkpoint "
+                  "files in the directory (newest: ckpt-%d)", state, problem, numbers[0])
+  with fileio.open_atomic(state) as f:
+    f.write(f'model_checkpoint_path: "ckpt-{numbers[0]}"\n')
+    f.writelines(f'all_model_checkpoint_paths: "ckpt-{n}"\n' for n in reversed(numbers))
+
+
+def _first_line(error):
+  text = str(getattr(error, "message", None) or error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
+_LOCKED = set()
+
+
+def _lock(directory):
+  """One run at a time per output_dir: a second one would rotate out and save over the first
+  one's checkpoints. (A process may build several Trainers on one directory.)"""
+  real = os.path.realpath(directory)
+  if real not in _LOCKED:
+    fileio.lock_directory(directory)
+    _LOCKED.add(real)
 
 
 class Trainer:
-  """Custom training loop: build once, then `train()`; `evaluate()` / `predict()` share it."""
+  """Custom training loop: build once, then `train()`; `evaluate()` / `predict()` share it.
+
+  With an output_dir, the Trainer locks it (a second run there is an InputError) and, when it
+  holds checkpoints, restores the newest intact one at once, so that a checkpoint that does not
+  fit the model is an error before a script writes anything there.
+  """
 
   def __init__(self, strategy, model, loss_fn, optimizer=None, output_dir=None, use_xla=False,
                gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0):
@@ -205,12 +312,20 @@ class Trainer:
         optimizer.build(self.variables)
     self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer) if optimizer else None
     self.manager = None
+    self.last_checkpoint = None  # the newest checkpoint known to be whole
+    self._initialized = False
     if output_dir and self.checkpoint is not None:
       directory = output_dir if _is_chief(strategy) else os.path.join(
           output_dir, f".worker_tmp_{strategy.cluster_resolver.task_id}")
+      fileio.check_outputs(directories=[("output_dir", directory)])
+      _lock(directory)
+      _remove_partial_saves(directory)
+      _repair_checkpoint_state(directory)
       self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                 max_to_keep=keep_checkpoint_max,
                                                 step_counter=optimizer.iterations)
+      self.last_checkpoint = self._restore_newest()
+      self._initialized = self.last_checkpoint is not None
 
   # --- one step ---------------------------------------------------------------------------
 
@@ -264,15 +379,48 @@ class Trainer:
 
   # --- the loop -----------------------------------------------------------------------------
 
-  def restore_or_initialize(self, init_fn=None):
-    """Resumes from the latest checkpoint in output_dir; else runs `init_fn` (e.g. loading
-    --init_checkpoint). Returns the step training starts from."""
-    if self.manager and self.manager.latest_checkpoint:
-      self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-      logging.info("Resumed from %s at step %d", self.manager.latest_checkpoint,
-                   int(self.optimizer.iterations.numpy()))
-    elif init_fn is not None:
-      init_fn()
+  def _restore_newest(self):
+    """Restores the newest checkpoint of the output_dir that reads back whole and returns its
+    path (None when there is none). One whose .index or .data file is missing, truncated or
+    damaged is skipped with a warning naming it; InputError when none can be read, or when one
+    does not fit the model (another config or task)."""
+    directory = self.manager.directory
+    damaged = []
+    for number in checkpoint_numbers(directory):
+      path = os.path.join(directory, f"ckpt-{number}")
+      try:
+        self.checkpoint.restore(path).assert_existing_objects_matched()
+      except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes" (truncated)
+        reason = _first_line(e) if os.path.exists(path + ".index") else "no .index file"
+        logging.warning("Checkpoint %s is damaged (%s); falling back to the previous one", path,
+                        reason)
+        damaged.append(f"{os.path.basename(path)}: {reason}")
+        continue
+      except (ValueError, AssertionError) as e:
+        raise fileio.InputError(
+            f"{path} does not fit the model: {_first_line(e)} (was --output_dir={directory} "
+            "written with another config or task? Choose a new --output_dir)") from None
+      logging.info("Resumed from %s at step %d", path, int(self.optimizer.iterations.numpy()))
+      return path
+    if damaged:
+      raise fileio.InputError(f"no checkpoint in --output_dir={directory} can be read ("
+                              f"{'; '.join(damaged)}); move the damaged files away to start again")
+    return None
+
+  def restore_or_initialize(self, init_fn=None, for_training=False):
+    """The weights to start from: the output_dir's newest intact checkpoint (restored when the
+    Trainer was built), else `init_fn` (e.g. loading --init_checkpoint). Evaluating or predicting
+    (`for_training` False) with neither is an InputError: it would score random weights. Only the
+    first call initialises. Returns the step training starts from."""
+    if not self._initialized:
+      if init_fn is not None:
+        init_fn()
+      elif not for_training:
+        where = f"--output_dir={self.manager.directory} holds no checkpoint" if self.manager \
+            else "no output_dir with checkpoints was given"
+        raise fileio.InputError(f"nothing to evaluate: {where} and no --init_checkpoint was "
+                                "given; train first (--do_train) or give --init_checkpoint")
+      self._initialized = True
     return int(self.optimizer.iterations.numpy())
 
   def distribute(self, dataset_fn, skip_batches=0, stack=1):
@@ -293,17 +441,17 @@ class Trainer:
             examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3):
     """Trains to `num_train_steps` optimizer steps, resuming if output_dir has a checkpoint.
     Returns the metrics of the last loop."""
-    start = self.restore_or_initialize(init_fn)
+    start = self.restore_or_initialize(init_fn, for_training=True)
     if start >= num_train_steps:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
       return {}
     iterator = iter(self.distribute(dataset_fn, skip_batches=start, stack=self.accumulation))
     writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
-    sigterm = _SigtermFlag()
+    stop = _StopSignals()
     step, metrics, bad_loops = start, {}, 0
     t0, s0 = time.time(), start
     try:
-      while step < num_train_steps and not sigterm.requested:
+      while step < num_train_steps and not stop.requested:
         next_save = (step // save_checkpoints_steps + 1) * save_checkpoints_steps
         n = min(steps_per_loop, num_train_steps - step, next_save - step)
         loop_start = time.time()
@@ -321,7 +469,7 @@ class Trainer:
           logging.warning("step %d: all %d steps of this loop had non-finite values and were "
                           "skipped (loss %s)", step, n, metrics["loss"])
           if bad_loops >= max_nonfinite_loops:
-            latest = self.manager.latest_checkpoint if self.manager else None
+            latest = self.last_checkpoint
             kept = (f"the last good checkpoint {latest} is intact" if latest
                     else "no checkpoint was written")
             raise TrainingError(
@@ -338,23 +486,41 @@ class Trainer:
           writer.flush()
         if self.manager and (step % save_checkpoints_steps == 0 or step >= num_train_steps):
           self.save()
-      if sigterm.requested:
+      if stop.requested:
         self.save()
-        logging.warning("Stopped by SIGTERM at step %d; rerun the same command to resume.", step)
+        logging.warning("Stopped by %s at step %d; rerun the same command to resume.",
+                        stop.requested, step)
         # The process was asked to end: evaluating or predicting next would outlast the grace
-        # period before SIGKILL, and would report on an unfinished model.
-        raise SystemExit(0)
+        # period before SIGKILL, and would report on an unfinished model. SIGTERM (a scheduler's
+        # preemption) is an orderly end; Ctrl-C keeps the shell's 130.
+        raise SystemExit(0 if stop.requested == "SIGTERM" else 130)
     finally:
-      sigterm.restore()
+      stop.restore()
     return metrics
 
   def save(self):
+    """Saves checkpoint N (the step); a save that fails (disk full) leaves no partial files and
+    is an OSError naming the checkpoint, so a rerun resumes from the previous whole one."""
     if not self.manager:
       return None
-    path = self.manager.save(checkpoint_number=self.optimizer.iterations)
+    step = int(self.optimizer.iterations.numpy())
+    prefix = os.path.join(self.manager.directory, f"ckpt-{step}")
+    before = set(glob.glob(glob.escape(prefix) + ".*"))
+    try:
+      path = self.manager.save(checkpoint_number=step)
+    except BaseException as e:
+      _remove_partial_saves(self.manager.directory, [step])
+      for partial in set(glob.glob(glob.escape(prefix) + ".*")) - before:
+        with contextlib.suppress(OSError):
+          os.remove(partial)
+      if isinstance(e, (OSError, tf.errors.OpError)):
+        raise OSError(f"cannot save the checkpoint {prefix}: {_first_line(e)} (its partial files "
+                      "were removed)") from e
+      raise
     if not _is_chief(self.strategy):
       shutil.rmtree(self.manager.directory, ignore_errors=True)
       return None
+    self.last_checkpoint = path
     logging.info("Saved checkpoint %s", path)
     return path
 
