@@ -1190,8 +1190,20 @@ def worker_pool(options, num_workers):
   except BaseException as e:
     # Every process started since `before`, including one spawned but not yet registered by the
     # pool when the interruption came.
-    for process in set(multiprocessing.active_children()) - before:
+    workers = set(multiprocessing.active_children()) - before
+    for process in workers:
       process.terminate()
+    for process in workers:
+      process.join(5)
+      if process.is_alive():
+        process.kill()
+        process.join()
+    # A worker ended while sending its result leaves the pool's manager thread waiting for the
+    # rest of that message (and shutdown waiting for that thread) for ever: with the workers'
+    # ends of the results pipe closed by their end, closing ours turns that wait into an EOF.
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+      writer.close()
     pool.shutdown(wait=True, cancel_futures=True)
     if isinstance(e, concurrent.futures.BrokenExecutor):
       raise fileio.ReportedError(

@@ -1,0 +1,416 @@
+"""Reliability of the data scripts (create_pretraining_data, build_vocab, extract_features,
+evaluate_squad) run as real processes: an output that is an input, bad numeric flags, interruption
+and killed parents with worker processes, a full disk, literal `[...]` file names, malformed
+predictions. Each failure must be one `error: ...` line with exit status 2 (130 / 143 when
+stopped), no traceback, no file under an output's final name, no temporary left, and every input
+byte-identical afterwards.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SHARED, requires_shared
+
+pytestmark = requires_shared
+
+PYTHON = sys.executable
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
+SAMPLE_TEXT = os.path.join(PRETRAINING, "sample_text.txt")
+VOCAB = os.path.join(PRETRAINING, "vocab_uncased.txt")
+CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
+TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+SQUAD_V1 = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
+SQUAD_V2 = os.path.join(SHARED, "data", "squad", "dev-v2.0.Normans_subset.json")
+
+
+def _start(args, **kw):
+  return subprocess.Popen([PYTHON, *args], cwd=ROOT, env=kw.pop("env", ENV), text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _run_all(commands, **kw):
+  """Runs the commands side by side (most of each is start-up); their CompletedProcesses."""
+  procs = [_start(args, **kw) for args in commands]
+  results = []
+  for args, proc in zip(commands, procs):
+    out, err = proc.communicate(timeout=600)
+    results.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+  return results
+
+
+def _error_line(result, status=2):
+  assert result.returncode == status, (result.args, result.stderr[-3000:])
+  assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr, (
+      result.args, result.stderr[-3000:])
+  lines = result.stderr.strip().splitlines()
+  assert lines and lines[-1].startswith("error: "), (result.args, result.stderr[-3000:])
+  assert sum(line.startswith("error:") for line in lines) == 1, result.stderr[-3000:]
+  return lines[-1]
+
+
+def _hashes(*tops):
+  """{path: sha256} of every file (symlinks as their target's text) under the given paths."""
+  found = {}
+  for top in tops:
+    paths = [top] if os.path.isfile(top) else [
+        os.path.join(root, name) for root, _, names in os.walk(top) for name in names]
+    for path in paths:
+      if os.path.islink(path):
+        found[path] = "-> " + os.readlink(path)
+      else:
+        with open(path, "rb") as f:
+          found[path] = hashlib.sha256(f.read()).hexdigest()
+  return found
+
+
+def _check_failures(cases, tops, **kw):
+  """Runs (args, expected text in the error line[, status]) cases side by side; each must fail
+  with one error line, and the files under `tops` (inputs, outputs' directories) must be exactly
+  as before: same bytes, no new file (no output, no temporary)."""
+  before = _hashes(*tops)
+  results = _run_all([case[0] for case in cases], **kw)
+  for case, result in zip(cases, results):
+    line = _error_line(result, *case[2:])
+    assert case[1] in line, (case[1], line)
+  assert _hashes(*tops) == before
+
+
+def _cpd(input_file, output_file, *extra, vocab=VOCAB):
+  return ["create_pretraining_data.py", f"--input_file={input_file}", f"--vocab_file={vocab}",
+          f"--output_file={output_file}", "--max_seq_length=32", "--max_predictions_per_seq=5",
+          "--dupe_factor=2", "--num_workers=1", *extra]
+
+
+def _extract(input_file, output_file, checkpoint_dir, *extra):
+  return ["extract_features.py", f"--input_file={input_file}", f"--output_file={output_file}",
+          f"--init_checkpoint={checkpoint_dir}/bert_model.ckpt",
+          f"--vocab_file={checkpoint_dir}/vocab.txt", "--max_seq_length=16", "--layers=-1",
+          *extra]
+
+
+def _words_file(path, lines=("all work and no play", "makes jack ||| a dull boy")):
+  path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+  return str(path)
+
+
+# --- Class 1: an output that is (or would replace) an input --------------------------------------
+
+
+def test_an_output_naming_an_input_is_refused_before_any_work(tmp_path):
+  text = tmp_path / "text.txt"
+  shutil.copy(SAMPLE_TEXT, text)
+  vocab = tmp_path / "vocab.txt"
+  shutil.copy(VOCAB, vocab)
+  shutil.copy(SAMPLE_TEXT, tmp_path / "1.txt")
+  os.symlink(text, tmp_path / "link.txt")
+  os.link(vocab, tmp_path / "hard.txt")
+  (tmp_path / "a_directory").mkdir()
+  (tmp_path / "a_file").write_text("not a directory\n")
+  checkpoint = tmp_path / "checkpoint"
+  shutil.copytree(TINY, checkpoint)
+  words = _words_file(tmp_path / "words.txt")
+  predictions = tmp_path / "predictions.json"
+  predictions.write_text(json.dumps({"56be4db0acb8001400a502ec": "Denver Broncos"}))
+  os.symlink(predictions, tmp_path / "predictions_link.json")
+  cpd = lambda out, *extra: _cpd(text, out, *extra, vocab=vocab)
+  cases = [
+      (cpd(text), f"--output_file={text} is the input given by --input_file={text}"),
+      (cpd(tmp_path / "link.txt"), "is the input given by --input_file"),
+      (cpd(tmp_path / "hard.txt"), f"is the input given by --vocab_file={vocab}"),
+      (cpd(f"{tmp_path}/x.tfrecord,{tmp_path}/x.tfrecord"), "is given twice"),
+      (cpd(f"{tmp_path}/x.tfrecord,{tmp_path}/a_directory"), "is an existing directory"),
+      (cpd(f"{tmp_path}/a_file/x.tfrecord"), f"{tmp_path}/a_file is not a directory"),
+      (cpd(f"{tmp_path}/{{shard}}.txt", "--num_output_shards=2", f"--input_file={tmp_path}/1.txt"),
+       f"--output_file={tmp_path}/1.txt is the input given by --input_file"),
+      # build_vocab writes named files only: its corpus may sit in --output_dir, but never be
+      # one of those files.
+      (["build_vocab.py", f"--input_file={vocab}", f"--output_dir={tmp_path}"],
+       f"--output_dir={vocab} is the input given by --input_file={vocab}"),
+      (["build_vocab.py", f"--input_file={tmp_path}/link.txt", f"--output_dir={tmp_path}/v",
+        f"--vocab_file={text}"], f"--vocab_file={text} is the input given by --input_file"),
+      (["build_vocab.py", f"--input_file={text}", f"--output_dir={tmp_path}/a_file"],
+       f"{tmp_path}/a_file is not a directory"),
+      (["evaluate_squad.py", SQUAD_V1, str(predictions),
+        f"--out-file={tmp_path}/predictions_link.json"],
+       f"is the input given by --pred_file={predictions}"),
+      (["evaluate_squad.py", SQUAD_V1, str(predictions), f"--out-file={tmp_path}/a_directory"],
+       "is an existing directory"),
+      (_extract(words, checkpoint / "bert_config.json", checkpoint),
+       f"is the input given by --bert_config_file={checkpoint}/bert_config.json"),
+      (_extract(words, checkpoint / "bert_model.ckpt.index", checkpoint),
+       "is the input given by --init_checkpoint"),
+  ]
+  _check_failures(cases, [str(tmp_path), SQUAD_V1])
+
+
+# --- Class 4: interruption of fast mode's worker processes --------------------------------------
+
+
+def _children(pid):
+  """{pid: start time} of the live processes whose parent is `pid` (from /proc/*/stat)."""
+  found = {}
+  for stat in glob.glob("/proc/[0-9]*/stat"):
+    try:
+      with open(stat, encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+      continue
+    if int(fields[1]) == pid and fields[0] != "Z":
+      found[int(stat.split("/")[2])] = fields[19]
+  return found
+
+
+def _alive(processes):
+  """Those of {pid: start time} that still run (not gone, not a zombie, not a reused pid)."""
+  alive = []
+  for pid, start in processes.items():
+    try:
+      with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if fields[19] == start and fields[0] != "Z":
+      alive.append(pid)
+  return alive
+
+
+@pytest.mark.parametrize("signum, status, group", [
+    (signal.SIGTERM, 143, False),
+    (signal.SIGINT, 130, False),
+    (signal.SIGINT, 130, True),  # Ctrl-C at a terminal: the workers get it too.
+    (signal.SIGKILL, -signal.SIGKILL, False),
+])
+def test_stopping_fast_mode_ends_its_workers_and_leaves_no_output(tmp_path, signum, status, group):
+  output = tmp_path / "out.tfrecord"
+  inputs = _hashes(CORPUS, VOCAB)
+  proc = _start(_cpd(CORPUS, output, "--mode=fast", "--num_workers=2", "--chunk_documents=2",
+                     "--shuffle_buffer_size=100", "--dupe_factor=10", "--max_seq_length=64",
+                     "--max_predictions_per_seq=10"), start_new_session=True)
+  try:
+    temporaries = lambda: glob.glob(str(tmp_path / ".out.tfrecord.tmp-*"))
+    deadline = time.time() + 240
+    # Mid-run: both workers started (and multiprocessing's resource tracker), records written.
+    while len(_children(proc.pid)) < 2 or not any(os.path.getsize(t) for t in temporaries()):
+      assert proc.poll() is None, proc.communicate()[1][-3000:]
+      assert time.time() < deadline, "the run did not get going"
+      time.sleep(0.05)
+    children = _children(proc.pid)
+    if group:
+      os.killpg(proc.pid, signum)
+    else:
+      proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  result = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+  if signum == signal.SIGKILL:
+    assert proc.returncode == status
+    # Its temporary stays, named after its pid (the next run removes it); nothing else.
+    assert all(f".tmp-{proc.pid}-" in path for path in temporaries())
+  else:
+    assert "stopped by SIG" in _error_line(result, status)
+    assert not temporaries()
+  assert not output.exists()
+  deadline = time.time() + 5
+  while _alive(children) and time.time() < deadline:
+    time.sleep(0.1)
+  assert not _alive(children), f"{_alive(children)} outlived their parent {proc.pid}"
+  assert _hashes(CORPUS, VOCAB) == inputs
+
+
+# --- Class 6: numeric flags ----------------------------------------------------------------------
+
+
+def test_bad_numeric_flags_are_one_error_line_before_any_work(tmp_path):
+  text = tmp_path / "text.txt"
+  shutil.copy(SAMPLE_TEXT, text)
+  out = tmp_path / "out.tfrecord"
+  checkpoint = tmp_path / "checkpoint"
+  shutil.copytree(TINY, checkpoint)
+  words = _words_file(tmp_path / "words.txt")
+  empty = tmp_path / "empty.txt"
+  empty.write_bytes(b"")
+  bad_cpd = [
+      ("--dupe_factor=two", "flag --dupe_factor=two"),
+      ("--dupe_factor=0", "flag --dupe_factor=0"),
+      ("--max_seq_length=4", "flag --max_seq_length=4"),
+      ("--max_predictions_per_seq=0", "flag --max_predictions_per_seq=0"),
+      ("--max_predictions_per_seq=33", "--max_predictions_per_seq=33 must be between 1 and "
+                                       "--max_seq_length=32"),
+      ("--masked_lm_prob=0", "--masked_lm_prob=0.0 must be in (0, 1]"),
+      ("--masked_lm_prob=1.5", "flag --masked_lm_prob=1.5"),
+      ("--masked_lm_prob=nan", "--masked_lm_prob=nan must be in (0, 1]"),
+      ("--short_seq_prob=-0.1", "flag --short_seq_prob=-0.1"),
+      ("--num_workers=-1", "flag --num_workers=-1"),
+      ("--chunk_documents=0", "flag --chunk_documents=0"),
+      ("--shuffle_buffer_size=-1", "flag --shuffle_buffer_size=-1"),
+      ("--num_output_shards=0", "flag --num_output_shards=0"),
+  ]
+  cases = [(_cpd(text, out, flag), message) for flag, message in bad_cpd]
+  vocab = ["build_vocab.py", f"--input_file={text}", f"--output_dir={tmp_path}/vocab"]
+  cases += [
+      (vocab + ["--vocab_size=5"], "flag --vocab_size=5"),
+      (vocab + ["--vocab_size=10", "--num_unused=5"], "--vocab_size=10 leaves no room beside"),
+      (vocab + ["--num_unused=-1"], "flag --num_unused=-1"),
+      (vocab + ["--max_unique_chars=0"], "flag --max_unique_chars=0"),
+      (vocab + ["--max_sentences=-1"], "flag --max_sentences=-1"),
+      (["evaluate_squad.py", SQUAD_V2, str(text), "--na-prob-thresh=nan"],
+       "--na_prob_thresh=nan is not a number"),
+      (["evaluate_squad.py", SQUAD_V2, str(text), "--na-prob-thresh=high"],
+       "flag --na_prob_thresh=high"),
+      # extract_features: an empty features file must not come out silently.
+      (_extract(words, tmp_path / "f.jsonl", checkpoint, "--batch_size=0"), "flag --batch_size=0"),
+      (_extract(words, tmp_path / "f.jsonl", checkpoint, "--max_seq_length=2"),
+       "flag --max_seq_length=2"),
+      (_extract(empty, tmp_path / "f.jsonl", checkpoint), f"--input_file={empty} is empty"),
+  ]
+  _check_failures(cases, [str(tmp_path), SQUAD_V2])
+
+
+# --- Class 7: full disk, unwritable places -------------------------------------------------------
+
+
+def _file_size_limit(limit):
+  """preexec_fn: writes past `limit` bytes fail with EFBIG, as they would with ENOSPC."""
+  def apply():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  return apply
+
+
+def test_full_disk_is_one_error_naming_the_output_and_leaves_nothing(tmp_path):
+  (tmp_path / "out").mkdir()
+  out = tmp_path / "out" / "pretraining.tfrecord"
+  for mode, workers in (("exact", 1), ("fast", 2)):
+    _check_failures([(_cpd(SAMPLE_TEXT, out, f"--mode={mode}", f"--num_workers={workers}",
+                           "--dupe_factor=10"),
+                      f"error: {out}: File too large")],
+                    [str(tmp_path), SAMPLE_TEXT, VOCAB], preexec_fn=_file_size_limit(50000))
+  predictions = tmp_path / "predictions.json"
+  predictions.write_text(json.dumps({"56be4db0acb8001400a502ec": "Denver Broncos"}))
+  _check_failures([(["evaluate_squad.py", SQUAD_V1, str(predictions),
+                     f"--out-file={tmp_path}/out/eval.json"],
+                    f"error: {tmp_path}/out/eval.json: File too large")],
+                  [str(tmp_path), SQUAD_V1], preexec_fn=_file_size_limit(20))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="run as root, for whom a directory's permission "
+                    "bits do not stop writes; the output under a file (ENOTDIR) is tested below")
+def test_read_only_output_directory(tmp_path):
+  (tmp_path / "ro").mkdir()
+  os.chmod(tmp_path / "ro", 0o555)
+  try:
+    _check_failures([(_cpd(SAMPLE_TEXT, tmp_path / "ro" / "out.tfrecord"), "is not writable")],
+                    [str(tmp_path)])
+  finally:
+    os.chmod(tmp_path / "ro", 0o755)
+
+
+def test_output_under_a_file_names_it(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("a file, not a directory\n")
+  predictions = tmp_path / "predictions.json"
+  predictions.write_text(json.dumps({"56be4db0acb8001400a502ec": "Denver Broncos"}))
+  _check_failures([
+      (_cpd(SAMPLE_TEXT, blocker / "sub" / "out.tfrecord"), f"{blocker} is not a directory"),
+      (["evaluate_squad.py", SQUAD_V1, str(predictions), f"--out-file={blocker}/eval.json"],
+       f"{blocker} is not a directory"),
+  ], [str(tmp_path)])
+
+
+# --- Class 8: literal names, predictions files, determinism -------------------------------------
+
+
+def test_literal_file_names_with_brackets_are_read_as_such(tmp_path):
+  text = tmp_path / "corpus[1].txt"
+  shutil.copy(SAMPLE_TEXT, text)
+  vocab = tmp_path / "vocab[uncased].txt"
+  shutil.copy(VOCAB, vocab)
+  predictions = tmp_path / "predictions[v1].json"
+  predictions.write_text(json.dumps({"56be4db0acb8001400a502ec": "Denver Broncos"}))
+  inputs = _hashes(str(text), str(vocab), str(predictions))
+  results = _run_all([
+      _cpd(text, tmp_path / "out[0].tfrecord", vocab=vocab),
+      ["build_vocab.py", f"--input_file={text}", f"--output_dir={tmp_path}/v[1]",
+       "--vocab_size=400"],
+      ["evaluate_squad.py", SQUAD_V1, str(predictions)],
+  ])
+  for result in results:
+    assert result.returncode == 0, (result.args, result.stderr[-3000:])
+  assert os.path.getsize(tmp_path / "out[0].tfrecord") > 10_000
+  assert "[CLS]" in (tmp_path / "v[1]" / "vocab.txt").read_text(encoding="utf-8")
+  assert json.loads(results[2].stdout)["exact_match"] == pytest.approx(100 / 10570)
+  assert _hashes(str(text), str(vocab), str(predictions)) == inputs
+
+
+def test_evaluate_squad_predictions_and_data_files(tmp_path):
+  with open(SQUAD_V2, encoding="utf-8") as f:
+    v2 = json.load(f)
+  qids = [qa["id"] for a in v2["data"] for p in a["paragraphs"] for qa in p["qas"]]
+  first = qids[0]
+
+  def write(name, text):
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return str(tmp_path / name)
+
+  repeated = json.loads(json.dumps(v2))
+  questions = repeated["data"][0]["paragraphs"][0]["qas"]
+  questions.append(dict(questions[0]))
+  repeated_file = write("repeated.json", json.dumps(repeated))
+  partial = write("partial.json", json.dumps({first: "France"}))
+  cases = [
+      (["evaluate_squad.py", SQUAD_V2, write("empty.json", "")],
+       "empty.json:1: predictions is not valid JSON"),
+      (["evaluate_squad.py", SQUAD_V2, write("text.json", "France\n")], "is not valid JSON"),
+      (["evaluate_squad.py", SQUAD_V2, write("list.json", json.dumps([first]))],
+       "predictions must be a JSON object mapping question id to answer text"),
+      (["evaluate_squad.py", SQUAD_V2, write("number.json", json.dumps({first: 1}))],
+       f"the predictions entry of question {first} is 1, not answer text"),
+      (["evaluate_squad.py", SQUAD_V2,
+        write("twice.json", f'{{"{first}": "France", "{first}": "Normandy"}}')],
+       f"'{first}' appears more than once"),
+      (["evaluate_squad.py", SQUAD_V2, write("other.json", json.dumps({"nope": "France"}))],
+       f"no prediction matches a question of {SQUAD_V2}"),
+      (["evaluate_squad.py", repeated_file, partial],
+       f"{repeated_file}: question id {first} appears more than once"),
+      (["evaluate_squad.py", SQUAD_V2, partial, "--squad_version=1.1"],
+       "has no gold answer, as in SQuAD 2.0 data"),
+      (["evaluate_squad.py", SQUAD_V2, partial, "--na-prob-file",
+        write("na.json", json.dumps({first: "high"}))],
+       f"the no-answer probabilities entry of question {first} is \"high\", not a probability"),
+  ]
+  _check_failures(cases, [str(tmp_path), SQUAD_V2])
+  # A partial predictions file: scored with the missing questions wrong, and one warning.
+  [result] = _run_all([["evaluate_squad.py", SQUAD_V2, partial]])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr
+  warnings = [line for line in result.stderr.splitlines() if "have no prediction" in line]
+  assert len(warnings) == 1 and f"{len(qids) - 1} of {len(qids)} questions" in warnings[0]
+  scores = json.loads(result.stdout)
+  assert scores["total"] == len(qids) and scores["exact"] == pytest.approx(100 / len(qids))
+
+
+def test_fast_mode_with_workers_is_byte_identical_across_hash_seeds(tmp_path):
+  """Worker processes draw their own hash seeds; the records must not depend on them (exact and
+  in-process fast mode: test_reliability.test_same_seed_same_data_files_in_separate_processes)."""
+  outputs = [tmp_path / f"out-{seed}.tfrecord" for seed in ("1", "2")]
+  results = [_run_all([_cpd(SAMPLE_TEXT, out, "--mode=fast", "--num_workers=2",
+                            "--chunk_documents=1", "--do_whole_word_mask")],
+                      env=dict(ENV, PYTHONHASHSEED=seed))[0]
+             for out, seed in zip(outputs, ("1", "2"))]
+  for result in results:
+    assert result.returncode == 0, result.stderr[-3000:]
+  assert outputs[0].stat().st_size > 10_000
+  assert outputs[0].read_bytes() == outputs[1].read_bytes()
