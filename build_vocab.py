@@ -196,7 +196,8 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
   sentences = (tokenization._preprocess_for_sentencepiece(s, do_lower_case)
                for s in read_sentences(input_files, max_sentences))
   os.makedirs(output_dir, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=f".{model_name}.tmp-", dir=output_dir)
+  # Named like fileio's temporaries of the .model file: the next run removes a killed run's.
+  staging = tempfile.mkdtemp(prefix=f".{model_name}.model.tmp-{os.getpid()}-", dir=output_dir)
   try:
     prefix = os.path.join(staging, model_name)
     try:
@@ -211,7 +212,9 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
       raise fileio.InputError(f"SentencePiece could not learn from {', '.join(input_files)}: "
                               f"{e}") from None
     for extension in ("model", "vocab"):
-      os.replace(f"{prefix}.{extension}", os.path.join(output_dir, f"{model_name}.{extension}"))
+      path = os.path.join(output_dir, f"{model_name}.{extension}")
+      with fileio.naming_output(path), fileio.atomic_path(path) as temporary:
+        os.replace(f"{prefix}.{extension}", temporary)
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   path = os.path.join(output_dir, f"{model_name}.model")
