@@ -897,8 +897,10 @@ def write_records(records, output_files, batch_size=4096):
   """
   count = 0
   with contextlib.ExitStack() as stack:
-    temporary = [stack.enter_context(fileio.atomic_path(path)) for path in output_files]
-    files = [stack.enter_context(open(path, "wb")) for path in temporary]
+    files = []
+    for path in output_files:
+      with fileio.naming_output(path):  # Too many open files, say.
+        files.append(stack.enter_context(open(stack.enter_context(fileio.atomic_path(path)), "wb")))
     for batch in _batched(records, batch_size * len(files)):
       # Record i of the whole output goes to file i mod len(files).
       offset = count % len(files)

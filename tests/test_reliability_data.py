@@ -75,14 +75,15 @@ def _hashes(*tops):
 
 
 def _check_failures(cases, tops, **kw):
-  """Runs (args, expected text in the error line[, status]) cases side by side; each must fail
-  with one error line, and the files under `tops` (inputs, outputs' directories) must be exactly
-  as before: same bytes, no new file (no output, no temporary)."""
+  """Runs (args, expected text (or texts) in the error line[, status]) cases side by side; each
+  must fail with one error line, and the files under `tops` (inputs, outputs' directories) must
+  be exactly as before: same bytes, no new file (no output, no temporary)."""
   before = _hashes(*tops)
   results = _run_all([case[0] for case in cases], **kw)
   for case, result in zip(cases, results):
     line = _error_line(result, *case[2:])
-    assert case[1] in line, (case[1], line)
+    for expected in [case[1]] if isinstance(case[1], str) else case[1]:
+      assert expected in line, (expected, line)
   assert _hashes(*tops) == before
 
 
@@ -290,7 +291,7 @@ def _file_size_limit(limit):
   return apply
 
 
-def test_full_disk_is_one_error_naming_the_output_and_leaves_nothing(tmp_path):
+def test_full_disk_and_too_many_open_files_name_the_output_and_leave_nothing(tmp_path):
   (tmp_path / "out").mkdir()
   out = tmp_path / "out" / "pretraining.tfrecord"
   for mode, workers in (("exact", 1), ("fast", 2)):
@@ -304,6 +305,12 @@ def test_full_disk_is_one_error_naming_the_output_and_leaves_nothing(tmp_path):
                      f"--out-file={tmp_path}/out/eval.json"],
                     f"error: {tmp_path}/out/eval.json: File too large")],
                   [str(tmp_path), SQUAD_V1], preexec_fn=_file_size_limit(20))
+  # Too many open files: 64 output shards under a limit of 32 descriptors.
+  _check_failures([(_cpd(SAMPLE_TEXT, f"{tmp_path}/out/{{shard}}.tfrecord",
+                         "--num_output_shards=64"),
+                    [f"error: {tmp_path}/out/", ".tfrecord: Too many open files"])],
+                  [str(tmp_path), SAMPLE_TEXT, VOCAB],
+                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="run as root, for whom a directory's permission "
