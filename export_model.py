@@ -789,7 +789,13 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
         module = _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                                     do_lower_case, max_seq_length, labels, regression,
                                     text_pairs, max_query_length, max_answer_length)
-      tf.saved_model.save(module, staging, signatures=module.signatures())
+      signatures = module.signatures()
+      try:
+        tf.saved_model.save(module, staging, signatures=signatures)
+      except (OSError, tf.errors.OpError) as e:  # A full disk, a quota: TF names only the file.
+        reason = (getattr(e, "message", None) or e.strerror or str(e)).strip().splitlines()[0]
+        raise fileio.InputError(f"--export_dir={export_dir}: cannot write the SavedModel, "
+                                f"nothing was replaced: {reason}") from None
   export_dir = os.path.abspath(export_dir)
   logging.info("Wrote SavedModel %s", export_dir)
   return export_dir

@@ -123,15 +123,16 @@ class BertConfig:
   def from_dict(cls, d, source="config"):
     """From the original's keys. The sizes are required; unknown keys are ignored, with a warning
     unless known to be harmless (pooler_fc_size, directionality, HuggingFace's extras, ...)."""
-    missing = [k for k in _SIZES if k not in d]
-    if missing:
-      raise fileio.InputError(f"{source}: the BERT config has no {missing[0]}")
     signature = inspect.signature(cls.__init__).parameters
     names = [k for k in signature if k != "self"]
+    # Warned about first: a misspelt size is then named next to the error for the missing one.
     unknown = sorted(k for k in d if k not in names and k not in _IGNORED_KEYS)
     if unknown:
       logging.warning("%s: unknown key(s) %s in the BERT config are ignored (misspelt?)", source,
                       ", ".join(unknown))
+    missing = [k for k in _SIZES if k not in d]
+    if missing:
+      raise fileio.InputError(f"{source}: the BERT config has no {missing[0]}")
     if d.get("position_embedding_type", "absolute") != "absolute":
       logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
                       "position embeddings", source, d["position_embedding_type"])
