@@ -99,3 +99,29 @@ def test_bad_inputs(tmp_path):
   result = subprocess.run([PYTHON, "convert_checkpoint.py", "--output_format=hf"], cwd=ROOT,
                           env=ENV, capture_output=True, text=True, timeout=300)
   assert result.returncode == 2 and "--input is required" in result.stderr
+
+
+@requires_shared
+def test_an_output_over_the_input_is_refused_before_any_work(tmp_path):
+  copy = tmp_path / "ckpt"
+  copy.mkdir()
+  for name in os.listdir(TINY):
+    (copy / name).write_bytes(open(os.path.join(TINY, name), "rb").read())
+  before = {name: (copy / name).read_bytes() for name in os.listdir(copy)}
+  prefix = str(copy / "bert_model.ckpt")
+  cases = [(str(copy), "tf1", "bert_model.ckpt.index"), (prefix, "tf1", "bert_model.ckpt.index"),
+           (str(copy), "hf", "vocab.txt")]
+  for output, output_format, named in cases:
+    with pytest.raises(fileio.InputError, match=f"{named} is the input given by --input="):
+      convert_checkpoint.convert(prefix, output, output_format)
+  # With the config and vocab from elsewhere, the same directory as HF output holds no input.
+  assert convert_checkpoint.output_files(str(copy), "hf", with_vocab=False) == [
+      str(copy / "model.safetensors"), str(copy / "config.json")]
+  assert {name: (copy / name).read_bytes() for name in os.listdir(copy)} == before
+  # A project output never hides a training run's checkpoints behind a new state file.
+  training = tmp_path / "training"
+  training.mkdir()
+  (training / "ckpt-7.index").write_bytes(b"x")
+  with pytest.raises(fileio.InputError, match="holds other checkpoints"):
+    convert_checkpoint.convert(prefix, str(training), "project")
+  assert os.listdir(training) == ["ckpt-7.index"]
