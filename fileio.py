@@ -209,19 +209,52 @@ def build_unless_current(path, key, build):
   return True
 
 
+def task_record(directory, task, has_checkpoint, flag="output_dir"):
+  """The record `task.json` ({"task": ..., "labels": [...] or null}) a training run left in its
+  output directory, or None. InputError naming the directory when its checkpoints are another
+  task's: a head of the same shape (a sentence classifier's under a token classifier) would
+  otherwise be evaluated as if it had been trained for this task."""
+  import json  # pylint: disable=g-import-not-at-top
+  path = os.path.join(directory, "task.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+  except (OSError, ValueError) as e:
+    raise InputError(f"{path}: not the task record of a training run ({e})") from None
+  labels = record.get("labels") if isinstance(record, dict) else None
+  if not (isinstance(record, dict) and isinstance(record.get("task"), str) and (
+      labels is None or isinstance(labels, list) and all(isinstance(x, str) for x in labels))):
+    raise InputError(f"{path}: not the task record of a training run (a JSON object with "
+                     "\"task\" and \"labels\")")
+  if has_checkpoint and record["task"] != task:
+    raise InputError(f"--{flag}={directory} holds the model of another task ({record['task']}, "
+                     f"not {task}); choose another --{flag}")
+  return record
+
+
+def write_task_record(directory, task, labels=None):
+  """Writes `task.json` (see task_record) beside the checkpoints a training run writes."""
+  import json  # pylint: disable=g-import-not-at-top
+  with open_atomic(os.path.join(directory, "task.json")) as f:
+    json.dump({"task": task, "labels": labels}, f)
+
+
 def check_checkpoint_matches(directory, module, flag="output_dir"):
   """InputError naming `directory` when its latest checkpoint (a tf.train.Checkpoint with the model
   under `model`, as training.Trainer writes) is not of `module`'s shape: another task's head or
   number of labels. Resuming would die on a shape mismatch after the run had replaced the cached
-  records beside it; checked before any of that. An unreadable checkpoint is left to the restore."""
+  records beside it; checked before any of that. An unreadable checkpoint is left to the restore.
+  Returns `module`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   latest = tf.train.latest_checkpoint(directory)
   if not latest:
-    return
+    return module
   try:
     shapes = tf.train.load_checkpoint(latest).get_variable_to_shape_map()
   except (tf.errors.OpError, ValueError):
-    return
+    return module
   prefix, suffix = "model/", "/.ATTRIBUTES/VARIABLE_VALUE"
   saved = {k[len(prefix):-len(suffix)]: list(s) for k, s in shapes.items()
            if k.startswith(prefix) and k.endswith(suffix) and ".OPTIMIZER_SLOT" not in k}
@@ -236,6 +269,7 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
     raise InputError(f"--{flag}={directory} holds {os.path.basename(latest)}, a checkpoint of "
                      f"another model ({problems[0]}): another task or number of labels? Choose "
                      f"another --{flag}")
+  return module
 
 
 @contextlib.contextmanager

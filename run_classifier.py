@@ -13,7 +13,6 @@ columns or an unknown label is reported with its file and line. A task of your o
 
 import csv
 import glob
-import json
 import math
 import os
 import re
@@ -99,7 +98,7 @@ flags.DEFINE_list(
     "tsv/csv tasks: the labels, comma-separated, in the order of the output units (e.g. "
     "'neg,pos'). Default: the distinct labels of the training file, sorted (numerically when "
     "all are integers); without --do_train, the labels the training run saved in output_dir "
-    "(labels.json).")
+    "(task.json).")
 
 flags.DEFINE_bool(
     "skip_header", True,
@@ -552,7 +551,7 @@ class DelimitedProcessor(DataProcessor):
       train_file = self._path(data_dir, "train")
       if not os.path.exists(train_file):
         raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels "
-                                "from, nor a labels.json saved by a training run in --output_dir")
+                                "from, nor a task.json saved by a training run in --output_dir")
       examples = self._create_examples(train_file, "train", labels=None)
       found = {example.label for example in examples}
       if not found:
@@ -840,7 +839,7 @@ def _predictions(trainer, input_file, batch_size, is_regression):
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
 _RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
 _OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
-            "test_results.tsv", "labels.json")
+            "test_results.tsv", "task.json")
 
 
 def _check_flags(processor):
@@ -856,21 +855,17 @@ def _check_flags(processor):
                             f"of --task_name={FLAGS.task_name}: [CLS] a [SEP] b [SEP] needs 5")
 
 
-def _label_list(processor, labels_file, has_checkpoint):
+def _task():
+  return f"run_classifier --task_name={FLAGS.task_name.lower()}"
+
+
+def _label_list(processor, has_checkpoint):
   """The class labels: --labels; else, when training, those of the training file; else those the
-  training run saved in output_dir (labels.json), which must agree with the model there."""
+  training run saved in output_dir (task.json), which must agree with the model there."""
+  record = fileio.task_record(FLAGS.output_dir, _task(), has_checkpoint)
   if processor.is_regression:
     return []
-  saved = None
-  if os.path.exists(labels_file):
-    try:
-      with open(labels_file, encoding="utf-8") as f:
-        saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise fileio.InputError(f"{labels_file}: not the labels of a training run ({e})") from None
-    if not isinstance(saved, list) or not all(isinstance(label, str) for label in saved):
-      raise fileio.InputError(f"{labels_file}: not the labels of a training run (a JSON list of "
-                              "strings)")
+  saved = record["labels"] if record else None
   if (saved is not None and FLAGS.labels is None and not FLAGS.do_train
       and isinstance(processor, DelimitedProcessor)):
     processor.set_labels(saved)
@@ -878,7 +873,7 @@ def _label_list(processor, labels_file, has_checkpoint):
   if saved is not None and has_checkpoint and saved != labels:
     raise fileio.InputError(
         f"the labels {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--output_dir={FLAGS.output_dir} was trained with ({labels_file}); give "
+        f"--output_dir={FLAGS.output_dir} was trained with (task.json); give "
         f"--labels={','.join(saved)} or another --output_dir")
   return labels
 
@@ -936,8 +931,7 @@ def main(_):
     raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
                             f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 "
                             "and 1)")
-  labels_file = os.path.join(out, "labels.json")
-  label_list = _label_list(processor, labels_file, has_checkpoint)
+  label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 
   strategy = training.strategy_from_flags()
@@ -959,10 +953,10 @@ def main(_):
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
-      strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
-                                        training.compute_dtype_from_flags()),
+      # Checked as soon as it is built: before the trainer restores or records are written.
+      strategy, lambda: fileio.check_checkpoint_matches(out, modeling.BertClassifier(
+          config, processor.num_labels(), training.compute_dtype_from_flags())),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
-  fileio.check_checkpoint_matches(out, model)
   init_fn = training.init_fn_for(model, init_checkpoint)
   if FLAGS.hub_module_handle:
     init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
@@ -978,10 +972,8 @@ def main(_):
 
   if FLAGS.do_train:
     train_file = records("train", "train", train_examples)
-    if not is_regression:
-      # Evaluating or predicting later without --labels reads the labels of this model here.
-      with fileio.open_atomic(labels_file) as f:
-        json.dump(label_list, f)
+    # Evaluating or predicting later without --labels reads the labels of this model here.
+    fileio.write_task_record(out, _task(), None if is_regression else label_list)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

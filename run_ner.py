@@ -11,7 +11,6 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 
 import collections
 import glob
-import json
 import os
 
 from absl import flags
@@ -56,7 +55,7 @@ flags.DEFINE_integer(
 flags.DEFINE_list(
     "labels", None,
     "The tags, comma-separated, in the order of the output units. Default: without --do_train, "
-    "the tags the training run saved in output_dir (labels.json); else CoNLL-2003's "
+    "the tags the training run saved in output_dir (task.json); else CoNLL-2003's "
     "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC.")
 
 flags.DEFINE_bool("do_train", False, "Fine-tune on train.txt.")
@@ -393,7 +392,7 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
 _RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
 _OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
-            "test_predictions.txt", "labels.json")
+            "test_predictions.txt", "task.json")
 
 
 def _records_key(split, label_list, vocab_file, padded_to):
@@ -404,30 +403,22 @@ def _records_key(split, label_list, vocab_file, padded_to):
           "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
 
 
-def _label_list(labels_file, has_checkpoint):
+def _label_list(has_checkpoint):
   """The tags: --labels; else, without training, those the training run saved in output_dir
-  (labels.json); else CoNLL-2003's. They must agree with the model in output_dir."""
+  (task.json); else CoNLL-2003's. They must agree with the model in output_dir."""
   if FLAGS.labels is not None:
     for i, label in enumerate(FLAGS.labels):
       if not label:
         raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty tag")
       if label in FLAGS.labels[:i]:
         raise fileio.InputError(f"--labels: {label!r} is given twice")
-  saved = None
-  if os.path.exists(labels_file):
-    try:
-      with open(labels_file, encoding="utf-8") as f:
-        saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise fileio.InputError(f"{labels_file}: not the tags of a training run ({e})") from None
-    if not isinstance(saved, list) or not all(isinstance(label, str) for label in saved):
-      raise fileio.InputError(f"{labels_file}: not the tags of a training run (a JSON list of "
-                              "strings)")
+  record = fileio.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
+  saved = record["labels"] if record else None
   labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
   if saved is not None and has_checkpoint and saved != labels:
     raise fileio.InputError(
         f"the tags {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--output_dir={FLAGS.output_dir} was trained with ({labels_file}); give "
+        f"--output_dir={FLAGS.output_dir} was trained with (task.json); give "
         f"--labels={','.join(saved)} or another --output_dir")
   return labels
 
@@ -455,8 +446,7 @@ def main(_):
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
-  labels_file = os.path.join(out, "labels.json")
-  processor = ConllProcessor(_label_list(labels_file, has_checkpoint))
+  processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
   tokenization.check_vocab_fits(
@@ -471,10 +461,10 @@ def main(_):
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
-      strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
-                                             training.compute_dtype_from_flags()),
+      # Checked as soon as it is built: before the trainer restores or records are written.
+      strategy, lambda: fileio.check_checkpoint_matches(out, modeling.BertTokenClassifier(
+          config, len(label_list), training.compute_dtype_from_flags())),
       ner_losses, num_train_steps, num_warmup_steps)
-  fileio.check_checkpoint_matches(out, model)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
@@ -487,8 +477,7 @@ def main(_):
                                                         FLAGS.max_seq_length, tokenizer,
                                                         train_file))
     # Evaluating or tagging later without --labels reads the tags of this model here.
-    with fileio.open_atomic(labels_file) as f:
-      json.dump(label_list, f)
+    fileio.write_task_record(out, "run_ner", label_list)
     logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

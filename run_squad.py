@@ -984,7 +984,7 @@ def _has_answers(dataset):
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
 _OUTPUTS = ("train.tf_record", "train.tf_record.key.json", "eval.tf_record",
             "eval.tf_record.key.json", "predictions.json", "nbest_predictions.json",
-            "null_odds.json", "eval_results.txt")
+            "null_odds.json", "eval_results.txt", "task.json")
 
 
 def _validate_flags():
@@ -1035,7 +1035,9 @@ def main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  if not (FLAGS.do_train or init_checkpoint or tf.train.latest_checkpoint(out)):
+  has_checkpoint = bool(tf.train.latest_checkpoint(out))
+  fileio.task_record(out, "run_squad", has_checkpoint)
+  if not (FLAGS.do_train or init_checkpoint or has_checkpoint):
     raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
                             "--init_checkpoint is given (train first with --do_train)")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
@@ -1066,9 +1068,10 @@ def main(_):
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
   model, optimizer, trainer = training.fine_tuning_trainer(
-      strategy, lambda: modeling.BertSpanLabeler(config, training.compute_dtype_from_flags()),
+      # Checked as soon as it is built: before the trainer restores or records are written.
+      strategy, lambda: fileio.check_checkpoint_matches(
+          out, modeling.BertSpanLabeler(config, training.compute_dtype_from_flags())),
       squad_losses, num_train_steps, num_warmup_steps)
-  fileio.check_checkpoint_matches(out, model)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
@@ -1085,6 +1088,7 @@ def main(_):
 
     fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, FLAGS.vocab_file, True),
                                 write_train_records)
+    fileio.write_task_record(out, "run_squad")
     logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     del train_examples

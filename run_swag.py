@@ -343,14 +343,17 @@ def main(_):
   records = ("train.tf_record", "eval.tf_record", "predict.tf_record")
   fileio.check_outputs(
       files=[("output_dir", [os.path.join(out, name) for name in (
-          *records, *(f"{r}.key.json" for r in records), "eval_results.txt", "test_results.tsv")])],
+          *records, *(f"{r}.key.json" for r in records), "eval_results.txt", "test_results.tsv",
+          "task.json")])],
       inputs=[("data_dir", [os.path.join(FLAGS.data_dir, name)
                             for name in SwagProcessor.FILES.values()]),
               ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  if not (FLAGS.do_train or init_checkpoint or tf.train.latest_checkpoint(out)):
+  has_checkpoint = bool(tf.train.latest_checkpoint(out))
+  fileio.task_record(out, "run_swag", has_checkpoint)
+  if not (FLAGS.do_train or init_checkpoint or has_checkpoint):
     raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
                             "--init_checkpoint is given (train first with --do_train)")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
@@ -373,9 +376,10 @@ def main(_):
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
-      strategy, lambda: modeling.BertMultipleChoice(config, training.compute_dtype_from_flags()),
+      # Checked as soon as it is built: before the trainer restores or records are written.
+      strategy, lambda: fileio.check_checkpoint_matches(
+          out, modeling.BertMultipleChoice(config, training.compute_dtype_from_flags())),
       swag_losses, num_train_steps, num_warmup_steps)
-  fileio.check_checkpoint_matches(out, model)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
@@ -386,6 +390,7 @@ def main(_):
         train_file, _records_key("train", None),
         lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
                                                         tokenizer, train_file))
+    fileio.write_task_record(out, "run_swag")
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

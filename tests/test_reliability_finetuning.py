@@ -1,0 +1,421 @@
+"""Reliability of the fine-tuning scripts (run_classifier, run_squad, run_ner, run_swag) as real
+processes on small copies of real data (GLUE MRPC / RTE / SST-2, SQuAD v1.1 / v2.0, CoNLL-2003)
+with the tiny TF1 checkpoint.
+
+A bad command ends in exit status 2 and one `error: ...` line (no traceback) naming the flag, file
+or record, and leaves every input byte-identical; outputs never overwrite inputs; an output_dir of
+another task is refused before its cached records or checkpoints are touched; cached records are
+reused only when made from the same inputs and settings, and are byte-identical across processes.
+"""
+
+import csv
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SHARED, requires_shared
+
+PYTHON = sys.executable
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+DATA = os.path.join(SHARED, "data")
+TINY = os.path.join(DATA, "checkpoints", "tiny_tf1_test_checkpoint")
+TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
+TINY_VOCAB = os.path.join(TINY, "vocab.txt")
+V1_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
+V2_DEV = os.path.join(DATA, "squad", "dev-v2.0.Normans_subset.json")
+TINY_SIZES = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 16, "max_position_embeddings": 16}
+# The tiny vocab's words, for SWAG rows (there is no real SWAG data here).
+WORDS = "all work and no play makes jack a dull boy".split()
+
+pytestmark = requires_shared
+
+
+def _run(script, *args, env=ENV):
+  return subprocess.run([PYTHON, script, *args], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=600)
+
+
+def _ok(script, *args, **kw):
+  result = _run(script, *args, **kw)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _error_line(result):
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: "), result.stderr[-3000:]
+  return last
+
+
+def _hashes(*tops):
+  """{path: sha256} of every file under the given files or directories."""
+  found = {}
+  for top in map(str, tops):
+    paths = [top] if os.path.isfile(top) else [os.path.join(r, n) for r, _, names in os.walk(top)
+                                                for n in names]
+    for path in paths:
+      with open(path, "rb") as f:
+        found[path] = hashlib.sha256(f.read()).hexdigest()
+  return found
+
+
+def _head(source, target, lines):
+  """The first `lines` lines of a real file, copied byte for byte."""
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with open(source, "rb") as f:
+    target.write_bytes(b"".join(f.readline() for _ in range(lines)))
+  return target
+
+
+def _glue(tmp_path, task, rows=13, name=None):
+  directory = tmp_path / (name or task)
+  for split in ("train", "dev", "test"):
+    _head(os.path.join(DATA, "glue", task, f"{split}.tsv"), directory / f"{split}.tsv", rows)
+  return directory
+
+
+def _conll(tmp_path, name="conll"):
+  directory = tmp_path / name
+  for split in ("train", "valid", "test"):
+    _head(os.path.join(DATA, "conll2003", f"{split}.txt"), directory / f"{split}.txt", 40)
+  return directory
+
+
+def _squad(path, source=V1_DEV, paragraphs=2, edit=None):
+  with open(source, encoding="utf-8") as f:
+    data = json.load(f)
+  data["data"] = data["data"][:1]
+  data["data"][0]["paragraphs"] = data["data"][0]["paragraphs"][:paragraphs]
+  if edit:
+    edit(data["data"][0]["paragraphs"])
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+  return path
+
+
+def _swag(tmp_path, name="swag"):
+  directory = tmp_path / name
+  directory.mkdir(parents=True)
+  header = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0",
+            "ending1", "ending2", "ending3", "label"]
+  for split in ("train", "val", "test"):
+    with open(directory / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
+      writer = csv.writer(f)
+      writer.writerow(header)
+      for i in range(4):
+        words = WORDS[i:] + WORDS[:i]
+        writer.writerow([f"v{i}", str(i), "", " ".join(words[:3]), words[3], "gold",
+                         *(" ".join(words[4 + k:6 + k]) for k in range(4)), str(i % 4)])
+  return directory
+
+
+def _tiny(*extra):
+  return [f"--vocab_file={TINY_VOCAB}", f"--init_checkpoint={TINY_CKPT}", "--max_seq_length=16",
+          "--train_batch_size=4", "--eval_batch_size=4", "--predict_batch_size=4",
+          "--num_train_epochs=1", *extra]
+
+
+def _squad_args(*extra):
+  return _tiny("--max_query_length=4", "--doc_stride=4", *extra)
+
+
+def _config(path, **changes):
+  with open(os.path.join(TINY, "bert_config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  config.update(changes)
+  path.write_text(json.dumps(config), encoding="utf-8")
+  return path
+
+
+# --- class 1 / 7: outputs never an input; output_dir must be a directory -----------------------
+
+
+def test_outputs_that_are_inputs_or_not_directories_are_refused_before_any_work(tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  # A predict file kept where the predictions go.
+  predict = _squad(out / "predictions.json")
+  mrpc = _glue(tmp_path, "MRPC")
+  # A dev file hard-linked as the test results the run would write.
+  linked = _glue(tmp_path, "SST-2")
+  os.makedirs(tmp_path / "linked_out")
+  os.link(linked / "dev.tsv", tmp_path / "linked_out" / "eval_results.txt")
+  conll = _conll(tmp_path)
+  swag = _swag(tmp_path)
+  os.makedirs(tmp_path / "swag_out")
+  os.symlink(swag / "val.csv", tmp_path / "swag_out" / "test_results.tsv")
+  a_file = tmp_path / "a_file"
+  a_file.write_text("not a directory\n")
+  before = _hashes(tmp_path)
+  cases = [
+      (["run_squad.py", *_squad_args(f"--output_dir={out}", "--do_predict",
+                                     f"--predict_file={predict}")],
+       f"--output_dir={out}/predictions.json is the input given by --predict_file={predict}"),
+      (["run_classifier.py", *_tiny("--task_name=sst-2", f"--data_dir={linked}",
+                                    f"--output_dir={tmp_path / 'linked_out'}", "--do_eval")],
+       f"--output_dir={tmp_path / 'linked_out'}/eval_results.txt is the input given by "
+       f"--data_dir={linked}/dev.tsv"),
+      (["run_swag.py", *_tiny(f"--data_dir={swag}", f"--output_dir={tmp_path / 'swag_out'}",
+                              "--do_predict")],
+       f"--output_dir={tmp_path / 'swag_out'}/test_results.tsv is the input given by "
+       f"--data_dir={swag}/val.csv"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={a_file}", "--do_train")],
+       f"--output_dir={a_file}/"),
+      (["run_ner.py", *_tiny(f"--data_dir={conll}", f"--output_dir={a_file}/out", "--do_train")],
+       f"{a_file} is not a directory"),
+  ]
+  for args, message in cases:
+    line = _error_line(_run(*args))
+    assert message in line, (message, line)
+  assert _hashes(tmp_path) == before
+  assert sorted(os.listdir(out)) == ["predictions.json"]
+  assert sorted(os.listdir(tmp_path / "linked_out")) == ["eval_results.txt"]
+
+
+# --- class 3: an output_dir of another task; cached records tied to their inputs ----------------
+
+
+def test_output_dir_of_another_task_is_refused_and_records_are_reused_only_when_current(tmp_path):
+  mrpc = _glue(tmp_path, "MRPC")
+  out = tmp_path / "out"
+  first = _ok("run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                         f"--output_dir={out}", "--do_train"))
+  assert "Reusing" not in first.stderr
+  assert json.loads((out / "task.json").read_text()) == {"task": "run_classifier --task_name=mrpc",
+                                                         "labels": ["0", "1"]}
+  key = json.loads((out / "train.tf_record.key.json").read_text())
+  assert key["input"][0] == str(mrpc / "train.tsv") and key["max_seq_length"] == 16
+  trained = _hashes(out)
+
+  # RTE has two labels too, but other label names; a tsv task with three labels another head.
+  rte = _glue(tmp_path, "RTE")
+  three = tmp_path / "three"
+  three.mkdir()
+  rows = (mrpc / "train.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]
+  (three / "train.tsv").write_text("".join(f"{r.split(chr(9))[3]}\t{'abc'[i % 3]}\n"
+                                           for i, r in enumerate(rows)), encoding="utf-8")
+  conll = _conll(tmp_path)
+  cases = [
+      (["run_classifier.py", *_tiny("--task_name=tsv", f"--data_dir={three}", "--text_a_column=0",
+                                    "--label_column=1", "--noskip_header", f"--output_dir={out}",
+                                    "--do_train")],
+       f"--output_dir={out} holds the model of another task (run_classifier --task_name=mrpc, not "
+       "run_classifier --task_name=tsv)"),
+      (["run_classifier.py", *_tiny("--task_name=rte", f"--data_dir={rte}", f"--output_dir={out}",
+                                    "--do_eval")],
+       f"--output_dir={out} holds the model of another task (run_classifier --task_name=mrpc, not "
+       "run_classifier --task_name=rte)"),
+      # A token classifier has a head of the very shape of the sentence classifier's.
+      (["run_ner.py", *_tiny(f"--data_dir={conll}", f"--output_dir={out}", "--do_eval")],
+       f"--output_dir={out} holds the model of another task (run_classifier --task_name=mrpc, not "
+       "run_ner)"),
+  ]
+  for args, message in cases:
+    line = _error_line(_run(*args))
+    assert message in line, (message, line)
+    assert _hashes(out) == trained, args
+  # Without the task record (a run of an older version), the checkpoint's shapes tell where they
+  # differ: one output unit per choice here, two labels there.
+  os.rename(out / "task.json", tmp_path / "task.json")
+  line = _error_line(_run("run_swag.py", *_tiny(f"--data_dir={_swag(tmp_path)}",
+                                                f"--output_dir={out}", "--do_train")))
+  assert re.search(rf"--output_dir={out}|{out}/ckpt-3", line), line
+  assert re.search(r"ckpt-3(, a checkpoint of another model| does not fit the model)", line), line
+  os.rename(tmp_path / "task.json", out / "task.json")
+  assert _hashes(out) == trained
+
+  # The same command again reuses the records; a changed training file rebuilds them.
+  again = _ok("run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                         f"--output_dir={out}", "--do_train", "--do_eval"))
+  assert f"Reusing {out}/train.tf_record" in again.stderr
+  assert _hashes(out / "train.tf_record") == {k: v for k, v in trained.items()
+                                              if k.endswith("train.tf_record")}
+  _head(os.path.join(DATA, "glue", "MRPC", "train.tsv"), mrpc / "train.tsv", 9)
+  changed = _ok("run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                           f"--output_dir={tmp_path / 'out2'}", "--do_train"))
+  rebuilt = _ok("run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                           f"--output_dir={out}", "--do_train",
+                                           "--num_train_epochs=3"))
+  assert "Reusing" not in changed.stderr and f"Reusing {out}/train.tf_record" not in rebuilt.stderr
+  assert (out / "train.tf_record").read_bytes() == (tmp_path / "out2" / "train.tf_record"
+                                                    ).read_bytes()
+
+
+# --- class 5 / 6: config against vocab and pairs; flag values -----------------------------------
+
+
+def test_bad_flag_values_and_configs_are_one_error_line(tmp_path):
+  mrpc = _glue(tmp_path, "MRPC", rows=5)
+  conll = _conll(tmp_path)
+  swag = _swag(tmp_path)
+  squad = _squad(tmp_path / "dev.json")
+  one_segment = _config(tmp_path / "one_segment.json", type_vocab_size=1)
+  small_vocab = _config(tmp_path / "small_vocab.json", vocab_size=10)
+  out = tmp_path / "out"
+  before = _hashes(tmp_path)
+  squad_predict = ["run_squad.py", f"--output_dir={out}", "--do_predict",
+                   f"--predict_file={squad}"]
+  cases = [
+      (squad_predict + _squad_args("--doc_stride=0"),
+       "error: flag --doc_stride=0"),
+      (squad_predict + _squad_args("--doc_stride=9"),
+       "--doc_stride=9 must be below the 9 context tokens of a window (--max_seq_length=16 - "
+       "--max_query_length=4 - 3)"),
+      (squad_predict + _squad_args("--n_best_size=0"), "flag --n_best_size=0"),
+      (squad_predict + _squad_args("--max_answer_length=-1"), "flag --max_answer_length=-1"),
+      (squad_predict + _squad_args("--max_query_length=0"), "flag --max_query_length=0"),
+      (squad_predict + _squad_args("--max_query_length=13"),
+       "--max_seq_length=16 must be greater than --max_query_length=13 + 3"),
+      (squad_predict + _squad_args("--null_score_diff_threshold=nan"),
+       "--null_score_diff_threshold=nan"),
+      (squad_predict + _squad_args(f"--bert_config_file={one_segment}"),
+       f"{one_segment}: type_vocab_size=1, but SQuAD windows are pairs"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train", "--max_seq_length=4")],
+       "--max_seq_length=4 cannot hold a sentence pair of --task_name=mrpc: [CLS] a [SEP] b "
+       "[SEP] needs 5"),
+      (["run_classifier.py", *_tiny("--task_name=sst-2", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train", "--max_seq_length=2")],
+       "flag --max_seq_length=2"),
+      (["run_classifier.py", *_tiny("--task_name=tsv", f"--data_dir={mrpc}",
+                                    "--text_a_column=#1 String", "--label_column=Quality",
+                                    "--labels=0,1,0", f"--output_dir={out}", "--do_train")],
+       "--labels: '0' is given twice"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train",
+                                    f"--bert_config_file={one_segment}")],
+       f"{one_segment}: type_vocab_size=1, but --task_name=mrpc gives sentence pairs"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train",
+                                    f"--bert_config_file={small_vocab}")],
+       f"vocab file {TINY_VOCAB} has 15 tokens but {small_vocab} has vocab_size=10"),
+      (["run_ner.py", *_tiny(f"--data_dir={conll}", f"--output_dir={out}", "--do_train",
+                             "--labels=O,B-PER,I-PER,O")], "--labels: 'O' is given twice"),
+      (["run_swag.py", *_tiny(f"--data_dir={swag}", f"--output_dir={out}", "--do_train",
+                              "--max_seq_length=4")], "flag --max_seq_length=4"),
+      (["run_swag.py", *_tiny(f"--data_dir={swag}", f"--output_dir={out}", "--do_train",
+                              f"--bert_config_file={one_segment}")],
+       f"{one_segment}: type_vocab_size=1, but SWAG choices are pairs"),
+  ]
+  for args, message in cases:
+    line = _error_line(_run(*args))
+    assert message in line, (message, line)
+  assert _hashes(tmp_path) == before
+  assert not os.path.exists(out) or not os.listdir(out)
+
+
+# --- class 8: labels by default, SQuAD 2.0 and repeated ids, nothing to evaluate ----------------
+
+
+def test_tsv_labels_default_to_the_training_file_then_to_the_trained_model(tmp_path):
+  data = tmp_path / "reviews"
+  _head(os.path.join(DATA, "glue", "SST-2", "train.tsv"), data / "train.tsv", 13)
+  _head(os.path.join(DATA, "glue", "SST-2", "dev.tsv"), data / "dev.tsv", 9)
+  dev_only = tmp_path / "dev_only"
+  _head(os.path.join(DATA, "glue", "SST-2", "dev.tsv"), dev_only / "dev.tsv", 9)
+  columns = ["--task_name=tsv", "--text_a_column=sentence", "--label_column=label"]
+  out = tmp_path / "out"
+  _ok("run_classifier.py", *_tiny(*columns, f"--data_dir={data}", f"--output_dir={out}",
+                                  "--do_train"))
+  assert json.loads((out / "task.json").read_text())["labels"] == ["0", "1"]
+  before = _hashes(data, dev_only)
+  # Evaluating without the training file nor --labels: the labels the model was trained with.
+  _ok("run_classifier.py", *_tiny(*columns, f"--data_dir={dev_only}", f"--output_dir={out}",
+                                  "--do_eval"))
+  assert "eval_examples = 8" in (out / "eval_results.txt").read_text()
+  # Neither a training file nor a trained model's labels: a clear error.
+  line = _error_line(_run("run_classifier.py", *_tiny(*columns, f"--data_dir={dev_only}",
+                                                      f"--output_dir={tmp_path / 'fresh'}",
+                                                      "--do_eval")))
+  assert (f"give --labels: there is no {dev_only}/train.tsv to read the labels from, nor a "
+          "task.json saved by a training run in --output_dir") in line
+  assert _hashes(data, dev_only) == before
+
+
+def test_squad_2_without_the_flag_and_repeated_ids_are_named(tmp_path):
+  v2 = _squad(tmp_path / "v2.json", source=V2_DEV, paragraphs=3)
+
+  def repeat(paragraphs):
+    paragraphs[1]["qas"][0]["id"] = paragraphs[0]["qas"][1]["id"]
+
+  repeated = _squad(tmp_path / "repeated.json", edit=repeat)
+  with open(repeated, encoding="utf-8") as f:
+    twice = json.load(f)["data"][0]["paragraphs"][1]["qas"][0]["id"]
+  with open(v2, encoding="utf-8") as f:
+    impossible = next(qa["id"] for p in json.load(f)["data"][0]["paragraphs"] for qa in p["qas"]
+                      if qa.get("is_impossible"))
+  before = _hashes(tmp_path)
+  out = tmp_path / "out"
+  cases = [
+      (["--do_predict", f"--predict_file={v2}"],
+       rf"^error: {v2}:\d+: question {impossible} is marked is_impossible, a SQuAD 2.0 question: "
+       r"pass --version_2_with_negative$"),
+      (["--do_train", f"--train_file={v2}"], rf"^error: {v2}:\d+: question {impossible} is "),
+      (["--do_predict", f"--predict_file={repeated}"],
+       rf"^error: {repeated}:\d+: question id {twice} is repeated \(first at line \d+\); "),
+  ]
+  for args, pattern in cases:
+    line = _error_line(_run("run_squad.py", *_squad_args(f"--output_dir={out}", *args)))
+    assert re.search(pattern, line), (pattern, line)
+  assert _hashes(tmp_path) == before
+  assert not os.listdir(out)
+
+
+def test_evaluating_with_no_checkpoint_anywhere_is_an_error(tmp_path):
+  mrpc = _glue(tmp_path, "MRPC", rows=5)
+  conll = _conll(tmp_path)
+  swag = _swag(tmp_path)
+  squad = _squad(tmp_path / "dev.json")
+  config = f"--bert_config_file={TINY}/bert_config.json"
+  common = [f"--vocab_file={TINY_VOCAB}", config, "--max_seq_length=16"]
+  cases = [
+      ("run_classifier.py", "--task_name=mrpc", f"--data_dir={mrpc}", "--do_eval"),
+      ("run_ner.py", f"--data_dir={conll}", "--do_predict"),
+      ("run_swag.py", f"--data_dir={swag}", "--do_eval"),
+      ("run_squad.py", f"--predict_file={squad}", "--do_predict", "--max_query_length=4",
+       "--doc_stride=4"),
+  ]
+  for i, (script, *args) in enumerate(cases):
+    out = tmp_path / f"out{i}"
+    line = _error_line(_run(script, *common, *args, f"--output_dir={out}"))
+    assert line.startswith(f"error: nothing to evaluate: --output_dir={out} holds no checkpoint"), (
+        script, line)
+    # Nothing but the lock a run takes on its output_dir.
+    assert not os.path.exists(out) or not set(os.listdir(out)) - {".lock"}, os.listdir(out)
+
+
+# --- class 8: records byte-identical across processes -------------------------------------------
+
+
+def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
+  mrpc = _glue(tmp_path, "MRPC")
+  conll = _conll(tmp_path)
+  swag = _swag(tmp_path)
+  squad = _squad(tmp_path / "dev.json")
+  runs = [
+      ("run_classifier.py", ["--task_name=mrpc", f"--data_dir={mrpc}", "--do_eval",
+                             "--do_predict"]),
+      ("run_ner.py", [f"--data_dir={conll}", "--do_eval"]),
+      ("run_swag.py", [f"--data_dir={swag}", "--do_eval"]),
+      ("run_squad.py", [f"--predict_file={squad}", "--do_predict", "--max_query_length=4",
+                        "--doc_stride=4"]),
+  ]
+  before = _hashes(tmp_path)
+  for script, args in runs:
+    records = []
+    for seed in ("1", "2"):
+      out = tmp_path / f"{script}-{seed}"
+      _ok(script, *_tiny(*args, f"--output_dir={out}"), env=dict(ENV, PYTHONHASHSEED=seed))
+      records.append({name: (out / name).read_bytes() for name in os.listdir(out)
+                      if name.endswith(".tf_record")})
+    assert records[0] and records[0] == records[1], script
+  assert {k: v for k, v in _hashes(tmp_path).items() if k in before} == before
