@@ -287,6 +287,26 @@ def naming_output(path):
     raise OSError(e.errno, e.strerror, os.fspath(path)) from None
 
 
+@contextlib.contextmanager
+def no_new_empty_directories(*paths):
+  """When the block ends, however it ends, removes those of `paths` and their parents that did
+  not exist on entry and are still empty. check_outputs makes an output's parents (proving they
+  can be made), so around it a run leaves no empty directory under an output's name: at once for
+  a directory replaced later (atomic_directory), or when the run fails before writing."""
+  new = []
+  for path in paths:
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+      new.append(path)
+      path = os.path.dirname(path)
+  try:
+    yield
+  finally:
+    for path in sorted(set(new), key=len, reverse=True):
+      with contextlib.suppress(OSError):
+        os.rmdir(path)  # only an empty one
+
+
 # --- Temporaries ---------------------------------------------------------------------------------
 
 
