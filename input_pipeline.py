@@ -55,7 +55,7 @@ def pretraining_value_limits(vocab_size, type_vocab_size, max_seq_length, config
 
 # Marks the failure of the in-pipeline range check, which naming_bad_records turns into a message
 # naming the record.
-_OUT_OF_RANGE = "record value outside the model's range"
+_OUT_OF_RANGE = "record value outside the range of the model"
 
 
 def _decode(record, name_to_features, value_limits=None):

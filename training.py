@@ -14,6 +14,7 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 """
 
 import contextlib
+import gc
 import glob
 import os
 import re
@@ -274,6 +275,16 @@ def _first_line(error):
   return text.splitlines()[0] if text else type(error).__name__
 
 
+def _quiet_failed_restores():
+  """A restore that failed part-way leaves TensorFlow's record of its unrestored values alive
+  until the process exits, when it warns about them at length, after the error line; the error
+  already says why. (TF's own switch for that warning is status.expect_partial(), out of reach
+  when restore() itself raised.)"""
+  for obj in gc.get_objects():
+    if type(obj).__name__ == "_CheckpointRestoreCoordinatorDeleter":
+      obj.set_expect_partial(True)
+
+
 _LOCKED = set()
 
 
@@ -385,7 +396,7 @@ class Trainer:
     damaged is skipped with a warning naming it; InputError when none can be read, or when one
     does not fit the model (another config or task)."""
     directory = self.manager.directory
-    damaged = []
+    damaged, error = [], None
     for number in checkpoint_numbers(directory):
       path = os.path.join(directory, f"ckpt-{number}")
       try:
@@ -397,14 +408,17 @@ class Trainer:
         damaged.append(f"{os.path.basename(path)}: {reason}")
         continue
       except (ValueError, AssertionError) as e:
-        raise fileio.InputError(
-            f"{path} does not fit the model: {_first_line(e)} (was --output_dir={directory} "
-            "written with another config or task? Choose a new --output_dir)") from None
+        error = (f"{path} does not fit the model: {_first_line(e)} (was --output_dir={directory} "
+                 "written with another config or task? Choose a new --output_dir)")
+        break
       logging.info("Resumed from %s at step %d", path, int(self.optimizer.iterations.numpy()))
       return path
-    if damaged:
-      raise fileio.InputError(f"no checkpoint in --output_dir={directory} can be read ("
-                              f"{'; '.join(damaged)}); move the damaged files away to start again")
+    if damaged and not error:
+      error = (f"no checkpoint in --output_dir={directory} can be read ({'; '.join(damaged)}); "
+               "move the damaged files away to start again")
+    if error:
+      _quiet_failed_restores()
+      raise fileio.InputError(error)
     return None
 
   def restore_or_initialize(self, init_fn=None, for_training=False):
@@ -514,8 +528,11 @@ class Trainer:
         with contextlib.suppress(OSError):
           os.remove(partial)
       if isinstance(e, (OSError, tf.errors.OpError)):
-        raise OSError(f"cannot save the checkpoint {prefix}: {_first_line(e)} (its partial files "
-                      "were removed)") from e
+        # TF's message names a staging file now removed: keep the reason ("No space left").
+        reason = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", _first_line(e))
+        reason = reason.rsplit("; ", 1)[-1]
+        raise OSError(f"cannot save the checkpoint {prefix}: {reason} (its partial files were "
+                      "removed)") from e
       raise
     if not _is_chief(self.strategy):
       shutil.rmtree(self.manager.directory, ignore_errors=True)
