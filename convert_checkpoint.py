@@ -171,6 +171,12 @@ def convert(input_path, output, output_format, bert_config_file=None, vocab_file
     raise fileio.InputError(f"--output_format must be one of {', '.join(FORMATS)}")
   if not output:
     raise fileio.InputError("--output is required")
+  directory = os.path.dirname(os.path.abspath(output_files(output, output_format, False)[0]))
+  with fileio.no_new_empty_directories(directory):
+    return _convert(input_path, output, output_format, bert_config_file, vocab_file)
+
+
+def _convert(input_path, output, output_format, bert_config_file, vocab_file):
   kind, _ = checkpoints.resolve_checkpoint(input_path)
   config_path, vocab = find_sidecars(input_path, bert_config_file, vocab_file)
   # Before any work: no output file may be one of the input's (converting in place would drop

@@ -779,7 +779,8 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
                                                       vocab_file)
     inputs = [("init_checkpoint", checkpoints.checkpoint_files(init_checkpoint)),
               ("bert_config_file", config_path), ("vocab_file", vocab_path)]
-  fileio.check_outputs(replaced_directories=[("export_dir", export_dir)], inputs=inputs)
+  with fileio.no_new_empty_directories(export_dir):  # It appears only when complete.
+    fileio.check_outputs(replaced_directories=[("export_dir", export_dir)], inputs=inputs)
   with fileio.atomic_directory(export_dir, replaceable=is_saved_model_directory,
                                overwrite=overwrite, flag="export_dir") as staging:
     with tempfile.TemporaryDirectory() as scratch:
