@@ -289,7 +289,11 @@ def export_hf_checkpoint(module, directory, config=None, vocab_file=None):
     value = variable.numpy()
     tensors[key] = np.ascontiguousarray(value.T if _hf_transposed(name) else value)
   os.makedirs(directory, exist_ok=True)
-  with fileio.atomic_path(os.path.join(directory, "model.safetensors")) as tmp:
-    save_file(tensors, tmp, metadata={"format": "pt"})
+  path = os.path.join(directory, "model.safetensors")
+  with fileio.atomic_path(path) as tmp:
+    try:
+      save_file(tensors, tmp, metadata={"format": "pt"})
+    except Exception as e:  # safetensors reports a full disk as its own error type
+      raise fileio.InputError(f"{path}: cannot write: {e}") from None
   _copy_sidecars(directory, config, vocab_file, "config.json", hf=True)
   return directory

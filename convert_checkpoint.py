@@ -194,12 +194,16 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file):
   config = modeling.BertConfig.from_json_file(config_path)
   model = load_model(input_path, config)
   logging.info("Converting %s (%s) to %s: %s", input_path, kind, output_format, output)
-  if output_format == "tf1":
-    prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
-    return checkpoints.export_tf1_checkpoint(model, prefix, _tf1_config(config), vocab)
-  if output_format == "hf":
-    return checkpoints.export_hf_checkpoint(model, output, config, vocab)
-  return write_project_checkpoint(model, output, config, vocab)
+  try:
+    if output_format == "tf1":
+      prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
+      return checkpoints.export_tf1_checkpoint(model, prefix, _tf1_config(config), vocab)
+    if output_format == "hf":
+      return checkpoints.export_hf_checkpoint(model, output, config, vocab)
+    return write_project_checkpoint(model, output, config, vocab)
+  except tf.errors.OpError as e:  # A full disk: TensorFlow names only its temporary file.
+    reason = e.message.split("}} ")[-1].strip().splitlines()[0]
+    raise fileio.InputError(f"--output={output}: cannot write the checkpoint: {reason}") from None
 
 
 def main(_):

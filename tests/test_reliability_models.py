@@ -285,21 +285,36 @@ def test_export_stopped_by_a_signal_leaves_no_staging_and_the_earlier_export(
   assert _snapshot(target) == before
 
 
+def _on_a_small_disk(args, limit):
+  def small_disk():
+    # Writes past `limit` bytes fail with EFBIG (as on a full disk) instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+  return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                        timeout=300, preexec_fn=small_disk)
+
+
 def test_export_on_a_full_disk_is_one_error_line_and_keeps_the_earlier_export(
     tmp_path, earlier_export):
   target = tmp_path / "model"
   before = _earlier_export_at(target, earlier_export)
-
-  def small_disk():
-    # Writes past 100 kB fail with EFBIG (as on a full disk) instead of killing the process.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
-
-  result = subprocess.run(
-      [PYTHON, *_export(target, f"--vocab_file={TINY_VOCAB}", model_type="preprocessor")],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300, preexec_fn=small_disk)
+  result = _on_a_small_disk(
+      _export(target, f"--vocab_file={TINY_VOCAB}", model_type="preprocessor"), 100_000)
   line = _error_line(result)
   assert f"--export_dir={target}: cannot write the SavedModel" in line
   assert "File too large" in line
   assert not _staging(target)
   assert _snapshot(target) == before
+
+
+@pytest.mark.parametrize("output_format,named", [("hf", "model.safetensors"),
+                                                 ("project", "--output=")])
+def test_convert_on_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_path, output_format,
+                                                                     named):
+  output = tmp_path / "out" / "converted"
+  result = _on_a_small_disk(["convert_checkpoint.py", f"--input={TINY_CKPT}",
+                             f"--output={output}", f"--output_format={output_format}"], 4000)
+  line = _error_line(result)
+  assert named in line and str(output) in line and "File too large" in line, line
+  assert os.listdir(tmp_path) == []
