@@ -247,10 +247,14 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
   number of labels. Resuming would die on a shape mismatch after the run had replaced the cached
   records beside it; checked before any of that. An unreadable checkpoint is left to the restore.
   Returns `module`."""
+  import re  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  latest = tf.train.latest_checkpoint(directory)
-  if not latest:
+  # The ckpt-N files themselves, not the `checkpoint` state file, which may be damaged or missing.
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  numbers = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if m]
+  if not numbers:
     return module
+  latest = os.path.join(directory, f"ckpt-{max(numbers)}")
   try:
     shapes = tf.train.load_checkpoint(latest).get_variable_to_shape_map()
   except (tf.errors.OpError, ValueError):

@@ -439,10 +439,7 @@ def main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  has_checkpoint = bool(tf.train.latest_checkpoint(out))
-  if not (FLAGS.do_train or has_checkpoint or init_checkpoint):
-    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
-                            "--init_checkpoint is given (train first with --do_train)")
+  has_checkpoint = bool(training.checkpoint_numbers(out))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)

@@ -351,11 +351,7 @@ def main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  has_checkpoint = bool(tf.train.latest_checkpoint(out))
-  fileio.task_record(out, "run_swag", has_checkpoint)
-  if not (FLAGS.do_train or init_checkpoint or has_checkpoint):
-    raise fileio.InputError(f"nothing to evaluate: --output_dir={out} holds no checkpoint and no "
-                            "--init_checkpoint is given (train first with --do_train)")
+  fileio.task_record(out, "run_swag", bool(training.checkpoint_numbers(out)))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)

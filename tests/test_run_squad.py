@@ -412,9 +412,13 @@ def test_flag_errors(tmp_path):
   assert error(*common, "--do_train") == "error: --do_train needs --train_file"
   assert error(*common, "--do_train", "--train_file=x.json", "--max_seq_length=256") == (
       f"error: --max_seq_length=256 is above max_position_embeddings=128 of {config}")
-  assert error(*common, "--do_predict", "--predict_file=x.json") == (
+  predict_file = _squad_file(tmp_path / "dev.json", [{"id": "q1", "question": "Who?",
+                                                       "answers": []}])
+  common[1] = f"--vocab_file={VOCAB}"
+  assert error(*common, "--do_predict", f"--predict_file={predict_file}",
+               "--max_seq_length=128", "--doc_stride=32") == (
       f"error: nothing to evaluate: --output_dir={tmp_path} holds no checkpoint and no "
-      "--init_checkpoint is given (train first with --do_train)")
+      "--init_checkpoint was given; train first (--do_train) or give --init_checkpoint")
 
 
 @requires_shared
