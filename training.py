@@ -59,8 +59,8 @@ flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu)
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")
 flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (optional).")
 flags.DEFINE_string("master", None, "The original's flag; accepted as the TPU address.")
-flags.DEFINE_integer("num_tpu_cores", 8, "The original's flag; the TPU strategy reads the topology.",
-                     lower_bound=1)
+flags.DEFINE_integer("num_tpu_cores", 8,
+                     "The original's flag; the TPU strategy reads the topology.", lower_bound=1)
 flags.DEFINE_integer("iterations_per_loop", 100,
                      "Steps run inside one tf.function call between host-side logging.",
                      lower_bound=1)
