@@ -114,3 +114,19 @@ def test_batch_size_must_divide_over_replicas_and_accumulation():
                      match=r"--train_batch_size=30 is not divisible by 1 replicas x 4"):
     training.per_replica_batch_size(30, tf.distribute.get_strategy(), "train_batch_size", 4)
   assert training.per_replica_batch_size(32, tf.distribute.get_strategy(), "x", 4) == 8
+
+
+def test_evaluating_with_no_checkpoint_nor_init_is_an_error(tmp_path):
+  model = modeling.BertPretrainer(_config())
+  optimizer = optimization.create_optimizer(1e-3, 100, 0)
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                             optimizer, output_dir=str(tmp_path / "out"))
+  assert (tmp_path / "out" / ".lock").exists()  # the directory is this process's until it ends
+  with pytest.raises(training.fileio.InputError,
+                     match=rf"nothing to evaluate: --output_dir={tmp_path / 'out'} holds no "):
+    trainer.restore_or_initialize()
+  assert trainer.restore_or_initialize(for_training=True) == 0  # training from scratch is fine
+  called = []
+  other = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                           optimizer, output_dir=str(tmp_path / "out"))  # same process: no refusal
+  assert other.restore_or_initialize(lambda: called.append(1)) == 0 and called == [1]
