@@ -794,7 +794,8 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
       try:
         tf.saved_model.save(module, staging, signatures=signatures)
       except (OSError, tf.errors.OpError) as e:  # A full disk, a quota: TF names only the file.
-        reason = (getattr(e, "message", None) or e.strerror or str(e)).strip().splitlines()[0]
+        reason = (getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)).strip()
+        reason = reason.splitlines()[0] if reason else type(e).__name__
         raise fileio.InputError(f"--export_dir={export_dir}: cannot write the SavedModel, "
                                 f"nothing was replaced: {reason}") from None
   export_dir = os.path.abspath(export_dir)
