@@ -163,19 +163,17 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
 
 
 def _check_parent(flag, path):
-  """Creates the parent directory of `path` if needed; InputError when that or writing fails."""
+  """InputError unless the parent directory of `path` exists and is writable, or can be made:
+  its nearest existing ancestor is a writable directory. Nothing is created here (the writers
+  make the directories they need), so a run refused later leaves no empty directory behind."""
   parent = os.path.dirname(os.path.abspath(path))
   probe = parent
-  while not os.path.exists(probe):
+  while not os.path.lexists(probe):
     probe = os.path.dirname(probe)
   if not os.path.isdir(probe):
     raise InputError(f"--{flag}={path}: {probe} is not a directory")
-  try:
-    os.makedirs(parent, exist_ok=True)
-  except OSError as e:
-    raise InputError(f"--{flag}={path}: cannot create {parent}: {e.strerror}") from None
-  if not os.access(parent, os.W_OK | os.X_OK):
-    raise InputError(f"--{flag}={path}: the directory {parent} is not writable")
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise InputError(f"--{flag}={path}: the directory {probe} is not writable")
 
 
 def file_signature(path):
