@@ -889,7 +889,13 @@ def _records_key(processor, split, label_list, vocab_file, padded_to):
           "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
 
 
-def main(_):
+def main(argv):
+  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
+  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
+    _main(argv)
+
+
+def _main(_):
   tf.random.set_seed(FLAGS.seed)
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
     raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")

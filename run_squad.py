@@ -1022,7 +1022,13 @@ def _records_key(input_file, vocab_file, is_training):
           "padded_to": None if is_training else FLAGS.predict_batch_size}
 
 
-def main(_):
+def main(argv):
+  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
+  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
+    _main(argv)
+
+
+def _main(_):
   tf.random.set_seed(FLAGS.seed)
   _validate_flags()
   out = FLAGS.output_dir

@@ -332,7 +332,13 @@ def _probabilities(trainer, examples, name, split, tokenizer):
   return np.concatenate(probabilities)[np.concatenate(real)]
 
 
-def main(_):
+def main(argv):
+  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
+  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
+    _main(argv)
+
+
+def _main(_):
   tf.random.set_seed(FLAGS.seed)
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
     raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
