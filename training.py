@@ -263,8 +263,8 @@ def _repair_checkpoint_state(directory):
     logging.warning("%s names no checkpoint file present (%s); removing it", state, problem)
     os.remove(state)
     return
-  logging.warning("The checkpoint state file %s is damaged (%s); rebuilt it from the checkpoint "
-                  "files in the directory (newest: ckpt-%d)", state, problem, numbers[0])
+  logging.warning("The checkpoint state file %s is missing or damaged (%s); rebuilt it from the "
+                  "checkpoint files in the directory (newest: ckpt-%d)", state, problem, numbers[0])
   with fileio.open_atomic(state) as f:
     f.write(f'model_checkpoint_path: "ckpt-{numbers[0]}"\n')
     f.writelines(f'all_model_checkpoint_paths: "ckpt-{n}"\n' for n in reversed(numbers))

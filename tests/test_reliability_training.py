@@ -78,13 +78,16 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(setup, tmp_path):
   config_dir, records, trained = setup
   state = (trained / "checkpoint").read_bytes()
   for case, damaged in (("garbage", b"\x00\xffnot a state }{\n"), ("empty", b""),
-                        ("truncated", state[:len(state) // 3])):
+                        ("truncated", state[:len(state) // 3]), ("missing", None)):
     out = tmp_path / case
     shutil.copytree(trained, out)
-    (out / "checkpoint").write_bytes(damaged)
+    if damaged is None:
+      os.remove(out / "checkpoint")
+    else:
+      (out / "checkpoint").write_bytes(damaged)
     before = {s: _checkpoint_files(out, s) for s in (2, 4)}
     result = _ok(_pretraining_args(config_dir, records, out, "--num_train_steps=6"))
-    assert f"The checkpoint state file {out / 'checkpoint'} is damaged" in result.stderr, case
+    assert f"checkpoint state file {out / 'checkpoint'} is missing or damaged" in result.stderr
     assert f"Resumed from {out / 'ckpt-4'} at step 4" in result.stderr, case
     for s in (2, 4):  # the trained checkpoints are untouched
       assert _checkpoint_files(out, s) == before[s] and before[s], (case, s)
