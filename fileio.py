@@ -154,7 +154,7 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
     for in_flag, in_path in inputs:
       if os.path.exists(in_path) and os.path.isfile(in_path) and _same(path, in_path):
         raise InputError(f"--{flag}={path} is the input given by --{in_flag}")
-    _check_parent(flag, os.path.join(path, "x"))
+    _check_parent(flag, path, directory=path)
   for flag, path in replaced:
     for in_flag, in_path in inputs:
       if os.path.exists(in_path) and (_inside(in_path, path) or _inside(path, in_path)):
@@ -162,12 +162,11 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
                          f"--{in_flag}={in_path}; choose another output directory")
 
 
-def _check_parent(flag, path):
+def _check_parent(flag, path, directory=None):
   """InputError unless the parent directory of `path` exists and is writable, or can be made:
   its nearest existing ancestor is a writable directory. Nothing is created here (the writers
   make the directories they need), so a run refused later leaves no empty directory behind."""
-  parent = os.path.dirname(os.path.abspath(path))
-  probe = parent
+  probe = os.path.abspath(directory or os.path.dirname(os.path.abspath(path)))
   while not os.path.lexists(probe):
     probe = os.path.dirname(probe)
   if not os.path.isdir(probe):
