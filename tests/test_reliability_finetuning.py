@@ -402,7 +402,7 @@ def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
   swag = _swag(tmp_path)
   squad = _squad(tmp_path / "dev.json")
   runs = [
-      ("run_classifier.py", ["--task_name=mrpc", f"--data_dir={mrpc}", "--do_eval",
+      ("run_classifier.py", ["--task_name=mrpc", f"--data_dir={mrpc}", "--do_train", "--do_eval",
                              "--do_predict"]),
       ("run_ner.py", [f"--data_dir={conll}", "--do_eval"]),
       ("run_swag.py", [f"--data_dir={swag}", "--do_eval"]),
@@ -418,4 +418,6 @@ def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
       records.append({name: (out / name).read_bytes() for name in os.listdir(out)
                       if name.endswith(".tf_record")})
     assert records[0] and records[0] == records[1], script
+    if script == "run_classifier.py":
+      assert set(records[0]) == {"train.tf_record", "eval.tf_record", "predict.tf_record"}
   assert {k: v for k, v in _hashes(tmp_path).items() if k in before} == before
