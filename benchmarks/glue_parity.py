@@ -211,7 +211,7 @@ def ours_result(log, output_dir, seconds=None):
   with open(os.path.join(output_dir, "eval_results.txt"), encoding="utf-8") as f:
     for line in f:
       key, _, value = line.partition("=")
-      if key.strip().startswith("eval_") and key.strip() != "eval_loss":
+      if key.strip().startswith("eval_") and key.strip() not in ("eval_loss", "eval_examples"):
         scores[key.strip()[len("eval_"):]] = float(value)
   return {"scores": scores, "losses": losses, "steps": steps,
           "seconds": round(seconds, 1) if seconds else None}
