@@ -297,3 +297,36 @@ def export_hf_checkpoint(module, directory, config=None, vocab_file=None):
       raise fileio.InputError(f"{path}: cannot write: {e}") from None
   _copy_sidecars(directory, config, vocab_file, "config.json", hf=True)
   return directory
+
+
+def check_checkpoint_matches(directory, module, flag="output_dir"):
+  """InputError naming `directory` when its latest checkpoint (a tf.train.Checkpoint with the model
+  under `model`, as training.Trainer writes) is not of `module`'s shape: another task's head or
+  number of labels. Resuming would die on a shape mismatch after the run had replaced the cached
+  records beside it; checked before any of that. An unreadable checkpoint is left to the restore.
+  Returns `module`."""
+  # The ckpt-N files themselves, not the `checkpoint` state file, which may be damaged or missing.
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  numbers = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if m]
+  if not numbers:
+    return module
+  latest = os.path.join(directory, f"ckpt-{max(numbers)}")
+  try:
+    shapes = tf.train.load_checkpoint(latest).get_variable_to_shape_map()
+  except (tf.errors.OpError, ValueError):
+    return module
+  prefix, suffix = "model/", "/.ATTRIBUTES/VARIABLE_VALUE"
+  saved = {k[len(prefix):-len(suffix)]: list(s) for k, s in shapes.items()
+           if k.startswith(prefix) and k.endswith(suffix) and ".OPTIMIZER_SLOT" not in k}
+  flatten = module._flatten  # pylint: disable=protected-access
+  ours = {"/".join(map(str, p)): v.shape.as_list()
+          for p, v in flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True)}
+  problems = [f"{p} has shape {saved[p]} there but {s} here" for p, s in sorted(ours.items())
+              if p in saved and saved[p] != s]
+  problems += [f"it has no {p}" for p in sorted(ours) if p not in saved]
+  problems += [f"it has {p}, which this model lacks" for p in sorted(saved) if p not in ours]
+  if problems:
+    raise fileio.InputError(f"--{flag}={directory} holds {os.path.basename(latest)}, a checkpoint of "
+                     f"another model ({problems[0]}): another task or number of labels? Choose "
+                     f"another --{flag}")
+  return module

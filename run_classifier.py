@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import export_model
+import checkpoints
 import fileio
 import input_pipeline
 import metrics
@@ -862,7 +863,7 @@ def _task():
 def _label_list(processor, has_checkpoint):
   """The class labels: --labels; else, when training, those of the training file; else those the
   training run saved in output_dir (task.json), which must agree with the model there."""
-  record = fileio.task_record(FLAGS.output_dir, _task(), has_checkpoint)
+  record = training.task_record(FLAGS.output_dir, _task(), has_checkpoint)
   if processor.is_regression:
     return []
   saved = record["labels"] if record else None
@@ -957,7 +958,7 @@ def _main(_):
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: fileio.check_checkpoint_matches(out, modeling.BertClassifier(
+      strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertClassifier(
           config, processor.num_labels(), training.compute_dtype_from_flags())),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
@@ -976,7 +977,7 @@ def _main(_):
   if FLAGS.do_train:
     train_file = records("train", "train", train_examples)
     # Evaluating or predicting later without --labels reads the labels of this model here.
-    fileio.write_task_record(out, _task(), None if is_regression else label_list)
+    training.write_task_record(out, _task(), None if is_regression else label_list)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

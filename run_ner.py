@@ -18,6 +18,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import checkpoints
 import fileio
 import input_pipeline
 import metrics
@@ -412,7 +413,7 @@ def _label_list(has_checkpoint):
         raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty tag")
       if label in FLAGS.labels[:i]:
         raise fileio.InputError(f"--labels: {label!r} is given twice")
-  record = fileio.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
+  record = training.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
   saved = record["labels"] if record else None
   labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
   if saved is not None and has_checkpoint and saved != labels:
@@ -465,7 +466,7 @@ def _main(_):
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: fileio.check_checkpoint_matches(out, modeling.BertTokenClassifier(
+      strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertTokenClassifier(
           config, len(label_list), training.compute_dtype_from_flags())),
       ner_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
@@ -480,7 +481,7 @@ def _main(_):
                                                         FLAGS.max_seq_length, tokenizer,
                                                         train_file))
     # Evaluating or tagging later without --labels reads the tags of this model here.
-    fileio.write_task_record(out, "run_ner", label_list)
+    training.write_task_record(out, "run_ner", label_list)
     logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

@@ -22,6 +22,7 @@ from absl import logging
 import tensorflow as tf
 
 import evaluate_squad
+import checkpoints
 import fileio
 import input_pipeline
 import modeling
@@ -1041,7 +1042,7 @@ def _main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  fileio.task_record(out, "run_squad", bool(training.checkpoint_numbers(out)))
+  training.task_record(out, "run_squad", bool(training.checkpoint_numbers(out)))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
@@ -1071,7 +1072,7 @@ def _main(_):
                                            version_2_with_negative=FLAGS.version_2_with_negative)
   model, optimizer, trainer = training.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: fileio.check_checkpoint_matches(
+      strategy, lambda: checkpoints.check_checkpoint_matches(
           out, modeling.BertSpanLabeler(config, training.compute_dtype_from_flags())),
       squad_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
@@ -1090,7 +1091,7 @@ def _main(_):
 
     fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, FLAGS.vocab_file, True),
                                 write_train_records)
-    fileio.write_task_record(out, "run_squad")
+    training.write_task_record(out, "run_squad")
     logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     del train_examples

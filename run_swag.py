@@ -18,6 +18,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import checkpoints
 import fileio
 import input_pipeline
 import modeling
@@ -357,7 +358,7 @@ def _main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  fileio.task_record(out, "run_swag", bool(training.checkpoint_numbers(out)))
+  training.task_record(out, "run_swag", bool(training.checkpoint_numbers(out)))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
@@ -379,7 +380,7 @@ def _main(_):
         FLAGS.warmup_proportion)
   model, optimizer, trainer = training.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: fileio.check_checkpoint_matches(
+      strategy, lambda: checkpoints.check_checkpoint_matches(
           out, modeling.BertMultipleChoice(config, training.compute_dtype_from_flags())),
       swag_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
@@ -392,7 +393,7 @@ def _main(_):
         train_file, _records_key("train", None),
         lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
                                                         tokenizer, train_file))
-    fileio.write_task_record(out, "run_swag")
+    training.write_task_record(out, "run_swag")
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,

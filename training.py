@@ -14,6 +14,7 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 """
 
 import contextlib
+import json
 import gc
 import glob
 import os
@@ -678,3 +679,33 @@ def init_fn_for(module, init_checkpoint):
   if not init_checkpoint:
     return None
   return lambda: checkpoints.init_from_checkpoint(module, init_checkpoint)
+
+
+def task_record(directory, task, has_checkpoint, flag="output_dir"):
+  """The record `task.json` ({"task": ..., "labels": [...] or null}) a training run left in its
+  output directory, or None. InputError naming the directory when its checkpoints are another
+  task's: a head of the same shape (a sentence classifier's under a token classifier) would
+  otherwise be evaluated as if it had been trained for this task."""
+  path = os.path.join(directory, "task.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+  except (OSError, ValueError) as e:
+    raise fileio.InputError(f"{path}: not the task record of a training run ({e})") from None
+  labels = record.get("labels") if isinstance(record, dict) else None
+  if not (isinstance(record, dict) and isinstance(record.get("task"), str) and (
+      labels is None or isinstance(labels, list) and all(isinstance(x, str) for x in labels))):
+    raise fileio.InputError(f"{path}: not the task record of a training run (a JSON object with "
+                     "\"task\" and \"labels\")")
+  if has_checkpoint and record["task"] != task:
+    raise fileio.InputError(f"--{flag}={directory} holds the model of another task ({record['task']}, "
+                     f"not {task}); choose another --{flag}")
+  return record
+
+
+def write_task_record(directory, task, labels=None):
+  """Writes `task.json` (see task_record) beside the checkpoints a training run writes."""
+  with fileio.open_atomic(os.path.join(directory, "task.json")) as f:
+    json.dump({"task": task, "labels": labels}, f)
