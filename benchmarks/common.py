@@ -318,7 +318,7 @@ def parse_variant(variant):
 
 def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, batch_size):
   """Our training throughput through training.Trainer: `make_model(config, compute_dtype)`
-  under the strategy scope, optimization.create_optimizer (AdamWeightDecay, clip 1.0), a tf.data
+  under the strategy scope, optimization.create_optimizer (the default AdamW, clip 1.0), a tf.data
   dataset cycling through `features` ([num_batches, batch, ...] numpy arrays) via
   Trainer.distribute, and one timed `_train_loop` call of `steps_per_loop` steps."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -106,7 +106,7 @@ def main(argv):
                 "squad": {"batch_size": FLAGS.squad_batch_size,
                           "seq_length": FLAGS.squad_seq_length},
                 "steps_per_timed_call": FLAGS.steps_per_loop, "dropout": 0.1,
-                "optimizer": "ours: AdamWeightDecay + global-norm clip 1.0; peer: "
+                "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
                              "torch.optim.AdamW + clip_grad_norm_ 1.0"},
       peer_name="HF transformers BertForSequenceClassification / BertForQuestionAnswering + "
                 "torch.optim.AdamW (torch CPU)",

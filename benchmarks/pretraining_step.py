@@ -82,7 +82,7 @@ def main(argv):
       settings={**common.model_dims(), "batch_size": FLAGS.batch_size,
                 "seq_length": FLAGS.seq_length, "max_predictions_per_seq": FLAGS.max_predictions,
                 "steps_per_timed_call": FLAGS.steps_per_loop, "dropout": 0.1,
-                "optimizer": "ours: AdamWeightDecay + global-norm clip 1.0; peer: "
+                "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
                              f"torch.optim.AdamW ({FLAGS.peer_adamw}) + clip_grad_norm_ 1.0"},
       peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch CPU)",
       peer_modules=["torch", "transformers"])

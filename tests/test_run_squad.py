@@ -454,6 +454,9 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
               f"--predict_file={predict_file}", "--do_train", "--do_predict",
               "--max_seq_length=128", "--doc_stride=64", "--max_query_length=32",
               "--train_batch_size=16", "--learning_rate=5e-5", "--num_train_epochs=4",
+              # The figures above are the original optimizer's; the bias-corrected default
+              # takes smaller first steps and reaches F1 27 in these 4 short epochs.
+              "--optimizer=adam_weight_decay",
               "--predict_batch_size=32", "--iterations_per_loop=25"])
   scores = _eval_results(output_dir / "eval_results.txt")
   with open(output_dir / "predictions.json", encoding="utf-8") as f:
