@@ -32,7 +32,6 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 """
 
 import functools
-import json
 import os
 import tempfile
 import unicodedata
@@ -764,9 +763,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
     raise fileio.InputError(f"unknown --model_type={model_type}")
   if model_type != "encoder" and max_seq_length < 3:
     raise fileio.InputError(f"--max_seq_length={max_seq_length} is too small for [CLS] x [SEP]")
-  if labels and (len(set(labels)) != len(labels) or not all(labels)):
-    raise fileio.InputError(f"--labels={','.join(labels)}: each label must be given once and "
-                            "be non-empty")
+  fileio.check_distinct(labels, "labels", "label")
   if model_type == "preprocessor":
     if not vocab_file and init_checkpoint:
       vocab_file = os.path.join(_checkpoint_directory(init_checkpoint), "vocab.txt")

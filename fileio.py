@@ -40,6 +40,16 @@ class Interrupted(BaseException):
   (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""
 
 
+def check_distinct(values, flag, what="value"):
+  """InputError naming --`flag` when a list flag (e.g. --labels) has an empty or repeated entry."""
+  for i, value in enumerate(values or ()):
+    if not value:
+      raise InputError(f"--{flag}={','.join(values)} has an empty {what}")
+    if value in values[:i]:
+      raise InputError(f"--{flag}: {value!r} is given twice")
+  return values
+
+
 def check_file(path, what="file"):
   """Raises InputError unless `path` is a readable regular file."""
   if not path:
@@ -266,11 +276,16 @@ def _remove_stale_temporaries(path):
     pid = os.path.basename(stale)[len(base) + 6:].split("-", 1)[0]
     if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
       continue
-    if os.path.isdir(stale) and not os.path.islink(stale):
-      shutil.rmtree(stale, ignore_errors=True)
-    else:
-      with contextlib.suppress(OSError):
-        os.remove(stale)
+    remove_path(stale)
+
+
+def remove_path(path):
+  """Removes a file, symlink or directory tree at `path`, if there (for leftovers of a run)."""
+  if os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path, ignore_errors=True)
+  else:
+    with contextlib.suppress(OSError):
+      os.remove(path)
 
 
 def _alive(pid):

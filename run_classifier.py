@@ -845,12 +845,7 @@ _OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results
 
 def _check_flags(processor):
   """Flag values absl's bounds cannot judge alone."""
-  if FLAGS.labels is not None:
-    for i, label in enumerate(FLAGS.labels):
-      if not label:
-        raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty label")
-      if label in FLAGS.labels[:i]:
-        raise fileio.InputError(f"--labels: {label!r} is given twice")
+  fileio.check_distinct(FLAGS.labels, "labels", "label")
   if processor.is_pair and FLAGS.max_seq_length < 5:
     raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} cannot hold a sentence pair "
                             f"of --task_name={FLAGS.task_name}: [CLS] a [SEP] b [SEP] needs 5")
@@ -871,12 +866,7 @@ def _label_list(processor, has_checkpoint):
       and isinstance(processor, DelimitedProcessor)):
     processor.set_labels(saved)
   labels = processor.get_labels(FLAGS.data_dir)
-  if saved is not None and has_checkpoint and saved != labels:
-    raise fileio.InputError(
-        f"the labels {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--output_dir={FLAGS.output_dir} was trained with (task.json); give "
-        f"--labels={','.join(saved)} or another --output_dir")
-  return labels
+  return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
 def _records_key(processor, split, label_list, vocab_file, padded_to):

@@ -407,21 +407,11 @@ def _records_key(split, label_list, vocab_file, padded_to):
 def _label_list(has_checkpoint):
   """The tags: --labels; else, without training, those the training run saved in output_dir
   (task.json); else CoNLL-2003's. They must agree with the model in output_dir."""
-  if FLAGS.labels is not None:
-    for i, label in enumerate(FLAGS.labels):
-      if not label:
-        raise fileio.InputError(f"--labels={','.join(FLAGS.labels)} has an empty tag")
-      if label in FLAGS.labels[:i]:
-        raise fileio.InputError(f"--labels: {label!r} is given twice")
+  fileio.check_distinct(FLAGS.labels, "labels", "tag")
   record = training.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
   saved = record["labels"] if record else None
   labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
-  if saved is not None and has_checkpoint and saved != labels:
-    raise fileio.InputError(
-        f"the tags {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--output_dir={FLAGS.output_dir} was trained with (task.json); give "
-        f"--labels={','.join(saved)} or another --output_dir")
-  return labels
+  return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
 
 
 def main(argv):

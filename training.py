@@ -234,11 +234,7 @@ def _remove_partial_saves(directory, steps=None):
                                                                           "checkpoint.tmp*"]
   for pattern in patterns:
     for path in glob.glob(os.path.join(glob.escape(directory), pattern)):
-      if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-      else:
-        with contextlib.suppress(OSError):
-          os.remove(path)
+      fileio.remove_path(path)
 
 
 def _repair_checkpoint_state(directory):
@@ -703,6 +699,18 @@ def task_record(directory, task, has_checkpoint, flag="output_dir"):
     raise fileio.InputError(f"--{flag}={directory} holds the model of another task ({record['task']}, "
                      f"not {task}); choose another --{flag}")
   return record
+
+
+def check_labels_match(labels, record, has_checkpoint, output_dir, what="labels"):
+  """InputError when `labels` differ from those the model in `output_dir` was trained with
+  (its task record): class i would silently mean another label. Returns `labels`."""
+  saved = record["labels"] if record else None
+  if saved is not None and has_checkpoint and saved != labels:
+    raise fileio.InputError(
+        f"the {what} {','.join(labels)} differ from {','.join(saved)}, those the model in "
+        f"--output_dir={output_dir} was trained with (task.json); give "
+        f"--labels={','.join(saved)} or another --output_dir")
+  return labels
 
 
 def write_task_record(directory, task, labels=None):

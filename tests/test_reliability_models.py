@@ -148,7 +148,8 @@ def test_export_numeric_flags_are_one_error_line(tmp_path):
        "--max_seq_length"),
       (_export(out, "--max_query_length=0", model_type="squad"), "--max_query_length=0"),
       (_export(out, "--max_answer_length=-3", model_type="squad"), "--max_answer_length=-3"),
-      (_export(out, "--labels=pos,neg,pos", model_type="classifier"), "--labels=pos,neg,pos"),
+      (_export(out, "--labels=pos,neg,pos", model_type="classifier"),
+       "--labels: 'pos' is given twice"),
   ]
   for (_, flag), result in zip(cases, _run_all([args for args, _ in cases])):
     assert flag in _error_line(result)
