@@ -419,7 +419,8 @@ def _parse_flags(argv):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
+    # absl lists several missing required flags on lines of their own: one line, as promised.
+    print("error: " + "; ".join(str(e).strip().splitlines()), file=sys.stderr)
     sys.exit(2)
 
 
