@@ -19,6 +19,6 @@ setup: .venv/.installed
 quickstart: .venv/.installed
 	$(PY) quickstart.py
 test: .venv/.installed-test
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 .PHONY: setup quickstart test

