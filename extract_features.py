@@ -22,12 +22,14 @@ import tensorflow as tf
 
 import checkpoints
 import fileio
+import input_pipeline
 import modeling
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
 training.define_checkpoint_flags()  # --bert_config_file, --init_checkpoint
+training.define_dynamic_padding_flag()
 
 flags.DEFINE_string("input_file", None,
                     "UTF-8 text, one input per line: `text` or `text_a ||| text_b`.")
@@ -175,9 +177,11 @@ def _chunks(iterable, size):
 
 
 def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, batch_size,
-            per_replica_batch_size):
-  """Streams `input_file` through the model into `writer` (a text file). Returns line count."""
+            per_replica_batch_size, pad_to_longest=False):
+  """Streams `input_file` through the model into `writer` (a text file). Returns line count.
+  `pad_to_longest` runs each batch only up to its longest line (input_pipeline.trim_to_longest)."""
   count = 0
+  multiple = input_pipeline.length_multiple(seq_length)
   lines = ((number - 1, line) for number, line in fileio.read_lines(input_file))
   for chunk in _chunks(lines, batch_size * _BATCHES_PER_CHUNK):
     features = convert_lines_to_features(chunk, seq_length, tokenizer)
@@ -193,10 +197,11 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
         "input_type_ids": np.array([f.input_type_ids for f in features] +
                                    [[0] * seq_length] * pad, np.int32),
     }
-    dataset = tf.data.Dataset.from_tensor_slices(arrays)
-    for outputs in trainer.predict(
-        lambda ctx, d=dataset: d.batch(per_replica_batch_size, drop_remainder=True),
-        ["layers"]):
+    dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica_batch_size,
+                                                               drop_remainder=True)
+    if pad_to_longest:
+      dataset = dataset.map(lambda batch: input_pipeline.trim_to_longest(batch, multiple))
+    for outputs in trainer.predict(lambda ctx, d=dataset: d, ["layers"]):
       # Replicas return their parts of a step one after the other: order by line again.
       for row in np.argsort(outputs["unique_ids"], kind="stable"):
         unique_id = int(outputs["unique_ids"][row])
@@ -248,7 +253,8 @@ def main(_):
 
   with fileio.naming_output(FLAGS.output_file), fileio.open_atomic(FLAGS.output_file) as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
-                    FLAGS.max_seq_length, FLAGS.batch_size, per_replica)
+                    FLAGS.max_seq_length, FLAGS.batch_size, per_replica,
+                    pad_to_longest=training.dynamic_padding_from_flags(strategy))
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
 
 

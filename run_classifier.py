@@ -33,6 +33,7 @@ import training
 
 FLAGS = flags.FLAGS
 training.define_fine_tuning_flags()
+training.define_dynamic_padding_flag()
 
 # Where the task's files, the vocab and the outputs are (all required).
 flags.DEFINE_string(
@@ -767,7 +768,7 @@ def feature_spec(seq_length, is_regression=False):
 
 
 def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, seed=None):
+                                is_regression=False, seed=None, pad_to_longest=False, shuffle_buffer=1000):
   """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
 
   `batch_size` is per replica and `input_context` the `tf.distribute.InputContext` of
@@ -781,7 +782,9 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
   def input_fn(batch_size, input_context=None):
     return input_pipeline.tfrecord_dataset(input_files, spec, batch_size, is_training,
                                            input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder)
+                                           drop_remainder=drop_remainder,
+                                           pad_to_longest=pad_to_longest,
+                                           shuffle_buffer=shuffle_buffer)
 
   return input_fn
 
@@ -827,8 +830,10 @@ def _padded(examples, batch_size):
 
 def _predictions(trainer, input_file, batch_size, is_regression):
   """Runs the model over a feature file; returns (probabilities or scores, is_real_example)."""
-  input_fn = file_based_input_fn_builder(input_file, FLAGS.max_seq_length, is_training=False,
-                                         drop_remainder=True, is_regression=is_regression)
+  input_fn = file_based_input_fn_builder(
+      input_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
+      is_regression=is_regression,
+      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
   outputs, real = [], []
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     logits = batch["logits"]
@@ -970,9 +975,11 @@ def _main(_):
     training.write_task_record(out, _task(), None if is_regression else label_list)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
-                                           drop_remainder=True, is_regression=is_regression,
-                                           seed=FLAGS.seed)
+    input_fn = file_based_input_fn_builder(
+        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
+        is_regression=is_regression, seed=FLAGS.seed,
+        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
     training.train_from_flags(trainer, input_fn, train_batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)

@@ -28,6 +28,7 @@ import training
 
 FLAGS = flags.FLAGS
 training.define_fine_tuning_flags()
+training.define_dynamic_padding_flag()
 
 ## Required parameters
 flags.DEFINE_string(
@@ -308,7 +309,8 @@ def feature_spec(seq_length):
   }
 
 
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None):
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
+                                pad_to_longest=False, shuffle_buffer=1000):
   """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
 
   `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
@@ -322,7 +324,9 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
   def input_fn(batch_size, input_context=None):
     return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
                                            input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder)
+                                           drop_remainder=drop_remainder,
+                                           pad_to_longest=pad_to_longest,
+                                           shuffle_buffer=shuffle_buffer)
 
   return input_fn
 
@@ -375,12 +379,15 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   fileio.build_unless_current(
       record_file, _records_key(split, label_list, vocab_file, global_batch),
       lambda: write_features(features, FLAGS.max_seq_length, record_file, global_batch))
-  input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
-                                         drop_remainder=True)
+  input_fn = file_based_input_fn_builder(
+      record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
+      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
   predicted, nll, count = [], 0.0, 0.0
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     logits = batch["logits"]
-    predicted.append(logits.argmax(-1))
+    # A batch cut to its longest sentence (--dynamic_padding) gets its padding back.
+    predicted.append(np.pad(logits.argmax(-1),
+                            [(0, 0), (0, FLAGS.max_seq_length - logits.shape[1])]))
     log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
     gold = np.take_along_axis(log_probs, batch["label_ids"][..., None], axis=-1)[..., 0]
     nll -= float((gold * batch["label_weights"]).sum())
@@ -474,8 +481,10 @@ def _main(_):
     training.write_task_record(out, "run_ner", label_list)
     logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
-                                           drop_remainder=True, seed=FLAGS.seed)
+    input_fn = file_based_input_fn_builder(
+        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
+        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
     training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)

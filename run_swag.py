@@ -27,6 +27,7 @@ import training
 
 FLAGS = flags.FLAGS
 training.define_fine_tuning_flags()
+training.define_dynamic_padding_flag()
 
 ## Required parameters
 flags.DEFINE_string("data_dir", None, "Directory with the SWAG train.csv, val.csv and test.csv.")
@@ -277,7 +278,8 @@ def feature_spec(seq_length):
   }
 
 
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None):
+def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
+                                pad_to_longest=False, shuffle_buffer=1000):
   """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
 
   input_ids, input_mask, segment_ids come out int32 [batch, NUM_CHOICES, seq_length]; label_ids
@@ -291,7 +293,9 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
   def input_fn(batch_size, input_context=None):
     return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
                                            input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder)
+                                           drop_remainder=drop_remainder,
+                                           pad_to_longest=pad_to_longest,
+                                           shuffle_buffer=shuffle_buffer)
 
   return input_fn
 
@@ -324,8 +328,9 @@ def _probabilities(trainer, examples, name, split, tokenizer):
       record_file, _records_key(split, global_batch),
       lambda: file_based_convert_examples_to_features(examples, FLAGS.max_seq_length, tokenizer,
                                                       record_file, pad_to_multiple=global_batch))
-  input_fn = file_based_input_fn_builder(record_file, FLAGS.max_seq_length, is_training=False,
-                                         drop_remainder=True)
+  input_fn = file_based_input_fn_builder(
+      record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
+      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
   probabilities, real = [], []
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
@@ -396,8 +401,10 @@ def _main(_):
     training.write_task_record(out, "run_swag")
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
-                                           drop_remainder=True, seed=FLAGS.seed)
+    input_fn = file_based_input_fn_builder(
+        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
+        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
     training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)

@@ -114,6 +114,22 @@ def define_fine_tuning_flags():
                lower_bound=0.0, upper_bound=1.0)
 
 
+def define_dynamic_padding_flag():
+  """--dynamic_padding, for the scripts whose outputs do not depend on padding (run_squad's span
+  softmax runs over every position, padding included, as the original's: it keeps full length)."""
+  _define_once(flags.DEFINE_bool, "dynamic_padding", True,
+               "Pad each batch only to its longest sequence (rounded up to a multiple of "
+               "max_seq_length / 8) instead of to --max_seq_length: the same results with less "
+               "work on short texts. --nodynamic_padding gives every batch the full length "
+               "(TPUs always get it).")
+
+
+def dynamic_padding_from_flags(strategy):
+  """Whether batches are cut to their longest sequence: --dynamic_padding, except on TPUs, whose
+  programs need fixed shapes."""
+  return FLAGS.dynamic_padding and not isinstance(strategy, tf.distribute.TPUStrategy)
+
+
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
 
@@ -441,7 +457,8 @@ class Trainer:
     def fn(input_context):
       ds = dataset_fn(input_context)
       if stack:
-        ds = ds.batch(stack, drop_remainder=True)
+        # Micro-batches cut to their own longest sequence are padded to the longest of the stack.
+        ds = ds.padded_batch(stack, drop_remainder=True)
       if skip_batches:
         ds = ds.skip(skip_batches)
       return ds.prefetch(tf.data.AUTOTUNE)
@@ -638,6 +655,13 @@ def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_p
         f"{num_examples} training examples at --train_batch_size={train_batch_size} for "
         f"--num_train_epochs={num_train_epochs} make no training step")
   return num_train_steps, int(num_train_steps * warmup_proportion)
+
+
+def fine_tuning_shuffle_buffer(num_examples, limit=100_000):
+  """Records held in the training shuffle buffer: the whole training set, so each step draws
+  from all of it as HF's random sampler does (a 1000-record buffer draws the first steps of a
+  small GLUE set from its first records only), up to `limit` (about 100 MB of records at seq 128)."""
+  return max(1, min(num_examples, limit))
 
 
 def fine_tuning_trainer(strategy, build_model, loss_fn, num_train_steps, num_warmup_steps):

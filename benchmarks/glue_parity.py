@@ -71,6 +71,10 @@ flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up share of the steps.", lower_
                    upper_bound=1.0)
 flags.DEFINE_integer("log_every", 10, "Steps per logged training loss (ours: a loop's mean).",
                      lower_bound=1)
+flags.DEFINE_bool("dynamic_padding", True,
+                  "Both sides pad each batch to its longest sequence (ours: run_classifier.py's "
+                  "default --dynamic_padding; HF: as DataCollatorWithPadding); the scores do not "
+                  "depend on it, the time does.")
 flags.DEFINE_integer("threads", 0, "CPU threads of each run (0: the library's default).",
                      lower_bound=0)
 
@@ -104,7 +108,7 @@ def _settings():
   return {**_hyper_parameters(), "precision": FLAGS.precision,
           "our_optimizer": FLAGS.our_optimizer,
           "hf_optimizer": "torch.optim.AdamW eps 1e-8 + get_linear_schedule_with_warmup",
-          "threads": FLAGS.threads}
+          "threads": FLAGS.threads, "dynamic_padding": FLAGS.dynamic_padding}
 
 
 def _write_json(path, value):
@@ -185,7 +189,8 @@ def _ours(task, seed, run_dir):
           f"--learning_rate={FLAGS.lr}", f"--num_train_epochs={FLAGS.epochs}",
           f"--warmup_proportion={FLAGS.warmup_fraction}", f"--seed={seed}",
           f"--optimizer={FLAGS.our_optimizer}", f"--iterations_per_loop={FLAGS.log_every}",
-          "--mixed_precision=" + ("bf16" if FLAGS.precision == "bf16" else "none")]
+          "--mixed_precision=" + ("bf16" if FLAGS.precision == "bf16" else "none"),
+          "--dynamic_padding" if FLAGS.dynamic_padding else "--nodynamic_padding"]
   env = dict(os.environ)
   if FLAGS.threads:
     env.update(TF_NUM_INTRAOP_THREADS=str(FLAGS.threads), TF_NUM_INTEROP_THREADS="1")
@@ -249,7 +254,11 @@ def _hf(task, seed):
            "token_type_ids": "segment_ids"}
 
   def batch(split, index):
-    out = {k: torch.from_numpy(data[f"{split}_{v}"][index]) for k, v in names.items()}
+    length = FLAGS.seq_length
+    if FLAGS.dynamic_padding:  # pad to the batch's longest sequence, as DataCollatorWithPadding
+      length = int(data[f"{split}_input_mask"][index].sum(axis=1).max())
+    out = {k: torch.from_numpy(data[f"{split}_{v}"][index][:, :length])
+           for k, v in names.items()}
     out["labels"] = torch.from_numpy(data[f"{split}_labels"][index])
     return out
 
