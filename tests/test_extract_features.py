@@ -66,7 +66,8 @@ def _reference_lines(reference, tokenizer):
 
 
 @requires_shared
-def test_every_layer_matches_huggingface_hidden_states(tmp_path):
+@pytest.mark.parametrize("padding", ["--dynamic_padding", "--nodynamic_padding"])
+def test_every_layer_matches_huggingface_hidden_states(tmp_path, padding):
   """All six layers of the MiniLM checkpoint for the reference inputs (English, a question /
   answer pair, accents / CJK / [UNK]) agree with HF's outputs at every token to 2e-5 (the bound
   tests/test_modeling.py holds the encoder to) plus 5e-7 for the 6-decimal rounding of the
@@ -83,7 +84,7 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path):
   result = _run([f"--input_file={input_file}", f"--output_file={output_file}",
                  f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
                  "--max_seq_length=48", "--batch_size=4",
-                 "--layers=" + ",".join(str(i) for i in layers)])
+                 "--layers=" + ",".join(str(i) for i in layers), padding])
   assert result.returncode == 0, result.stderr[-3000:]
   outputs = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
   assert [o["linex_index"] for o in outputs] == list(range(6))

@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import import_script, SHARED, requires_shared
 
 import fileio
+import input_pipeline
 import tokenization
 
 
@@ -202,6 +203,37 @@ def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
                                                         drop_remainder=True, seed=1)
   for batch in train_fn(batch_size=256).take(3):
     assert batch["input_ids"].shape == (256, 128)
+
+
+@requires_shared
+def test_dynamic_padding_cuts_batches_after_their_longest_pair(tokenizer, tmp_path):
+  """MRPC dev pairs at max_seq_length 128: each batch keeps every real token, ends on the step of
+  16 at or above its longest pair, and the cut-off part was padding only."""
+  processor = run_classifier.get_processor("mrpc")
+  examples = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))
+  output_file = str(tmp_path / "eval.tf_record")
+  run_classifier.file_based_convert_examples_to_features(
+      examples, processor.get_labels(), 128, tokenizer, output_file)
+  full_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
+                                                       drop_remainder=False)
+  cut_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
+                                                      drop_remainder=False, pad_to_longest=True)
+  cut_batches = cut_fn(batch_size=8)
+  assert cut_batches.element_spec["input_ids"].shape.as_list() == [None, None]
+  lengths = []
+  for full, cut in zip(full_fn(batch_size=8), cut_batches):
+    length = int(cut["input_ids"].shape[1])
+    longest = int(tf.reduce_max(tf.reduce_sum(full["input_mask"], axis=1)))
+    assert length % 16 == 0 and longest <= length < longest + 16
+    for name in ("input_ids", "input_mask", "segment_ids"):
+      np.testing.assert_array_equal(cut[name], full[name][:, :length])
+      assert not full[name][:, length:].numpy().any()
+    np.testing.assert_array_equal(cut["label_ids"], full["label_ids"])
+    lengths.append(length)
+  assert len(lengths) == 51 and max(lengths) <= 112 and min(lengths) >= 48, lengths
+  # A batch of padding examples only (their masks all zero) keeps one step of 16.
+  empty = {"input_mask": tf.zeros([2, 128], tf.int32), "label_ids": tf.zeros([2], tf.int32)}
+  assert input_pipeline.trim_to_longest(empty, 16)["input_mask"].shape == (2, 16)
 
 
 @requires_shared

@@ -130,3 +130,49 @@ def test_evaluating_with_no_checkpoint_nor_init_is_an_error(tmp_path):
   other = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
                            optimizer, output_dir=str(tmp_path / "out"))  # same process: no refusal
   assert other.restore_or_initialize(lambda: called.append(1)) == 0 and called == [1]
+
+
+def _mrpc_records(tmp_path, count=64):
+  from conftest import import_script  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+  run_classifier = import_script("run_classifier")
+  processor = run_classifier.get_processor("mrpc")
+  examples = processor.get_train_examples(os.path.join(SHARED, "data", "glue", "MRPC"))[:count]
+  tokenizer = tokenization.FullTokenizer(
+      os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt"), True)
+  path = str(tmp_path / "train.tf_record")
+  run_classifier.file_based_convert_examples_to_features(examples, processor.get_labels(), 128,
+                                                         tokenizer, path)
+  return run_classifier, path
+
+
+def _train_classifier(run_classifier, path, pad_to_longest, accumulation, head_dropout,
+                      steps=3):
+  tf.random.set_seed(5)
+  model = modeling.BertClassifier(_config(), 2, head_dropout=head_dropout)
+  optimizer = optimization.create_optimizer(1e-3, 100, 0)
+  trainer = training.Trainer(tf.distribute.get_strategy(), model,
+                             run_classifier.classifier_losses(False), optimizer,
+                             gradient_accumulation_steps=accumulation)
+  input_fn = run_classifier.file_based_input_fn_builder(
+      path, 128, is_training=True, drop_remainder=True, seed=3, pad_to_longest=pad_to_longest)
+  iterator = iter(trainer.distribute(lambda ctx: input_fn(16 // accumulation, ctx),
+                                     stack=accumulation))
+  losses = [training.metrics_from_stats(trainer._train_loop(iterator, tf.constant(1)))["loss"]
+            for _ in range(steps)]
+  return model, np.array(losses)
+
+
+@requires_shared
+def test_dynamic_padding_trains_as_full_length(tmp_path):
+  """Classifier steps on real MRPC pairs with batches cut to their longest pair are the
+  full-length steps: with the classifier's dropout (its mask is per example, so the same), and
+  with gradient accumulation, whose micro-batches of different lengths are stacked (without
+  dropout: two micro-batches draw other masks than one batch, by design)."""
+  run_classifier, path = _mrpc_records(tmp_path)
+  for accumulation, head_dropout in ((1, 0.1), (2, 0.0)):
+    full_model, full = _train_classifier(run_classifier, path, False, 1, head_dropout)
+    model, losses = _train_classifier(run_classifier, path, True, accumulation, head_dropout)
+    np.testing.assert_allclose(losses, full, rtol=1e-5)
+    for a, b in zip(full_model.variables, model.variables):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg=a.name)
