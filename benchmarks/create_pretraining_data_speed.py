@@ -9,13 +9,12 @@ original's figure), the peak RSS of its largest process (wait4's ru_maxrss) and 
 summed PSS of its process tree (sampled every 0.1 s: fast mode runs worker processes, and PSS
 counts the pages they share with their parent once).
 
-The peer figure is the issue's: the original script (56 s, 0.91 GB peak RSS on 4.3 MB of
-Wikipedia text, measured on this machine). It cannot be rerun here: it needs TF1-only APIs
-(tf.gfile, tf.logging, tf.python_io, tf.app) that TensorFlow 2.21 no longer has. Throughput is
-compared in MB of text per second, so a smaller --target_mb still gives a comparable ratio
-(start-up weighs more on small inputs, to our disadvantage). Note that repeated text makes the
-tokenizer's word cache hit more often than 4.3 MB of fresh Wikipedia text would.
-Issue #6 targets: fast mode >= 20x the original's throughput, exact mode >= 5x.
+The peer is the original google-research/bert script itself, run in the same invocation on the
+same text with the same flags, through ../shared/reference/original/run_original.py (which loads
+it on TensorFlow 2 through tf.compat.v1; it needs `six`). Throughput is compared in MB of text
+per second. Note that repeated text makes the tokenizer's word cache (ours) hit more often than
+4.3 MB of fresh Wikipedia text would. Issue #13 targets: fast mode >= 20x the original's
+throughput, exact mode >= 10x.
 
   python benchmarks/create_pretraining_data_speed.py
   python benchmarks/create_pretraining_data_speed.py --target_mb=0.1 --dupe_factor=1   # smoke
@@ -39,6 +38,7 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_float("target_mb", 4.3, "Size of the input text in MB (10^6 bytes).")
 flags.DEFINE_list("modes", ["exact", "fast"], "--mode values to run.")
+flags.DEFINE_bool("original", True, "Also run the original script (the peer) on the same text.")
 flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor.")
 flags.DEFINE_integer("max_seq_length", 128, "--max_seq_length.")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "--max_predictions_per_seq.")
@@ -51,8 +51,7 @@ flags.DEFINE_string("vocab_file", os.path.join(common.SHARED, "reference", "pret
 flags.DEFINE_string("work_dir", None, "Where the text and the records go (default: a temporary "
                     "directory, removed at the end).")
 
-# The original script on 4.3 MB of Wikipedia text, seq 128, dupe 10, on this machine (issue #6).
-ORIGINAL = {"seconds": 56.0, "peak_rss_gb": 0.91, "input_mb": 4.3}
+RUN_ORIGINAL = os.path.join(common.SHARED, "reference", "original", "run_original.py")
 
 
 def read_documents(path):
@@ -168,36 +167,38 @@ def main(argv):
     text = os.path.join(work_dir, "corpus.txt")
     input_bytes = build_text(read_documents(FLAGS.corpus), int(FLAGS.target_mb * 1e6), text)
     input_mb = input_bytes / 1e6
+    common_flags = [
+        f"--input_file={text}", f"--vocab_file={FLAGS.vocab_file}", "--do_lower_case=True",
+        f"--max_seq_length={FLAGS.max_seq_length}",
+        f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}", "--masked_lm_prob=0.15",
+        "--random_seed=12345", f"--dupe_factor={FLAGS.dupe_factor}"]
+    runs = {mode: [sys.executable, os.path.join(common.ROOT, "create_pretraining_data.py"),
+                   *common_flags, f"--mode={mode}", f"--num_workers={FLAGS.num_workers}"]
+            for mode in FLAGS.modes}
+    if FLAGS.original:
+      runs["original"] = [sys.executable, RUN_ORIGINAL, "create_pretraining_data", *common_flags]
     results = {}
-    for mode in FLAGS.modes:
-      output = os.path.join(work_dir, f"{mode}.tfrecord")
-      print(f"[create_pretraining_data_speed] {mode} mode on {input_mb:.2f} MB ...",
-            file=sys.stderr, flush=True)
-      r = run_measured([
-          sys.executable, os.path.join(common.ROOT, "create_pretraining_data.py"),
-          f"--input_file={text}", f"--output_file={output}", f"--vocab_file={FLAGS.vocab_file}",
-          "--do_lower_case=True", f"--max_seq_length={FLAGS.max_seq_length}",
-          f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq}", "--masked_lm_prob=0.15",
-          "--random_seed=12345", f"--dupe_factor={FLAGS.dupe_factor}", f"--mode={mode}",
-          f"--num_workers={FLAGS.num_workers}"])
+    for name, args in runs.items():
+      output = os.path.join(work_dir, f"{name}.tfrecord")
+      print(f"[create_pretraining_data_speed] {name} on {input_mb:.2f} MB ...", file=sys.stderr,
+            flush=True)
+      r = run_measured(args + [f"--output_file={output}"])
       if r["exit_code"] == 0:
         r["per_s"] = input_mb / r["wall_s"]
         r["records"] = count_records(output)
         r["output_mb"] = round(os.path.getsize(output) / 1e6, 1)
-        # The larger of the two: RSS is what the original's figure is, PSS what a process tree
-        # really holds; on a busy machine PSS shrinks as other processes share the libraries.
+        # The larger of the two: RSS is the largest process's, PSS what a process tree really
+        # holds; on a busy machine PSS shrinks as other processes share the libraries.
         r["peak_memory_gb"] = max(r["max_process_rss_gb"], r["tree_pss_gb"])
-        r["memory_ratio"] = round(ORIGINAL["peak_rss_gb"] / max(r["peak_memory_gb"], 1e-9), 2)
         os.remove(output)
-      results[mode] = r
+      results[name] = r
   finally:
     if not FLAGS.work_dir:
       shutil.rmtree(work_dir, ignore_errors=True)
 
-  original = {"original": {"per_s": ORIGINAL["input_mb"] / ORIGINAL["seconds"],
-                           "peak_memory_gb": ORIGINAL["peak_rss_gb"]}}
-  targets = {"fast": 20.0, "exact": 5.0}
-  modes = sorted(results, key=lambda m: m != "fast")
+  original = {"original": results["original"]} if "original" in results else None
+  targets = {"fast": 20.0, "exact": 10.0}
+  modes = sorted((m for m in results if m != "original"), key=lambda m: m != "fast")
   figures = [common.figure(f"create_pretraining_data, {mode} mode", "MB/s of text",
                            {mode: results[mode]}, original, "per_s", targets.get(mode))
              for mode in modes]
@@ -214,13 +215,12 @@ def main(argv):
                 "max_predictions_per_seq": FLAGS.max_predictions_per_seq,
                 "masked_lm_prob": 0.15, "num_workers": FLAGS.num_workers,
                 "vocab_file": FLAGS.vocab_file},
-      details={"ours": results, "original": ORIGINAL,
-               "memory": "ours: max_process_rss_gb (largest process, wait4), tree_pss_gb "
-                         "(sampled PSS sum over the process tree), peak_memory_gb (the larger); "
-                         "memory_ratio = the original's peak RSS / peak_memory_gb (above 1: "
-                         "ours uses less)"},
-      peer_name="the original google-research/bert create_pretraining_data.py",
-      peer_source="issue #6 table (the original needs TF1-only APIs absent from TF 2.21)")
+      details={"runs": results,
+               "memory": "max_process_rss_gb (largest process, wait4), tree_pss_gb (sampled PSS "
+                         "sum over the process tree), peak_memory_gb (the larger)"},
+      peer_name="the original google-research/bert create_pretraining_data.py (run_original.py, "
+                "same text and flags, same run)",
+      peer_missing=None if original else "--nooriginal")
 
 
 if __name__ == "__main__":
