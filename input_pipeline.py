@@ -196,6 +196,20 @@ def trim_to_longest(batch, multiple, mask_key="input_mask"):
   return {k: v[..., :length] if v.shape.as_list() == per_token else v for k, v in batch.items()}
 
 
+def length_order(lengths):
+  """The order (indices) that sorts examples by length, stable: written in this order,
+  prediction batches cut to their longest (trim_to_longest) each hold texts of about one length.
+  `unsort` puts the outputs back in input order."""
+  return np.argsort(np.asarray(lengths), kind="stable")
+
+
+def unsort(values, order):
+  """`values` computed in `order` (a permutation of the input) -> the same rows in input order."""
+  restored = np.empty_like(values)
+  restored[order] = values
+  return restored
+
+
 def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,
                      seed=None, shuffle_buffer=1000, drop_remainder=None, value_limits=None,
                      pad_to_longest=False):

@@ -736,13 +736,20 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   label_ids ([1] int64, or float for regression) and is_real_example ([1] int64). The file
   appears under its name only once it is complete.
   """
+  features = (convert_single_example(index, example, label_list, max_seq_length, tokenizer,
+                                     is_regression) for index, example in enumerate(examples))
+  return write_features(features, output_file, is_regression, len(examples))
+
+
+def write_features(features, output_file, is_regression=False, count=None):
+  """Writes InputFeatures (an iterable) as records to a TFRecord file atomically; returns how
+  many (`count`, when known, is only for the progress lines)."""
   label_feature = _float_feature if is_regression else _int64_feature
+  written = 0
   with fileio.atomic_path(output_file) as tmp_file, tf.io.TFRecordWriter(tmp_file) as writer:
-    for index, example in enumerate(examples):
-      if index % 10000 == 0:
-        logging.info("%s: %d of %d examples written", output_file, index, len(examples))
-      feature = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
-                                       is_regression)
+    for feature in features:
+      if written % 10000 == 0:
+        logging.info("%s: %d of %s examples written", output_file, written, count or "the")
       fields = {
           "input_ids": _int64_feature(feature.input_ids),
           "input_mask": _int64_feature(feature.input_mask),
@@ -753,7 +760,8 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
       record = tf.train.Example(features=tf.train.Features(feature=fields))
       # Deterministic: the same examples give the same bytes in every run (map fields included).
       writer.write(record.SerializeToString(deterministic=True))
-  return len(examples)
+      written += 1
+  return written
 
 
 def feature_spec(seq_length, is_regression=False):
@@ -822,14 +830,18 @@ def classifier_losses(is_regression):
   return loss_fn
 
 
-def _padded(examples, batch_size):
-  """Pads with PaddingInputExample to a multiple of the batch size: fixed-shape batches (TPU,
-  XLA) without dropping the last real examples, which the metrics then weight out."""
-  return list(examples) + [PaddingInputExample()] * (-len(examples) % batch_size)
+def _padding(count, batch_size, max_seq_length, is_regression):
+  """The padding examples' features that fill `count` real ones up to a multiple of the batch
+  size: batches of one size (TPU, XLA) without dropping the last real examples, which the
+  metrics then weight out."""
+  feature = convert_single_example(0, PaddingInputExample(), [], max_seq_length, None,
+                                   is_regression)
+  return [feature] * (-count % batch_size)
 
 
-def _predictions(trainer, input_file, batch_size, is_regression):
-  """Runs the model over a feature file; returns (probabilities or scores, is_real_example)."""
+def _predictions(trainer, input_file, batch_size, is_regression, order):
+  """Runs the model over a feature file written in `order` (see main's `records`); returns the
+  probabilities (or scores) of its real examples in input order."""
   input_fn = file_based_input_fn_builder(
       input_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
       is_regression=is_regression,
@@ -839,7 +851,7 @@ def _predictions(trainer, input_file, batch_size, is_regression):
     logits = batch["logits"]
     outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
     real.append(batch["is_real_example"].astype(bool))
-  return np.concatenate(outputs), np.concatenate(real)
+  return input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
 
 
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
@@ -874,7 +886,7 @@ def _label_list(processor, has_checkpoint):
   return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
-def _records_key(processor, split, label_list, vocab_file, padded_to):
+def _records_key(processor, split, label_list, vocab_file, padded_to, order):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   task = {name: FLAGS[name].value for name in ("task_name", "xnli_language", "text_a_column",
                                                "text_b_column", "label_column", "skip_header",
@@ -882,7 +894,8 @@ def _records_key(processor, split, label_list, vocab_file, padded_to):
   return {"script": "run_classifier", "split": split, "task": task,
           "input": fileio.file_signature(processor.split_file(FLAGS.data_dir, split)),
           "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to,
+          "order": order}
 
 
 def main(argv):
@@ -960,14 +973,31 @@ def _main(_):
   if FLAGS.hub_module_handle:
     init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
 
-  def records(name, split, examples, padded_to=None):
+  def records(name, split, examples):
+    """The training records, in input order (the training pipeline shuffles them)."""
     path = os.path.join(out, f"{name}.tf_record")
-    key = _records_key(processor, split, label_list, vocab_file, padded_to)
-    if padded_to:
-      examples = _padded(examples, padded_to)
-    fileio.build_unless_current(path, key, lambda: file_based_convert_examples_to_features(
-        examples, label_list, FLAGS.max_seq_length, tokenizer, path, is_regression))
+    fileio.build_unless_current(
+        path, _records_key(processor, split, label_list, vocab_file, None, "input"),
+        lambda: file_based_convert_examples_to_features(
+            examples, label_list, FLAGS.max_seq_length, tokenizer, path, is_regression))
     return path
+
+  def prediction_records(name, split, examples, padded_to):
+    """Evaluation or prediction records and the order they are written in: by length with
+    dynamic padding (each batch then holds texts of about one length), then padding examples up
+    to a multiple of the batch size. Returns (path, order)."""
+    path = os.path.join(out, f"{name}.tf_record")
+    features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
+                                            tokenizer, is_regression)
+    by_length = training.dynamic_padding_from_flags(strategy)
+    order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
+             else np.arange(len(features)))
+    fileio.build_unless_current(
+        path, _records_key(processor, split, label_list, vocab_file, padded_to,
+                           "length" if by_length else "input"),
+        lambda: write_features([features[i] for i in order] + _padding(
+            len(features), padded_to, FLAGS.max_seq_length, is_regression), path, is_regression))
+    return path, order
 
   if FLAGS.do_train:
     train_file = records("train", "train", train_examples)
@@ -986,9 +1016,8 @@ def _main(_):
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    eval_file = records("eval", "dev", examples, FLAGS.eval_batch_size)
-    outputs, real = _predictions(trainer, eval_file, eval_batch, is_regression)
-    outputs = outputs[real]
+    eval_file, order = prediction_records("eval", "dev", examples, FLAGS.eval_batch_size)
+    outputs = _predictions(trainer, eval_file, eval_batch, is_regression, order)
     labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
                        for e in examples])
     if is_regression:
@@ -1005,14 +1034,15 @@ def _main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    predict_file = records("predict", "test", examples, FLAGS.predict_batch_size)
-    outputs, real = _predictions(trainer, predict_file, predict_batch, is_regression)
+    predict_file, order = prediction_records("predict", "test", examples,
+                                             FLAGS.predict_batch_size)
+    outputs = _predictions(trainer, predict_file, predict_batch, is_regression, order)
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:
-      for row in outputs[real]:
+      for row in outputs:
         values = [row] if is_regression else row
         f.write("\t".join(f"{v:.8g}" for v in values) + "\n")
-    logging.info("Wrote %d predictions to %s", int(real.sum()), output_path)
+    logging.info("Wrote %d predictions to %s", len(outputs), output_path)
 
 
 if __name__ == "__main__":

@@ -376,12 +376,19 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
   # The features are needed in memory to map predictions back to words, records or not.
   features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length, tokenizer)
+  # With dynamic padding the records go by length, so that each batch holds sentences of about
+  # one length; the predictions are put back in input order below.
+  by_length = training.dynamic_padding_from_flags(trainer.strategy)
+  order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
+           else np.arange(len(features)))
   fileio.build_unless_current(
-      record_file, _records_key(split, label_list, vocab_file, global_batch),
-      lambda: write_features(features, FLAGS.max_seq_length, record_file, global_batch))
+      record_file, _records_key(split, label_list, vocab_file, global_batch,
+                                "length" if by_length else "input"),
+      lambda: write_features([features[i] for i in order], FLAGS.max_seq_length, record_file,
+                             global_batch))
   input_fn = file_based_input_fn_builder(
       record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
+      pad_to_longest=by_length)
   predicted, nll, count = [], 0.0, 0.0
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     logits = batch["logits"]
@@ -393,7 +400,8 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
     nll -= float((gold * batch["label_weights"]).sum())
     count += float(batch["label_weights"].sum())
   # Padding records come last, beyond the real features that word_predictions reads.
-  tags = word_predictions(examples, features, np.concatenate(predicted), label_list)
+  predicted = input_pipeline.unsort(np.concatenate(predicted)[:len(features)], order)
+  tags = word_predictions(examples, features, predicted, label_list)
   return tags, nll / max(count, 1.0)
 
 
@@ -403,12 +411,13 @@ _OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results
             "test_predictions.txt", "task.json")
 
 
-def _records_key(split, label_list, vocab_file, padded_to):
+def _records_key(split, label_list, vocab_file, padded_to, order="input"):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   return {"script": "run_ner", "split": split,
           "input": fileio.file_signature(ConllProcessor.split_file(FLAGS.data_dir, split)),
           "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to}
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to,
+          "order": order}
 
 
 def _label_list(has_checkpoint):
