@@ -21,6 +21,9 @@ documents; only the text matters here). Two kinds, chosen with --model_type:
 Outputs are written under temporary names and renamed when complete.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import collections
 import os
 import shutil
@@ -30,7 +33,6 @@ import time
 from absl import flags
 from absl import logging
 
-import fileio
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -49,7 +51,7 @@ def define_flags():
   flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"],
                     "WordPiece vocab.txt or SentencePiece unigram model.")
   flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size, special tokens included.",
-                       lower_bound=len(tokenization.SPECIAL_TOKENS) + 1)
+                       lower_bound=len(tokenization.SPECIAL_TOKENS) + 1, upper_bound=10**7)
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case and strip accents first, as for uncased models.")
   flags.DEFINE_integer("num_unused", 0,
@@ -193,8 +195,18 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
                         max_sentences=0, model_name="spm"):
   """Trains a SentencePiece unigram model; returns the path of `output_dir/spm.model`."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  sentences = (tokenization._preprocess_for_sentencepiece(s, do_lower_case)
-               for s in read_sentences(input_files, max_sentences))
+  failures = []
+
+  def sentences():
+    # SentencePiece wraps an error raised in its input iterator in a RuntimeError of several
+    # lines; keep ours (e.g. invalid UTF-8 naming the file and line) to report as it is.
+    try:
+      for s in read_sentences(input_files, max_sentences):
+        yield tokenization._preprocess_for_sentencepiece(s, do_lower_case)
+    except fileio.InputError as e:
+      failures.append(e)
+      raise
+
   os.makedirs(output_dir, exist_ok=True)
   # Named like fileio's temporaries of the .model file: the next run removes a killed run's.
   staging = tempfile.mkdtemp(prefix=f".{model_name}.model.tmp-{os.getpid()}-", dir=output_dir)
@@ -202,15 +214,17 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
     prefix = os.path.join(staging, model_name)
     try:
       spm.SentencePieceTrainer.train(
-          sentence_iterator=sentences, model_prefix=prefix, vocab_size=vocab_size,
+          sentence_iterator=sentences(), model_prefix=prefix, vocab_size=vocab_size,
           model_type="unigram", pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
           pad_piece="[PAD]", unk_piece="[UNK]", control_symbols=["[CLS]", "[SEP]", "[MASK]"],
           character_coverage=0.99995, hard_vocab_limit=False, minloglevel=2,
           # Text is normalised beforehand, exactly as FullTokenizer does before encoding.
           normalization_rule_name="identity")
     except RuntimeError as e:
+      if failures:
+        raise failures[0] from None
       raise fileio.InputError(f"SentencePiece could not learn from {', '.join(input_files)}: "
-                              f"{e}") from None
+                              f"{_first_line(e)}") from None
     for extension in ("model", "vocab"):
       path = os.path.join(output_dir, f"{model_name}.{extension}")
       with fileio.naming_output(path), fileio.atomic_path(path) as temporary:
@@ -220,6 +234,11 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
   path = os.path.join(output_dir, f"{model_name}.model")
   logging.info("Wrote %s", path)
   return path
+
+
+def _first_line(error):
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
 
 
 def unk_rate(tokenizer, sentences):
@@ -234,7 +253,13 @@ def unk_rate(tokenizer, sentences):
   return unknown / max(words, 1), pieces / max(words, 1)
 
 
-def main(_):
+def main(argv):
+  # A run that fails before writing leaves no new empty --output_dir behind.
+  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
+    _main(argv)
+
+
+def _main(_):
   logging.set_verbosity(logging.INFO)
   for name in ("input_file", "output_dir"):
     if not FLAGS[name].value:

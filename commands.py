@@ -12,13 +12,14 @@ from absl import flags
 import fileio
 
 
-def _run(module_name, define=False, required=()):
+def _run(module_name, define=False, required=(), positional=False):
+  fileio.stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
   module = importlib.import_module(module_name)
   if define:
     module.define_flags()
   for name in required:
     flags.mark_flag_as_required(name)
-  fileio.run_main(module.main)
+  fileio.run_main(module.main, positional=positional)
 
 
 def create_pretraining_data():
@@ -47,7 +48,7 @@ def run_swag():
 
 
 def evaluate_squad():
-  _run("evaluate_squad", define=True)
+  _run("evaluate_squad", define=True, positional=True)
 
 
 def extract_features():

@@ -17,6 +17,9 @@ input; written as bert_config.json (TF1, project) or config.json (HF) and vocab.
 config the tanh GELU is called "gelu", as the original code knows it.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import os
 import shutil
 import tempfile
@@ -26,7 +29,6 @@ from absl import flags
 from absl import logging
 
 import checkpoints
-import fileio
 import modeling
 
 FLAGS = flags.FLAGS
@@ -47,6 +49,9 @@ def define_flags():
   flags.DEFINE_string("bert_config_file", None,
                       "Config of the input; default: bert_config.json / config.json beside it.")
   flags.DEFINE_string("vocab_file", None, "Vocab to copy along; default: vocab.txt beside it.")
+  flags.DEFINE_bool("overwrite", False,
+                    "Replace output files that already exist (another model's checkpoint there "
+                    "is refused without it).")
 
 
 class _Encoder(tf.Module):
@@ -165,7 +170,23 @@ def _check_project_output(directory):
                             "choose a new directory")
 
 
-def convert(input_path, output, output_format, bert_config_file=None, vocab_file=None):
+def _check_existing(files, output_format, output, overwrite):
+  """Output files that exist already belong to another model (or an earlier conversion): refused
+  unless `overwrite`, naming the first. With it, a TF1 prefix's stale `.meta` goes too, so the
+  directory never mixes two models."""
+  existing = [f for f in files if os.path.lexists(f)]
+  if existing and not overwrite:
+    raise fileio.InputError(f"--output={output}: {existing[0]} exists (another model's "
+                            f"checkpoint?); choose a new --output, or pass --overwrite")
+  if overwrite and output_format == "tf1":
+    meta = files[0][:-len(".index")] + ".meta"
+    if os.path.isfile(meta):
+      logging.info("Removing %s: it belongs to the checkpoint being replaced", meta)
+      os.remove(meta)
+
+
+def convert(input_path, output, output_format, bert_config_file=None, vocab_file=None,
+            overwrite=False):
   """Converts `input_path` to `output_format` at `output`; returns the written path."""
   if output_format not in FORMATS:
     raise fileio.InputError(f"--output_format must be one of {', '.join(FORMATS)}")
@@ -173,10 +194,10 @@ def convert(input_path, output, output_format, bert_config_file=None, vocab_file
     raise fileio.InputError("--output is required")
   directory = os.path.dirname(os.path.abspath(output_files(output, output_format, False)[0]))
   with fileio.no_new_empty_directories(directory):
-    return _convert(input_path, output, output_format, bert_config_file, vocab_file)
+    return _convert(input_path, output, output_format, bert_config_file, vocab_file, overwrite)
 
 
-def _convert(input_path, output, output_format, bert_config_file, vocab_file):
+def _convert(input_path, output, output_format, bert_config_file, vocab_file, overwrite):
   kind, _ = checkpoints.resolve_checkpoint(input_path)
   config_path, vocab = find_sidecars(input_path, bert_config_file, vocab_file)
   # Before any work: no output file may be one of the input's (converting in place would drop
@@ -191,6 +212,7 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file):
                                ("vocab_file" if vocab_file else "input", vocab)])
   if output_format == "project":
     _check_project_output(output)
+  _check_existing(output_files(output, output_format, vocab), output_format, output, overwrite)
   config = modeling.BertConfig.from_json_file(config_path)
   model = load_model(input_path, config)
   logging.info("Converting %s (%s) to %s: %s", input_path, kind, output_format, output)
@@ -212,7 +234,7 @@ def main(_):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
   path = convert(FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.bert_config_file,
-                 FLAGS.vocab_file)
+                 FLAGS.vocab_file, FLAGS.overwrite)
   print(f"Wrote {FLAGS.output_format} checkpoint: {path}")
 
 

@@ -21,6 +21,9 @@ a prediction counts as wrong, with one warning for them all, by both versions' r
 script's; the v2.0 script fails on a partial predictions file).
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import collections
 import json
 import math
@@ -31,7 +34,6 @@ import sys
 from absl import flags
 from absl import logging
 
-import fileio
 
 # --- Answer comparison --------------------------------------------------------------------------
 
@@ -390,4 +392,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  fileio.run_main(main)
+  fileio.run_main(main, positional=True)

@@ -31,6 +31,9 @@ An existing --export_dir is replaced only when it holds an earlier SavedModel (-
 it); one that is or holds an input (the checkpoint, config or vocab) is always refused.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import functools
 import os
 import tempfile
@@ -42,7 +45,6 @@ from absl import flags
 from absl import logging
 
 import checkpoints
-import fileio
 import modeling
 import tokenization
 

@@ -11,6 +11,9 @@ The input is read and written in chunks, so memory does not grow with the input 
 appears under --output_file only when the whole input has been processed.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import itertools
 import json
 import os
@@ -21,7 +24,6 @@ import numpy as np
 import tensorflow as tf
 
 import checkpoints
-import fileio
 import input_pipeline
 import modeling
 import tokenization
@@ -177,7 +179,7 @@ def _chunks(iterable, size):
 
 
 def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, batch_size,
-            per_replica_batch_size, pad_to_longest=False):
+            pad_to_longest=False):
   """Streams `input_file` through the model into `writer` (a text file). Returns line count.
   `pad_to_longest` runs each batch only up to its longest line (input_pipeline.trim_to_longest)."""
   count = 0
@@ -186,8 +188,11 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
   for chunk in _chunks(lines, batch_size * _BATCHES_PER_CHUNK):
     features = convert_lines_to_features(chunk, seq_length, tokenizer)
     by_id = {f.unique_id: f for f in features}
+    # No larger than the lines need (a short input under a huge --batch_size).
+    per_replica_batch_size, global_batch = training.prediction_batch_size(
+        batch_size, len(features), trainer.strategy, "batch_size")
     # Zero rows (id -1) fill the last batch: one batch shape, one compiled function.
-    pad = -len(features) % batch_size
+    pad = -len(features) % global_batch
     arrays = {
         "unique_ids": np.array([f.unique_id for f in features] + [-1] * pad, np.int64),
         "input_ids": np.array([f.input_ids for f in features] + [[0] * seq_length] * pad,
@@ -239,7 +244,7 @@ def main(_):
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 
   strategy = training.strategy_from_flags()
-  per_replica = training.per_replica_batch_size(FLAGS.batch_size, strategy, "batch_size")
+  training.per_replica_batch_size(FLAGS.batch_size, strategy, "batch_size")  # checked early
   with strategy.scope():
     model = LayerExtractor(config, layer_indexes, training.compute_dtype_from_flags())
   report = checkpoints.init_from_checkpoint(model, FLAGS.init_checkpoint)
@@ -253,7 +258,7 @@ def main(_):
 
   with fileio.naming_output(FLAGS.output_file), fileio.open_atomic(FLAGS.output_file) as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
-                    FLAGS.max_seq_length, FLAGS.batch_size, per_replica,
+                    FLAGS.max_seq_length, FLAGS.batch_size,
                     pad_to_longest=training.dynamic_padding_from_flags(strategy))
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
 

@@ -16,9 +16,13 @@ import contextlib
 import errno
 import fcntl
 import glob
+import hashlib
+import math
 import os
+import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 
@@ -145,6 +149,8 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
   """
   files, inputs = _flat(files), _flat(inputs)
   directories, replaced = _flat(directories), _flat(replaced_directories)
+  # The stale-temporary sweep before each write never removes one of these (_is_input).
+  _INPUTS.extend(os.path.realpath(path) for _, path in inputs if os.path.lexists(path))
   for flag, path in files:
     for in_flag, in_path in inputs:
       if os.path.exists(in_path) and _same(path, in_path):
@@ -152,6 +158,9 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
                          "refusing to overwrite an input (choose another output path)")
     if os.path.isdir(path):
       raise InputError(f"--{flag}={path} is an existing directory; give a file path")
+    if os.path.exists(path) and not os.path.isfile(path):
+      raise InputError(f"--{flag}={path} exists and is not a regular file (a device, FIFO or "
+                       "socket); refusing to replace it")
     _check_parent(flag, path)
   for i, (flag, path) in enumerate(files):
     for other_flag, other in files[:i]:
@@ -248,6 +257,8 @@ def no_new_empty_directories(*paths):
   finally:
     for path in sorted(set(new), key=len, reverse=True):
       with contextlib.suppress(OSError):
+        if os.listdir(path) == [".lock"]:
+          _release_lock(path)  # the lock this run took on a directory it leaves empty
         os.rmdir(path)  # only an empty one
 
 
@@ -263,18 +274,49 @@ def _umask():
 _UMASK = _umask()
 
 
+_INPUTS = []  # real paths of every input check_outputs was given in this process
+
+# mkstemp / mkdtemp's random part: 8 characters of [a-z0-9_].
+_RANDOM = r"[a-z0-9_]{8}"
+
+
+def _temporary_stem(path):
+  """(directory, the name temporaries of `path` start with, before `.tmp-`): `.NAME`, or for a
+  name too long to take the suffix within the file system's 255 bytes, a shortened name with a
+  digest of the whole one."""
+  directory, base = os.path.split(os.path.abspath(path))
+  if len(os.fsencode(base)) > 200:
+    digest = hashlib.sha1(os.fsencode(base)).hexdigest()[:16]
+    base = os.fsdecode(os.fsencode(base)[:100]).rstrip("\ufffd") + "~" + digest
+  return directory, "." + base
+
+
 def _temporary_prefix(path):
   """Hidden sibling of `path` named after it and this process: `.NAME.tmp-PID-`."""
-  directory, base = os.path.split(os.path.abspath(path))
-  return directory, f".{base}.tmp-{os.getpid()}-"
+  directory, stem = _temporary_stem(path)
+  return directory, f"{stem}.tmp-{os.getpid()}-"
+
+
+def _is_input(path):
+  real = os.path.realpath(path)
+  return any(real == i or i.startswith(real.rstrip(os.sep) + os.sep) for i in _INPUTS)
 
 
 def _remove_stale_temporaries(path):
-  """Removes temporaries of `path` left by processes that no longer run (killed with SIGKILL)."""
-  directory, base = os.path.split(os.path.abspath(path))
-  for stale in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.tmp-*")):
-    pid = os.path.basename(stale)[len(base) + 6:].split("-", 1)[0]
-    if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+  """Removes temporaries of `path` left by processes that no longer run (killed with SIGKILL):
+  exactly the names this module creates (`.NAME.tmp-PID-` and mkstemp's 8 random characters,
+  `.old` for a directory moved aside), of a dead process, owned by this user, and never an input
+  of this run, so that a user's file that merely looks like one survives."""
+  directory, stem = _temporary_stem(path)
+  pattern = re.compile(re.escape(stem) + r"\.tmp-(\d+)-" + _RANDOM + r"(\.old)?")
+  for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(stem) + ".tmp-*")):
+    match = pattern.fullmatch(os.path.basename(stale))
+    if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+      continue
+    try:
+      if os.lstat(stale).st_uid != os.getuid() or _is_input(stale):
+        continue
+    except OSError:
       continue
     remove_path(stale)
 
@@ -391,7 +433,22 @@ def lock_directory(path, flag="output_dir"):
   locked with flock, released by the kernel however the process ends); InputError naming the
   directory when another run holds it. Returns the open lock file (keep a reference)."""
   os.makedirs(path, exist_ok=True)
-  lock = open(os.path.join(path, ".lock"), "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+  lock_path = os.path.join(path, ".lock")
+  # Never through a symlink, and only a plain file of ours with no other name: a .lock planted as
+  # a link to another file (an input) would otherwise be truncated below.
+  try:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+  except OSError as e:
+    if e.errno == errno.ELOOP:
+      raise InputError(f"--{flag}={path}: its .lock is a symbolic link; refusing to use it "
+                       "(remove it)") from None
+    raise
+  status = os.fstat(fd)
+  if not (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
+    os.close(fd)
+    raise InputError(f"--{flag}={path}: its .lock is not a plain file of its own (a hard link "
+                     "or a special file); refusing to use it (remove it)")
+  lock = os.fdopen(fd, "r+", encoding="utf-8")
   try:
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError as e:
@@ -404,24 +461,50 @@ def lock_directory(path, flag="output_dir"):
   lock.truncate()
   lock.write(f"{os.getpid()}\n")
   lock.flush()
-  _LOCKS.append(lock)
+  _LOCKS.append((os.path.realpath(lock_path), lock))
   return lock
 
 
 _LOCKS = []
 
 
+def _release_lock(directory):
+  """Removes the `.lock` this process holds on `directory` (none other)."""
+  path = os.path.realpath(os.path.join(directory, ".lock"))
+  for entry in list(_LOCKS):
+    if entry[0] == path:
+      os.remove(path)
+      entry[1].close()
+      _LOCKS.remove(entry)
+
+
 # --- The scripts' entry point --------------------------------------------------------------------
 
 
-def _parse_flags(argv):
-  """absl's flag parsing, with a bad flag (unknown, unparsable, out of range) as one error line."""
+def _flag_error(message):
+  # absl lists several missing required flags on lines of their own: one line, as promised.
+  print("error: " + "; ".join(str(message).strip().splitlines()), file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv, positional=False):
+  """absl's flag parsing, with a bad flag as one error line: unknown, unparsable, out of range,
+  a float that is not finite (NaN or infinity: no flag of these scripts means it), and, unless
+  the script takes `positional` arguments, a word that is not a flag (`--do_lower_case false`:
+  absl would drop the `false` silently and keep the default)."""
   try:
-    return flags.FLAGS(argv)
+    argv = flags.FLAGS(argv)
   except flags.Error as e:
-    # absl lists several missing required flags on lines of their own: one line, as promised.
-    print("error: " + "; ".join(str(e).strip().splitlines()), file=sys.stderr)
-    sys.exit(2)
+    _flag_error(e)
+  for name in flags.FLAGS:  # names and short names
+    flag = flags.FLAGS[name]
+    if (isinstance(flag.parser, flags.FloatParser) and isinstance(flag.value, float)
+        and not math.isfinite(flag.value)):
+      _flag_error(f"flag --{flag.name}={flag.value}: must be a finite number")
+  if not positional and len(argv) > 1:
+    _flag_error(f"unexpected argument {argv[1]!r}: flags take their value after '=' "
+                f"(e.g. --flag=value, --flag=false)")
+  return argv
 
 
 def _raise_interrupted(signum, frame):
@@ -433,7 +516,43 @@ def _first_line(text):
   return str(text).strip().splitlines()[0] if str(text).strip() else type(text).__name__
 
 
-def run_main(main):
+def _early_signal(signum, frame):
+  del frame
+  name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+  print(f"error: stopped by {name} while starting; nothing was written", file=sys.stderr)
+  os._exit(130 if signum == signal.SIGINT else 143)  # pylint: disable=protected-access
+
+
+def stop_quietly_while_starting():
+  """Until run_main takes over, Ctrl-C or SIGTERM ends the process with one line (exit 130 /
+  143) instead of a KeyboardInterrupt traceback from inside the slow imports (TensorFlow): a
+  script imports this module before them. Nothing has been written then, so nothing to clean."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
+      signal.signal(signum, _early_signal)
+
+
+def _main_is_a_script_here():
+  main = sys.modules.get("__main__")
+  path = getattr(main, "__file__", None)
+  return bool(path) and os.path.dirname(os.path.abspath(path)) == os.path.dirname(
+      os.path.abspath(__file__))
+
+
+if _main_is_a_script_here():
+  stop_quietly_while_starting()
+
+
+def raise_on_stop_signals():
+  """From here on Ctrl-C raises KeyboardInterrupt and SIGTERM `Interrupted`, so `finally`
+  blocks remove temporaries on the way out (handlers a caller set itself are kept)."""
+  if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, _early_signal):
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+  if signal.getsignal(signal.SIGINT) is _early_signal:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_main(main, positional=False):
   """absl's app.run, with errors a user can fix printed as one `error: ...` line.
 
   Exit status 2 for an InputError, a bad flag, or an OS error on a named path (missing, read-only,
@@ -444,8 +563,7 @@ def run_main(main):
   """
 
   def guarded(argv):
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-      signal.signal(signal.SIGTERM, _raise_interrupted)
+    raise_on_stop_signals()
     try:
       return main(argv)
     except ReportedError as e:
@@ -464,7 +582,7 @@ def run_main(main):
         _report(_first_line(e.message), 2, e)
       raise
 
-  app.run(guarded, flags_parser=_parse_flags)
+  app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, positional))
 
 
 def _report(message, status, error=None):

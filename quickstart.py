@@ -29,12 +29,13 @@ import os
 import random
 import re
 import shutil
-import struct
+import signal
 import subprocess
 import sys
 import sysconfig
 import time
-import zlib
+
+import fileio
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MARKER = ".quickstart_output"
@@ -157,11 +158,9 @@ def build_data(data_dir, per_area, seed=12345):
 
 
 def _write_text(path, text):
-  """Temporary name, then rename: a half-written file never appears under its final name."""
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
+  """An exclusive temporary, then rename: a half-written file never appears under its name."""
+  with fileio.open_atomic(path) as f:
     f.write(text)
-  os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +186,20 @@ class Runner:
     with open(log, "w", encoding="utf-8") as f:
       f.write(" ".join(args) + "\n\n")
       f.flush()
-      result = subprocess.run(args, cwd=ROOT, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+      with subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=f,
+                            stderr=subprocess.STDOUT) as result:
+        try:
+          result.wait()
+        except BaseException as e:
+          # Ctrl-C or SIGTERM here: the step gets the same signal, to remove its temporaries
+          # and end its own workers, and is waited for; it is never left running alone.
+          result.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt)
+                             else signal.SIGTERM)
+          try:
+            result.wait(timeout=60)
+          except subprocess.TimeoutExpired:
+            result.kill()
+          raise
     self.timings[step] = time.monotonic() - start
     if result.returncode != 0:
       with open(log, encoding="utf-8") as f:
@@ -204,7 +216,7 @@ def _results(path):
 
 
 # ---------------------------------------------------------------------------------------------
-# TensorBoard scalars and a PNG line plot, with no plotting library.
+# TensorBoard scalars and the loss plot.
 
 
 def read_scalars(log_dir, tag):
@@ -223,127 +235,51 @@ def read_scalars(log_dir, tag):
   return sorted(points.items())
 
 
-# A 5x7 pixel font for the plot's labels: each glyph is 7 rows of 5 bits.
-_GLYPHS = {
-    "0": "01110 10001 10011 10101 11001 10001 01110",
-    "1": "00100 01100 00100 00100 00100 00100 01110",
-    "2": "01110 10001 00001 00010 00100 01000 11111",
-    "3": "11111 00010 00100 00010 00001 10001 01110",
-    "4": "00010 00110 01010 10010 11111 00010 00010",
-    "5": "11111 10000 11110 00001 00001 10001 01110",
-    "6": "00110 01000 10000 11110 10001 10001 01110",
-    "7": "11111 00001 00010 00100 01000 01000 01000",
-    "8": "01110 10001 10001 01110 10001 10001 01110",
-    "9": "01110 10001 10001 01111 00001 00010 01100",
-    ".": "00000 00000 00000 00000 00000 01100 01100",
-    "-": "00000 00000 00000 11111 00000 00000 00000",
-    " ": "00000 00000 00000 00000 00000 00000 00000",
-    "a": "00000 00000 01110 00001 01111 10001 01111",
-    "e": "00000 00000 01110 10001 11111 10000 01110",
-    "f": "00110 01001 01000 11100 01000 01000 01000",
-    "g": "00000 00000 01111 10001 01111 00001 01110",
-    "i": "00100 00000 01100 00100 00100 00100 01110",
-    "l": "01100 00100 00100 00100 00100 00100 01110",
-    "n": "00000 00000 10110 11001 10001 10001 10001",
-    "o": "00000 00000 01110 10001 10001 10001 01110",
-    "p": "00000 00000 11110 10001 11110 10000 10000",
-    "r": "00000 00000 10110 11001 10000 10000 10000",
-    "s": "00000 00000 01110 10000 01110 00001 11110",
-    "t": "01000 01000 11100 01000 01000 01001 00110",
-    "u": "00000 00000 10001 10001 10001 10011 01101",
-}
-
-
-class Canvas:
-  """An RGB image with lines and text, written as a PNG with zlib and struct."""
-
-  def __init__(self, width, height):
-    self.width, self.height = width, height
-    self.pixels = bytearray(b"\xff" * (3 * width * height))
-
-  def dot(self, x, y, color):
-    if 0 <= x < self.width and 0 <= y < self.height:
-      i = 3 * (y * self.width + x)
-      self.pixels[i:i + 3] = bytes(color)
-
-  def line(self, x0, y0, x1, y1, color, width=1):
-    steps = max(abs(x1 - x0), abs(y1 - y0), 1)
-    for i in range(steps + 1):
-      x = round(x0 + (x1 - x0) * i / steps)
-      y = round(y0 + (y1 - y0) * i / steps)
-      for dx in range(width):
-        for dy in range(width):
-          self.dot(x + dx, y + dy, color)
-
-  def text(self, x, y, text, color=(0, 0, 0), scale=2):
-    for k, char in enumerate(text):
-      rows = _GLYPHS.get(char, _GLYPHS[" "]).split()
-      for r, row in enumerate(rows):
-        for c, bit in enumerate(row):
-          if bit == "1":
-            for dx in range(scale):
-              for dy in range(scale):
-                self.dot(x + (6 * k + c) * scale + dx, y + r * scale + dy, color)
-
-  def save(self, path):
-    raw = b"".join(b"\x00" + bytes(self.pixels[3 * self.width * y:3 * self.width * (y + 1)])
-                   for y in range(self.height))
-
-    def chunk(kind, data):
-      return (struct.pack(">I", len(data)) + kind + data
-              + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    png = (b"\x89PNG\r\n\x1a\n"
-           + chunk(b"IHDR", struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-      f.write(png)
-    os.replace(tmp, path)
-
-
-def _label(value):
-  return f"{value:.3g}"
-
-
 def plot_losses(path, panels):
-  """One panel per (title, [(step, value)], color), side by side; axes labelled with the first
-  and last step and the lowest and highest value."""
-  panel_w, height = 420, 320
-  canvas = Canvas(panel_w * len(panels), height)
-  for p, (title, points, color) in enumerate(panels):
-    left, right = p * panel_w + 70, (p + 1) * panel_w - 20
-    top, bottom = 40, height - 40
-    canvas.text(left, 10, title)
-    canvas.line(left, top, left, bottom, (90, 90, 90))
-    canvas.line(left, bottom, right, bottom, (90, 90, 90))
-    if not points:
-      continue
-    steps = [s for s, _ in points]
-    values = [v for _, v in points]
-    lo, hi = min(values), max(values)
-    span_v, span_s = (hi - lo) or 1.0, (steps[-1] - steps[0]) or 1
-    xy = [(left + round((s - steps[0]) / span_s * (right - left)),
-           bottom - round((v - lo) / span_v * (bottom - top))) for s, v in points]
-    for (x0, y0), (x1, y1) in zip(xy, xy[1:]):
-      canvas.line(x0, y0, x1, y1, color, width=2)
-    if len(xy) == 1:
-      canvas.line(xy[0][0] - 2, xy[0][1], xy[0][0] + 2, xy[0][1], color, width=3)
-    canvas.text(p * panel_w + 4, top - 4, _label(hi), scale=1)
-    canvas.text(p * panel_w + 4, bottom - 6, _label(lo), scale=1)
-    canvas.text(left, bottom + 8, str(steps[0]), scale=1)
-    last = str(steps[-1])
-    canvas.text(right - 6 * len(last), bottom + 8, last, scale=1)
-    canvas.text((left + right) // 2 - 12, bottom + 20, "step", scale=1)
-  canvas.save(path)
+  """One panel per (title, [(step, value)], color), side by side, drawn with matplotlib and
+  written atomically as a PNG."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")  # files only: no display needed
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), dpi=100,
+                              squeeze=False)
+  for axis, (title, points, color) in zip(axes[0], panels):
+    axis.set_title(title)
+    axis.set_xlabel("step")
+    axis.grid(alpha=0.3)
+    if points:
+      axis.plot([s for s, _ in points], [v for _, v in points], color=color,
+                marker="o" if len(points) == 1 else None)
+  figure.tight_layout()
+  with fileio.open_atomic(path, "wb") as f:
+    figure.savefig(f, format="png")
+  plt.close(figure)
   return path
 
 
 # ---------------------------------------------------------------------------------------------
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+  """argparse with a bad argument as one `error:` line (exit 2), as the scripts' flags."""
+
+  def error(self, message):
+    self.exit(2, f"error: {message}\n")
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  """Runs the quick start; Ctrl-C or SIGTERM stops it (and its running step) with one line."""
+  fileio.raise_on_stop_signals()
+  try:
+    return _main(argv)
+  except (KeyboardInterrupt, fileio.Interrupted) as e:
+    sigint = isinstance(e, KeyboardInterrupt)
+    print(f"error: stopped by {'SIGINT (Ctrl-C)' if sigint else e}", file=sys.stderr)
+    return 130 if sigint else 143
+
+
+def _main(argv):
+  parser = _ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", default="quickstart_output",
                       help="Where every artefact goes (default: ./quickstart_output).")
   parser.add_argument("--small", action="store_true",
@@ -362,8 +298,7 @@ def main(argv=None):
   if os.path.lexists(out) and not os.path.isdir(out):
     parser.exit(2, f"error: --output_dir={out} exists and is not a directory\n")
   os.makedirs(out, exist_ok=True)
-  with open(marker, "w", encoding="utf-8") as f:
-    f.write("Made by quickstart.py; a rerun replaces its sub-directories.\n")
+  _write_text(marker, "Made by quickstart.py; a rerun replaces its sub-directories.\n")
   paths = {name: os.path.join(out, name) for name in
            ("data", "vocab", "pretraining_data", "pretraining", "classifier", "features",
             "export")}
@@ -453,9 +388,9 @@ def main(argv=None):
 
   plot = plot_losses(os.path.join(out, "losses.png"), [
       ("pre-training loss", read_scalars(os.path.join(paths["pretraining"], "train"), "loss"),
-       (31, 119, 180)),
+       "tab:blue"),
       ("fine-tuning loss", read_scalars(os.path.join(paths["classifier"], "train"), "loss"),
-       (255, 127, 14)),
+       "tab:orange"),
   ])
 
   print("\n=== Quick start summary ===")

@@ -11,6 +11,9 @@ columns or an unknown label is reported with its file and line. A task of your o
 `--task_name=tsv` (or `csv`) with `--text_a_column`, `--text_b_column`, `--label_column`.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import csv
 import glob
 import math
@@ -24,7 +27,6 @@ import tensorflow as tf
 
 import export_model
 import checkpoints
-import fileio
 import input_pipeline
 import metrics
 import modeling
@@ -874,15 +876,20 @@ def _task():
 
 def _label_list(processor, has_checkpoint):
   """The class labels: --labels; else, when training, those of the training file; else those the
-  training run saved in output_dir (task.json), which must agree with the model there."""
+  training run saved in output_dir (task.json), or beside a fine-tuned --init_checkpoint, which
+  must agree with the model there."""
   record = training.task_record(FLAGS.output_dir, _task(), has_checkpoint)
+  init_record = training.init_task_record(FLAGS.init_checkpoint, _task(),
+                                          not FLAGS.do_train and not has_checkpoint)
   if processor.is_regression:
     return []
-  saved = record["labels"] if record else None
+  saved = (record if has_checkpoint and record else init_record or record or {}).get("labels")
   if (saved is not None and FLAGS.labels is None and not FLAGS.do_train
       and isinstance(processor, DelimitedProcessor)):
     processor.set_labels(saved)
   labels = processor.get_labels(FLAGS.data_dir)
+  training.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "labels",
+                              "init_checkpoint")
   return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
@@ -1012,11 +1019,18 @@ def _main(_):
         shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
     training.train_from_flags(trainer, input_fn, train_batch, num_train_steps, init_fn)
   else:
+    if FLAGS.hub_module_handle and not has_checkpoint:
+      raise fileio.InputError(
+          f"--hub_module_handle={FLAGS.hub_module_handle} is an encoder without this task's "
+          f"output layer, and --output_dir={out} holds no fine-tuned model: train first "
+          "(--do_train)")
     trainer.restore_or_initialize(init_fn)
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    eval_file, order = prediction_records("eval", "dev", examples, FLAGS.eval_batch_size)
+    eval_batch, padded_to = training.prediction_batch_size(FLAGS.eval_batch_size, len(examples),
+                                                           strategy, "eval_batch_size")
+    eval_file, order = prediction_records("eval", "dev", examples, padded_to)
     outputs = _predictions(trainer, eval_file, eval_batch, is_regression, order)
     labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
                        for e in examples])
@@ -1034,8 +1048,9 @@ def _main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    predict_file, order = prediction_records("predict", "test", examples,
-                                             FLAGS.predict_batch_size)
+    predict_batch, padded_to = training.prediction_batch_size(
+        FLAGS.predict_batch_size, len(examples), strategy, "predict_batch_size")
+    predict_file, order = prediction_records("predict", "test", examples, padded_to)
     outputs = _predictions(trainer, predict_file, predict_batch, is_regression, order)
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:

@@ -9,6 +9,9 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 `training.py`, scores the dev set at entity level (eval_results.txt) and tags the test set.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import collections
 import glob
 import os
@@ -19,7 +22,6 @@ import numpy as np
 import tensorflow as tf
 
 import checkpoints
-import fileio
 import input_pipeline
 import metrics
 import modeling
@@ -371,11 +373,11 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
   tag per word per sentence, mean cross-entropy over the labelled words)."""
   flag_name = f"{name}_batch_size"
-  global_batch = FLAGS[flag_name].value
-  batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
   # The features are needed in memory to map predictions back to words, records or not.
   features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length, tokenizer)
+  batch_size, global_batch = training.prediction_batch_size(
+      FLAGS[flag_name].value, len(features), trainer.strategy, flag_name)
   # With dynamic padding the records go by length, so that each batch holds sentences of about
   # one length; the predictions are put back in input order below.
   by_length = training.dynamic_padding_from_flags(trainer.strategy)
@@ -422,11 +424,16 @@ def _records_key(split, label_list, vocab_file, padded_to, order="input"):
 
 def _label_list(has_checkpoint):
   """The tags: --labels; else, without training, those the training run saved in output_dir
-  (task.json); else CoNLL-2003's. They must agree with the model in output_dir."""
+  (task.json) or beside a fine-tuned --init_checkpoint; else CoNLL-2003's. They must agree with
+  the model in output_dir and the one given by --init_checkpoint."""
   fileio.check_distinct(FLAGS.labels, "labels", "tag")
   record = training.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
-  saved = record["labels"] if record else None
+  init_record = training.init_task_record(FLAGS.init_checkpoint, "run_ner",
+                                          not FLAGS.do_train and not has_checkpoint)
+  saved = (record if has_checkpoint and record else init_record or record or {}).get("labels")
   labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
+  training.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "tags",
+                              "init_checkpoint")
   return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
 
 
@@ -496,7 +503,7 @@ def _main(_):
         shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
     training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
-    trainer.restore_or_initialize(init_fn)
+    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(data_dir)

@@ -10,6 +10,9 @@ SQuAD 2.0 no-answer threshold). `main` fine-tunes a `BertSpanLabeler` with the s
 with `evaluate_squad.py` when the predict file has answers.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import collections
 import glob
 import json
@@ -23,7 +26,6 @@ import tensorflow as tf
 
 import evaluate_squad
 import checkpoints
-import fileio
 import input_pipeline
 import modeling
 import tokenization
@@ -1012,7 +1014,7 @@ def _validate_flags():
                             "give a number")
 
 
-def _records_key(input_file, vocab_file, is_training):
+def _records_key(input_file, vocab_file, is_training, padded_to=None):
   """What a feature file is made from: reused only when all of it is unchanged."""
   return {"script": "run_squad", "input": fileio.file_signature(input_file),
           "vocab": fileio.file_signature(vocab_file), "is_training": is_training,
@@ -1020,7 +1022,7 @@ def _records_key(input_file, vocab_file, is_training):
                                                   "max_query_length", "version_2_with_negative")},
           # Training questions are shuffled with the seed; prediction records are padded.
           "seed": FLAGS.seed if is_training else None,
-          "padded_to": None if is_training else FLAGS.predict_batch_size}
+          "padded_to": padded_to}
 
 
 def main(argv):
@@ -1042,7 +1044,10 @@ def _main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  training.task_record(out, "run_squad", bool(training.checkpoint_numbers(out)))
+  has_checkpoint = bool(training.checkpoint_numbers(out))
+  training.task_record(out, "run_squad", has_checkpoint)
+  training.init_task_record(FLAGS.init_checkpoint, "run_squad",
+                            not FLAGS.do_train and not has_checkpoint)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)
@@ -1099,7 +1104,7 @@ def _main(_):
                                 drop_remainder=True, seed=FLAGS.seed)
     training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
-    trainer.restore_or_initialize(init_fn)
+    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_predict:
     predict(trainer, tokenizer, int(optimizer.iterations.numpy()), predict_examples)
@@ -1108,27 +1113,28 @@ def _main(_):
 def predict(trainer, tokenizer, global_step, examples):
   """Answers --predict_file (its `examples`) into output_dir; scores the answers when the file
   has gold ones."""
-  batch = training.per_replica_batch_size(FLAGS.predict_batch_size, trainer.strategy,
-                                          "predict_batch_size")
   features = []
   # The windows are needed in memory to map the logits back to text, records or not.
   convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
                                FLAGS.max_query_length, is_training=False,
                                output_fn=features.append)
+  batch, global_batch = training.prediction_batch_size(
+      FLAGS.predict_batch_size, len(features), trainer.strategy, "predict_batch_size")
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
 
   def write_records():
     with FeatureWriter(predict_file, is_training=False) as writer:
       for feature in features:
         writer.process_feature(feature)
-      for _ in range(-len(features) % FLAGS.predict_batch_size):
+      for _ in range(-len(features) % global_batch):
         writer.process_feature(_padding_feature(FLAGS.max_seq_length))
 
   fileio.build_unless_current(predict_file,
-                              _records_key(FLAGS.predict_file, FLAGS.vocab_file, False),
+                              _records_key(FLAGS.predict_file, FLAGS.vocab_file, False,
+                                           global_batch),
                               write_records)
   logging.info("Predicting %d questions (%d windows), batch %d", len(examples), len(features),
-               FLAGS.predict_batch_size)
+               global_batch)
 
   input_fn = input_fn_builder(predict_file, FLAGS.max_seq_length, is_training=False,
                               drop_remainder=True)

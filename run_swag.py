@@ -8,6 +8,9 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 (eval_results.txt) and writes the test set's choice probabilities.
 """
 
+# First, before the slow imports: Ctrl-C while they load ends in one error line.
+import fileio  # pylint: disable=g-bad-import-order
+
 import collections
 import csv
 import glob
@@ -19,7 +22,6 @@ import numpy as np
 import tensorflow as tf
 
 import checkpoints
-import fileio
 import input_pipeline
 import modeling
 import tokenization
@@ -321,8 +323,8 @@ def _probabilities(trainer, examples, name, split, tokenizer):
   """Choice probabilities [len(examples), NUM_CHOICES] of `examples` (of `split`) with
   --{name}_batch_size."""
   flag_name = f"{name}_batch_size"
-  global_batch = FLAGS[flag_name].value
-  batch_size = training.per_replica_batch_size(global_batch, trainer.strategy, flag_name)
+  batch_size, global_batch = training.prediction_batch_size(
+      FLAGS[flag_name].value, len(examples), trainer.strategy, flag_name)
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
   fileio.build_unless_current(
       record_file, _records_key(split, global_batch),
@@ -363,7 +365,10 @@ def _main(_):
               ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", out)])
-  training.task_record(out, "run_swag", bool(training.checkpoint_numbers(out)))
+  has_checkpoint = bool(training.checkpoint_numbers(out))
+  training.task_record(out, "run_swag", has_checkpoint)
+  training.init_task_record(FLAGS.init_checkpoint, "run_swag",
+                            not FLAGS.do_train and not has_checkpoint)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
                                            FLAGS.max_seq_length)

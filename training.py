@@ -434,14 +434,24 @@ class Trainer:
       raise fileio.InputError(error)
     return None
 
-  def restore_or_initialize(self, init_fn=None, for_training=False):
+  def restore_or_initialize(self, init_fn=None, for_training=False, unused=()):
     """The weights to start from: the output_dir's newest intact checkpoint (restored when the
-    Trainer was built), else `init_fn` (e.g. loading --init_checkpoint). Evaluating or predicting
-    (`for_training` False) with neither is an InputError: it would score random weights. Only the
-    first call initialises. Returns the step training starts from."""
+    Trainer was built), else `init_fn` (e.g. loading --init_checkpoint; it returns the loading
+    report). Evaluating or predicting (`for_training` False) with neither, or from a checkpoint
+    without some of the model's variables (a pre-trained model without the task's output layer),
+    is an InputError: it would score random weights. `unused`: name prefixes of variables the
+    outputs do not depend on (the pooler under a span head). Only the first call initialises.
+    Returns the step training starts from."""
     if not self._initialized:
       if init_fn is not None:
-        init_fn()
+        report = init_fn()
+        missing = [n for n in getattr(report, "missing", ()) if not n.startswith(tuple(unused))]
+        if missing and not for_training:
+          raise fileio.InputError(
+              f"nothing to evaluate: the checkpoint {report.source} has no weights for "
+              f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (not trained for "
+              "this task: they would be random); train first (--do_train) or give a "
+              "checkpoint fine-tuned for it")
       elif not for_training:
         where = f"--output_dir={self.manager.directory} holds no checkpoint" if self.manager \
             else "no output_dir with checkpoints was given"
@@ -564,8 +574,7 @@ class Trainer:
     speed = f"{metrics['steps_per_second']:.2f} steps/s"
     if "examples_per_second" in metrics:
       speed += f" {metrics['examples_per_second']:.1f} examples/s"
-    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed,
-                 time.strftime("%H:%M:%S", time.gmtime(eta)) if np.isfinite(eta) else "?",
+    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed, _duration(eta),
                  f" | {skipped} non-finite steps skipped" if skipped else "")
 
   # --- evaluation and prediction ------------------------------------------------------------
@@ -617,6 +626,14 @@ class Trainer:
              for k, v in outputs.items()}
 
 
+def _duration(seconds):
+  """H:MM:SS (hours beyond 24 included), or "?" when unknown or beyond a century."""
+  if not np.isfinite(seconds) or seconds > 100 * 365 * 86400:
+    return "?"
+  minutes, secs = divmod(int(seconds), 60)
+  return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
 def write_eval_results(path, metrics):
   """The original's eval_results.txt: `key = value` lines, sorted by key."""
   with fileio.open_atomic(path) as f:
@@ -647,6 +664,9 @@ def bert_config_from_flags(bert_config_file, init_checkpoint, max_seq_length):
   return config
 
 
+MAX_STEPS = 10**9  # more optimizer steps than any run could take is a typo, not a plan
+
+
 def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_proportion):
   """(num_train_steps, num_warmup_steps) as the original computes them."""
   num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
@@ -654,7 +674,24 @@ def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_p
     raise fileio.InputError(
         f"{num_examples} training examples at --train_batch_size={train_batch_size} for "
         f"--num_train_epochs={num_train_epochs} make no training step")
+  if num_train_steps > MAX_STEPS:
+    raise fileio.InputError(
+        f"--num_train_epochs={num_train_epochs} makes {num_train_steps:.3g} training steps "
+        f"(more than {MAX_STEPS:.0e})")
   return num_train_steps, int(num_train_steps * warmup_proportion)
+
+
+def prediction_batch_size(global_batch_size, num_examples, strategy, flag_name):
+  """The per-replica batch of an evaluation or prediction over `num_examples`: --flag_name, but
+  no larger than the examples need (a batch is filled up with padding examples, so a batch size
+  far above the data would spend its time on padding)."""
+  replicas = strategy.num_replicas_in_sync
+  needed = max(1, -(-num_examples // replicas)) * replicas
+  if global_batch_size > needed:
+    logging.info("--%s=%d is more than the %d examples need; using %d", flag_name,
+                 global_batch_size, num_examples, needed)
+    return per_replica_batch_size(needed, strategy, flag_name), needed
+  return per_replica_batch_size(global_batch_size, strategy, flag_name), global_batch_size
 
 
 def fine_tuning_shuffle_buffer(num_examples, limit=100_000):
@@ -725,16 +762,34 @@ def task_record(directory, task, has_checkpoint, flag="output_dir"):
   return record
 
 
-def check_labels_match(labels, record, has_checkpoint, output_dir, what="labels"):
-  """InputError when `labels` differ from those the model in `output_dir` was trained with
-  (its task record): class i would silently mean another label. Returns `labels`."""
+def check_labels_match(labels, record, has_checkpoint, output_dir, what="labels",
+                       flag="output_dir"):
+  """InputError when `labels` differ from those the model in `output_dir` (given by --`flag`)
+  was trained with (its task record): class i would silently mean another label. Returns
+  `labels`."""
   saved = record["labels"] if record else None
   if saved is not None and has_checkpoint and saved != labels:
     raise fileio.InputError(
         f"the {what} {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--output_dir={output_dir} was trained with (task.json); give "
-        f"--labels={','.join(saved)} or another --output_dir")
+        f"--{flag}={output_dir} was trained with (task.json); give "
+        f"--labels={','.join(saved)} or another --{flag}")
   return labels
+
+
+def init_task_record(init_checkpoint, task, evaluating_only):
+  """The task record (task.json) beside --init_checkpoint when it is a model fine-tuned by one of
+  these scripts, or None. Only evaluating or predicting with it (`evaluating_only`) needs it to be
+  this task's: starting training from another task's model is a choice; scoring this task with
+  another task's output layer is an InputError."""
+  if not init_checkpoint:
+    return None
+  directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
+      os.path.abspath(init_checkpoint))
+  record = task_record(directory, task, has_checkpoint=False, flag="init_checkpoint")
+  if record and evaluating_only and record["task"] != task:
+    raise fileio.InputError(f"--init_checkpoint={init_checkpoint} holds the model of another "
+                            f"task ({record['task']}, not {task})")
+  return record if record and record["task"] == task else None
 
 
 def write_task_record(directory, task, labels=None):

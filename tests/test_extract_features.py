@@ -200,7 +200,7 @@ def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
     monkeypatch.setattr(ef, "_BATCHES_PER_CHUNK", batches_per_chunk)
     path = tmp_path / f"out{batches_per_chunk}.jsonl"
     with open(path, "w", encoding="utf-8") as writer:
-      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, 16, 2, 2) == 5
+      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, 16, 2) == 5
     outputs[batches_per_chunk] = path.read_text(encoding="utf-8")
   assert chunk_sizes == [2, 2, 1, 5]
   assert outputs[1] == outputs[64]

@@ -6,10 +6,10 @@ Needs no ../shared and no download, as on a fresh machine: the test runs the rea
 
 import json
 import os
-import struct
+import signal
 import subprocess
 import sys
-import zlib
+import time
 
 import pytest
 import tensorflow as tf
@@ -19,24 +19,12 @@ import quickstart
 import tokenization
 
 
-def _png_size_and_pixels(path):
+def _png_pixels(path):
+  """The PNG's pixels [height, width, channels] (matplotlib reads it: a valid PNG)."""
+  from matplotlib import image  # pylint: disable=g-import-not-at-top
   with open(path, "rb") as f:
-    data = f.read()
-  assert data[:8] == b"\x89PNG\r\n\x1a\n"
-  chunks, offset = {}, 8
-  while offset < len(data):
-    (length,) = struct.unpack(">I", data[offset:offset + 4])
-    kind = data[offset + 4:offset + 8]
-    body = data[offset + 8:offset + 8 + length]
-    (crc,) = struct.unpack(">I", data[offset + 8 + length:offset + 12 + length])
-    assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc
-    chunks[kind] = chunks.get(kind, b"") + body
-    offset += 12 + length
-  width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-  assert (depth, color) == (8, 2)
-  raw = zlib.decompress(chunks[b"IDAT"])
-  assert len(raw) == height * (1 + 3 * width)
-  return width, height, raw
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  return image.imread(path)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +91,9 @@ def test_loss_plot_and_tensorboard_logs(run):
   assert pretraining[-1][0] == quickstart.SETTINGS["small"]["pretrain_steps"]
   # Untrained, the masked-LM loss alone is about ln(vocab size); it falls during pre-training.
   assert pretraining[-1][1] < pretraining[0][1]
-  width, height, raw = _png_size_and_pixels(out / "losses.png")
-  assert (width, height) == (840, 320)
-  colors = {raw[i:i + 3] for i in range(0, len(raw) - 3, 3)}
+  pixels = _png_pixels(out / "losses.png")
+  assert pixels.shape[:2] == (320, 840)
+  colors = {tuple(p) for p in pixels.reshape(-1, pixels.shape[-1])[::7].round(2)}
   assert len(colors) > 3  # Not a blank image: axes, text and both curves are drawn.
 
 
@@ -119,14 +107,17 @@ def test_docstring_sentences_leave_code_out(tmp_path):
       "Return the value of the thing, or None when missing."]
 
 
-def test_canvas_writes_a_valid_png(tmp_path):
-  canvas = quickstart.Canvas(30, 20)
-  canvas.line(0, 0, 29, 19, (255, 0, 0))
-  canvas.text(1, 1, "0.5", scale=1)
-  canvas.save(str(tmp_path / "x.png"))
-  width, height, raw = _png_size_and_pixels(tmp_path / "x.png")
-  assert (width, height) == (30, 20)
-  assert raw[1:4] == b"\xff\x00\x00"  # The line's first pixel.
+def test_loss_plot_draws_each_panel_in_its_color(tmp_path):
+  path = str(tmp_path / "x.png")
+  assert quickstart.plot_losses(path, [("a", [(0, 2.0), (10, 1.0)], "tab:blue"),
+                                       ("b", [(5, 0.5)], "tab:orange")]) == path
+  pixels = _png_pixels(path)[..., :3]
+  assert pixels.shape[:2] == (320, 840)
+  assert not [p for p in os.listdir(tmp_path) if p != "x.png"]  # no temporary left
+  left, right = pixels[:, :420], pixels[:, 420:]
+  blue, orange = (0.12, 0.47, 0.71), (1.0, 0.5, 0.05)  # tab:blue, tab:orange
+  near = lambda part, rgb: (abs(part - rgb).max(axis=-1) < 0.05).sum()
+  assert near(left, blue) > 50 and near(right, orange) > 10 and near(left, orange) == 0
 
 
 def test_pip_install_gives_the_console_commands(tmp_path):
@@ -185,3 +176,28 @@ def test_refuses_to_clear_a_directory_it_did_not_make(tmp_path):
   assert "Traceback" not in result.stderr
   assert (tmp_path / "data" / "thesis.txt").read_text() == "years of work"
   assert sorted(os.listdir(tmp_path)) == ["data", "vocab"]
+
+
+def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
+  """`--bogus`: one error line, exit 2. SIGTERM while a step runs: the step gets it too (no
+  orphan left running), one error line, exit 143."""
+  result = subprocess.run([sys.executable, "quickstart.py", "--bogus"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == ["error: unrecognized arguments: --bogus"]
+  out = tmp_path / "qs"
+  proc = subprocess.Popen([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  log = out / "logs" / "vocab.log"
+  for _ in range(600):  # the first step has started once its log exists
+    if log.exists():
+      break
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 143, err[-2000:]
+  assert err.strip().splitlines()[-1] == "error: stopped by SIGTERM"
+  assert "Traceback" not in err
+  children = subprocess.run(["pgrep", "-f", f"output_dir={out}/vocab"], capture_output=True,
+                            text=True)
+  assert not children.stdout.strip(), children.stdout

@@ -68,6 +68,8 @@ def _hashes(*tops):
     for path in paths:
       if os.path.islink(path):
         found[path] = "-> " + os.readlink(path)
+      elif not os.path.isfile(path):  # a FIFO or device: opening it could block
+        found[path] = f"special {os.stat(path).st_mode:o}"
       else:
         with open(path, "rb") as f:
           found[path] = hashlib.sha256(f.read()).hexdigest()
@@ -153,6 +155,55 @@ def test_an_output_naming_an_input_is_refused_before_any_work(tmp_path):
        "is the input given by --init_checkpoint"),
   ]
   _check_failures(cases, [str(tmp_path), SQUAD_V1])
+
+
+def test_what_is_not_ours_beside_an_output_is_never_removed_or_replaced(tmp_path):
+  """Files named like a dead run's temporary (`.NAME.tmp-PID-...`) that this program did not make
+  (an input, a user's directory) survive a run; a real leftover of a SIGKILLed run (exactly the
+  name pattern, of a process that is gone) is removed; a device or FIFO named as the output is
+  refused untouched; an output name near the file system's 255-byte limit still works."""
+  text = tmp_path / "text.txt"
+  shutil.copy(SAMPLE_TEXT, text)
+  looks_stale = tmp_path / ".out.tfrecord.tmp-999999-corpus"
+  shutil.copy(SAMPLE_TEXT, looks_stale)
+  user_dir = tmp_path / ".out.tfrecord.tmp-999998-mydir"
+  user_dir.mkdir()
+  (user_dir / "notes.txt").write_text("mine\n")
+  input_lookalike = tmp_path / ".out.tfrecord.tmp-999997-abcdefgh"  # our pattern, but an input
+  shutil.copy(SAMPLE_TEXT, input_lookalike)
+  leftover = tmp_path / ".out.tfrecord.tmp-999996-k1l2m3n4"  # a killed run's, by every sign
+  leftover.write_bytes(b"partial")
+  fifo = tmp_path / "fifo"
+  os.mkfifo(fifo)
+  long_name = tmp_path / ("a" * 245 + ".tf")
+  before = _hashes(str(tmp_path))
+  results = _run_all([_cpd(f"{looks_stale},{input_lookalike},{text}", tmp_path / "out.tfrecord"),
+                      _cpd(text, fifo), _cpd(text, long_name)])
+  assert results[0].returncode == 0, results[0].stderr[-2000:]
+  assert "exists and is not a regular file" in _error_line(results[1])
+  assert results[2].returncode == 0, results[2].stderr[-2000:]
+  after = _hashes(str(tmp_path))
+  for path in (looks_stale, user_dir / "notes.txt", input_lookalike, text):
+    assert after[str(path)] == before[str(path)], path
+  assert not leftover.exists()
+  assert os.path.exists(fifo) and not os.path.isfile(fifo)
+  assert long_name.is_file() and (tmp_path / "out.tfrecord").is_file()
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+      [looks_stale.name, user_dir.name, input_lookalike.name, "text.txt", "fifo",
+       long_name.name, "out.tfrecord"])
+
+
+@pytest.mark.parametrize("script", ["extract_features.py", "run_classifier.py"])
+def test_ctrl_c_while_the_script_starts_is_one_line(script):
+  """Ctrl-C during the imports (TensorFlow's take seconds): one error line and 130, not a
+  KeyboardInterrupt traceback."""
+  proc = _start([script, "--help"], preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                     signal.SIG_DFL))
+  time.sleep(0.8)
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=60)
+  line = _error_line(subprocess.CompletedProcess(script, proc.returncode, out, err), 130)
+  assert line == "error: stopped by SIGINT (Ctrl-C) while starting; nothing was written"
 
 
 # --- Class 4: interruption of fast mode's worker processes --------------------------------------
@@ -252,7 +303,13 @@ def test_bad_numeric_flags_are_one_error_line_before_any_work(tmp_path):
                                        "--max_seq_length=32"),
       ("--masked_lm_prob=0", "--masked_lm_prob=0.0 must be in (0, 1]"),
       ("--masked_lm_prob=1.5", "flag --masked_lm_prob=1.5"),
-      ("--masked_lm_prob=nan", "--masked_lm_prob=nan must be in (0, 1]"),
+      ("--masked_lm_prob=nan", "flag --masked_lm_prob=nan: must be a finite number"),
+      ("--short_seq_prob=inf", "flag --short_seq_prob=inf"),
+      ("--progress_seconds=inf", "flag --progress_seconds=inf: must be a finite number"),
+      # A value after a space is not the flag's: absl would keep the default silently.
+      ("--do_lower_case false".split()[1], "unexpected argument 'false': flags take their value"),
+      (f"--output_file={tmp_path}/{{shard[0]}}.tfrecord", "a pattern may only use the fields"),
+      (f"--output_file={tmp_path}/{{shard.x}}.tfrecord", "a pattern may only use the fields"),
       ("--short_seq_prob=-0.1", "flag --short_seq_prob=-0.1"),
       ("--num_workers=-1", "flag --num_workers=-1"),
       ("--chunk_documents=0", "flag --chunk_documents=0"),
@@ -267,8 +324,10 @@ def test_bad_numeric_flags_are_one_error_line_before_any_work(tmp_path):
       (vocab + ["--num_unused=-1"], "flag --num_unused=-1"),
       (vocab + ["--max_unique_chars=0"], "flag --max_unique_chars=0"),
       (vocab + ["--max_sentences=-1"], "flag --max_sentences=-1"),
+      (vocab + ["--model_type=sentencepiece", "--vocab_size=3000000000"],
+       "flag --vocab_size=3000000000"),
       (["evaluate_squad.py", SQUAD_V2, str(text), "--na-prob-thresh=nan"],
-       "--na_prob_thresh=nan is not a number"),
+       "flag --na_prob_thresh=nan: must be a finite number"),
       (["evaluate_squad.py", SQUAD_V2, str(text), "--na-prob-thresh=high"],
        "flag --na_prob_thresh=high"),
       # extract_features: an empty features file must not come out silently.

@@ -122,6 +122,22 @@ def _tiny(*extra):
           "--num_train_epochs=1", *extra]
 
 
+def _with_head(directory, script):
+  """The tiny checkpoint's encoder with a (random) output layer of `script`'s task, as a TF1
+  checkpoint with its config and vocab beside it: evaluating needs a model that has the task's
+  output layer (from the pre-trained encoder alone the scripts refuse)."""
+  import checkpoints  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  config = modeling.BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
+  model = {"run_ner.py": lambda: modeling.BertTokenClassifier(config, 9),
+           "run_swag.py": lambda: modeling.BertMultipleChoice(config),
+           "run_squad.py": lambda: modeling.BertSpanLabeler(config)}[script]()
+  checkpoints.init_from_checkpoint(model, TINY_CKPT)
+  prefix = os.path.join(directory, "bert_model.ckpt")
+  checkpoints.export_tf1_checkpoint(model, prefix, config, TINY_VOCAB)
+  return prefix
+
+
 def _squad_args(*extra):
   return _tiny("--max_query_length=4", "--doc_stride=4", *extra)
 
@@ -277,6 +293,10 @@ def test_bad_flag_values_and_configs_are_one_error_line(tmp_path):
        "--max_seq_length=16 must be greater than --max_query_length=13 + 3"),
       (squad_predict + _squad_args("--null_score_diff_threshold=nan"),
        "--null_score_diff_threshold=nan"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train",
+                                    "--num_train_epochs=1e30")],
+       "--num_train_epochs=1e+30 makes 1e+30 training steps (more than 1e+09)"),
       (squad_predict + _squad_args(f"--bert_config_file={one_segment}"),
        f"{one_segment}: type_vocab_size=1, but SQuAD windows are pairs"),
       (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
@@ -394,6 +414,52 @@ def test_evaluating_with_no_checkpoint_anywhere_is_an_error(tmp_path):
     assert not os.path.exists(out) or not set(os.listdir(out)) - {".lock"}, os.listdir(out)
 
 
+def test_a_checkpoint_without_the_task_head_or_with_other_labels_is_not_evaluated(tmp_path):
+  """Evaluating from a pre-trained checkpoint (no output layer for the task) would score random
+  weights; evaluating from a fine-tuned --init_checkpoint with its labels in another order would
+  swap the classes silently; another task's fine-tuned model is refused. Each is one line, and
+  nothing is written."""
+  mrpc = _glue(tmp_path, "MRPC", rows=5)
+  conll = _conll(tmp_path)
+  squad = _squad(tmp_path / "dev.json")
+  columns = ["--task_name=tsv", f"--data_dir={mrpc}", "--text_a_column=#1 String",
+             "--text_b_column=#2 String", "--label_column=Quality",
+             f"--bert_config_file={TINY}/bert_config.json"]
+  trained = tmp_path / "trained"
+  _ok("run_classifier.py", *_tiny(*columns, "--labels=0,1", f"--output_dir={trained}",
+                                  "--do_train"))
+  before = _hashes(tmp_path)
+  out = tmp_path / "out"
+  cases = [
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}", "--do_eval")],
+       f"the checkpoint {TINY_CKPT} has no weights for output_bias, output_weights (not trained "
+       "for this task"),
+      (["run_ner.py", *_tiny(f"--data_dir={conll}", "--do_predict")], "has no weights for "),
+      (["run_squad.py", *_squad_args(f"--predict_file={squad}", "--do_predict")],
+       "has no weights for cls/squad/"),
+      (["run_classifier.py", *_tiny(*columns, "--labels=1,0", f"--init_checkpoint={trained}",
+                                    "--do_eval")],
+       f"the labels 1,0 differ from 0,1, those the model in --init_checkpoint={trained} was "
+       "trained with"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--init_checkpoint={trained}", "--do_eval",
+                                    f"--bert_config_file={TINY}/bert_config.json")],
+       f"--init_checkpoint={trained} holds the model of another task (run_classifier "
+       "--task_name=tsv, not run_classifier --task_name=mrpc)"),
+  ]
+  results = concurrently([functools.partial(_run, *args, f"--output_dir={out}{i}")
+                          for i, (args, _) in enumerate(cases)])
+  for (_, message), result in zip(cases, results):
+    line = _error_line(result)
+    assert message in line, (message, line)
+  assert _hashes(tmp_path) == before
+  # The labels it was trained with evaluate; a batch size far above the 4 dev pairs is cut to
+  # what they need (instead of padding 10^8 examples).
+  _ok("run_classifier.py", *_tiny(*columns, f"--init_checkpoint={trained}", "--do_eval",
+                                  "--eval_batch_size=100000000", f"--output_dir={out}ok"))
+  assert "eval_examples = 4" in (tmp_path / "outok" / "eval_results.txt").read_text()
+
+
 # --- class 8: records byte-identical across processes -------------------------------------------
 
 
@@ -413,6 +479,8 @@ def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
   before = _hashes(tmp_path)
   for script, args in runs:
     outs = [tmp_path / f"{script}-{seed}" for seed in ("1", "2")]
+    if "--do_train" not in args:
+      args = [*args, f"--init_checkpoint={_with_head(tmp_path / f'{script}-model', script)}"]
     concurrently([functools.partial(_ok, script, *_tiny(*args, f"--output_dir={out}"),
                                     env=dict(ENV, PYTHONHASHSEED=out.name[-1])) for out in outs])
     records = [{name: (out / name).read_bytes() for name in os.listdir(out)

@@ -253,6 +253,23 @@ def test_convert_refuses_to_write_over_its_input(tmp_path):
     _no_staging(directory)
 
 
+def test_convert_refuses_another_models_checkpoint_unless_overwrite(tmp_path):
+  """A TF1 checkpoint directory of another model (the tiny one) as --output: refused untouched;
+  with --overwrite, replaced whole (its stale .meta, which would describe the other model, goes)."""
+  other = _copy(TINY, tmp_path / "other")
+  args = ["convert_checkpoint.py", f"--input={minilm_dir()}", f"--output={other}",
+          "--output_format=tf1"]
+  before = _snapshot(other)
+  line = _error_line(_run_all([args])[0])
+  assert f"{other}/bert_model.ckpt.index exists (another model's checkpoint?)" in line, line
+  assert _snapshot(other) == before
+  _ok(args + ["--overwrite"])
+  assert not (other / "bert_model.ckpt.meta").exists()
+  with open(other / "bert_config.json", encoding="utf-8") as f:
+    assert json.load(f)["hidden_size"] == 384  # MiniLM's now, not the tiny model's
+  _no_staging(other)
+
+
 # --- export_model interrupted or on a full disk ---------------------------------------------------
 
 

@@ -235,11 +235,32 @@ def test_bad_numeric_flags_and_output_dirs_are_one_error_line(setup, tmp_path):
       (_pretraining_args(config_dir, records, a_file),
        f"--output_dir={a_file} exists and is not a directory"),
       (["run_classifier.py", "--warmup_proportion=1.5"], "flag --warmup_proportion=1.5"),
+      (_pretraining_args(config_dir, records, out, "--learning_rate=inf"),
+       "flag --learning_rate=inf: must be a finite number"),
+      (_pretraining_args(config_dir, records, out, "--num_train_steps=9223372036854775807"),
+       "flag --num_train_steps=9223372036854775807"),
   ]
   for args, message in cases:
     line = _error_line(_run(args))
     assert message in line, (message, line)
   assert not out.exists() and a_file.read_text() == "not a directory\n"
+
+
+def test_a_planted_lock_is_never_followed(setup, tmp_path):
+  """A `.lock` in --output_dir that is a symbolic or hard link to another file (here the run's own
+  records) is refused: the lock file is truncated when taken, and must only ever be our own."""
+  config_dir, records, _ = setup
+  victim = tmp_path / "records.tfrecord"
+  shutil.copy(records, victim)
+  before = victim.read_bytes()
+  for kind in ("symbolic", "hard"):
+    out = tmp_path / f"out_{kind}"
+    out.mkdir()
+    (os.symlink if kind == "symbolic" else os.link)(victim, out / ".lock")
+    line = _error_line(_run(_pretraining_args(config_dir, str(victim), out)))
+    assert f"--output_dir={out}: its .lock is" in line, line
+    assert victim.read_bytes() == before
+    assert sorted(os.listdir(out)) == [".lock"]
 
 
 def test_a_failed_save_leaves_no_partial_checkpoint(setup, tmp_path):

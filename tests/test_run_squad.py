@@ -361,12 +361,13 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
   the two padding windows must not produce answers."""
   config = tmp_path / "bert_config.json"
   config.write_text(TINY_CONFIG, encoding="utf-8")
-  # Predicting needs weights to predict with: a randomly initialised encoder's, saved first.
+  # Predicting needs weights to predict with, the span head's included: a randomly initialised
+  # model's, saved first.
   import checkpoints  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   encoder = tmp_path / "random" / "bert_model.ckpt"
   checkpoints.export_tf1_checkpoint(
-      modeling.BertModel(modeling.BertConfig.from_json_file(str(config))), str(encoder))
+      modeling.BertSpanLabeler(modeling.BertConfig.from_json_file(str(config))), str(encoder))
   with open(V2_DEV, encoding="utf-8") as f:
     dataset = json.load(f)
   dataset["data"][0]["paragraphs"] = dataset["data"][0]["paragraphs"][:3]
