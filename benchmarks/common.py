@@ -17,6 +17,7 @@ a `peer_missing` note with the install command.
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import platform
 import statistics
@@ -436,13 +437,15 @@ def _utilisation(results, flops_per_item, peak):
         r["mfu"] = round(r["per_s"] * flops_per_item / 1e9 / peak, 4)
 
 
-def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modules, unit="seq/s"):
+def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modules, unit="seq/s",
+                        geometric_head=None):
   """main() of the model benchmarks (pre-training step, encode, fine-tuning).
 
   `sides`: {"ours": fn(variant), "peer": fn(variant)}, each returning {"per_s", ...}.
   `groups`: [{"name", "prefix", "flops", "target_ratio"}]: a figure each (a task of fine-tuning),
   measured for every --variants / --peer_variants as variant `prefix + variant`. In a --side child
-  this runs the one measurement asked for and returns.
+  this runs the one measurement asked for and returns. With `geometric_head` (a name, and the
+  target ratio), the first figure is the geometric mean over the groups of ours / peer.
   """
   import matmul_peak  # pylint: disable=g-import-not-at-top
   sides = dict(sides, peak_ours=matmul_peak.tf_peaks, peak_peer=matmul_peak.peer_peaks)
@@ -473,6 +476,16 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
       if mine:
         figures.append(figure(f"{group['name']}, {precision}", unit, mine, theirs, "per_s"))
     details[group["name"]] = {"ours": ours, "peer": peer}
+  if geometric_head:
+    name, target = geometric_head
+    heads = [f for f in figures if f["name"] in {g["name"] for g in groups}]
+    ratios = [f["ratio"] for f in heads if f["ratio"]]
+    mean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    figures.insert(0, {"name": name, "unit": "ratio", "ours": None, "ours_variant": None,
+                       "peer": None, "peer_variant": None,
+                       "ratio": _round(mean(ratios)) if len(ratios) == len(heads) else None,
+                       "target_ratio": target,
+                       "per_group": {f["name"]: f["ratio"] for f in heads}})
   settings = dict(settings, variants=FLAGS.variants, peer_variants=FLAGS.peer_variants,
                   warmup_calls=FLAGS.warmup, repeats=FLAGS.repeats,
                   figure="median of the timed calls",
