@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 import fileio
+import modeling
 
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -330,3 +331,69 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
                      f"another model ({problems[0]}): another task or number of labels? Choose "
                      f"another --{flag}")
   return module
+
+
+# --- Encoders exported by export_model.py (--hub_module_handle) ---------------------------------
+
+
+def load_tokenization_info(handle):
+  """(vocab file path, do_lower_case) of an exported SavedModel (as TF Hub BERT models carry)."""
+  loaded = tf.saved_model.load(handle)
+  if not hasattr(loaded, "vocab_file") or not hasattr(loaded, "do_lower_case"):
+    raise fileio.InputError(f"{handle}: the SavedModel has no vocab_file / do_lower_case")
+  return loaded.vocab_file.asset_path.numpy().decode("utf-8"), bool(loaded.do_lower_case.numpy())
+
+
+def encoder_config(handle):
+  """The BertConfig of an exported encoder SavedModel (its bert_config.json asset)."""
+  path = os.path.join(handle, "assets", "bert_config.json")
+  if not os.path.exists(path):
+    raise fileio.InputError(f"{handle}: not an encoder exported by export_model.py (no "
+                            "assets/bert_config.json)")
+  return modeling.BertConfig.from_json_file(path)
+
+
+def load_encoder_weights(bert, handle):
+  """Copies an exported encoder SavedModel's weights into `bert` (a modeling.BertModel).
+
+  The exported variables keep their checkpoint names (bert/encoder/layer_0/...), so this is a
+  copy by name; a SavedModel lacking any of `bert`'s variables is an error naming them.
+  """
+  if not os.path.isdir(handle):
+    raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
+  loaded = tf.saved_model.load(handle)
+  source = {variable_name(v): v for v in (getattr(loaded, "variables", None) or [])}
+  targets = variables_by_name(bert)
+  missing = sorted(n for n in targets if n not in source)
+  if missing:
+    raise fileio.InputError(f"{handle} lacks the encoder variables {', '.join(missing[:5])}"
+                            f"{' ...' if len(missing) > 5 else ''}")
+  for name, variable in targets.items():
+    value = source[name]
+    if tuple(value.shape) != tuple(variable.shape):
+      raise fileio.InputError(f"{handle}: {name} has shape {value.shape.as_list()}, the model "
+                              f"{variable.shape.as_list()}")
+    variable.assign(value)
+  logging.info("Initialised %d encoder variables from %s", len(targets), handle)
+
+
+def fine_tuning_setup(handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
+                      max_seq_length):
+  """For a fine-tuning script's --hub_module_handle: (config, vocab file) from the SavedModel.
+
+  As the original's run_classifier_with_tfhub.py, the vocab and casing come with the module:
+  --vocab_file defaults to its vocab, and a --do_lower_case that contradicts its casing is an
+  error (the casing the encoder was trained with is the only right one).
+  """
+  if init_checkpoint:
+    raise fileio.InputError("give --init_checkpoint or --hub_module_handle, not both")
+  module_vocab, module_lower = load_tokenization_info(handle)
+  if module_lower != do_lower_case:
+    raise fileio.InputError(f"--do_lower_case={do_lower_case} does not match the casing of "
+                            f"--hub_module_handle={handle} (do_lower_case={module_lower})")
+  config = (modeling.BertConfig.from_json_file(bert_config_file) if bert_config_file
+            else encoder_config(handle))
+  if max_seq_length > config.max_position_embeddings:
+    raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings"
+                            f"={config.max_position_embeddings} of {handle}")
+  return config, vocab_file or module_vocab

@@ -17,6 +17,7 @@ import errno
 import fcntl
 import glob
 import hashlib
+import json
 import math
 import os
 import re
@@ -105,6 +106,33 @@ def read_lines(path):
       if number == 1 and text.startswith("\ufeff"):
         text = text[1:]
       yield number, text.rstrip("\r\n")
+
+
+def _unique_keys(pairs):
+  """json object hook: a key given twice is an error (json.load would keep the last silently)."""
+  result = {}
+  for key, value in pairs:
+    if key in result:
+      raise InputError(f"{key!r} appears more than once")
+    result[key] = value
+  return result
+
+
+def load_json(path, what, unique_keys=False):
+  """The JSON content of `path`; InputError naming the file (and line) when it is not JSON, or,
+  with `unique_keys`, when an object repeats a key (a question id given twice)."""
+  check_file(path, what)
+  try:
+    with open(path, encoding="utf-8-sig") as f:
+      return json.load(f, object_pairs_hook=_unique_keys if unique_keys else None)
+  except InputError as e:
+    raise InputError(f"{path}: {what}: {e}") from None
+  except json.JSONDecodeError as e:
+    raise InputError(f"{path}:{e.lineno}: {what} is not valid JSON ({e.msg}, column "
+                            f"{e.colno})") from None
+  except UnicodeDecodeError as e:
+    raise InputError(f"{path}: {what} is not UTF-8 (byte {e.start})") from None
+
 
 
 # --- Outputs: never an input, never what is not ours ---------------------------------------------

@@ -7,12 +7,19 @@ paper or the leaderboard would quote. NER is scored on entities, not tokens, wit
 the CoNLL `conlleval` script (`conll_evaluate`), including its tolerance of IOB1 tags.
 
 All values are fractions in [0, 1] (multiply by 100 for the leaderboard's percentages). Everything
-is plain numpy so the metrics can run anywhere, without scipy or scikit-learn.
+is plain numpy so the metrics can run anywhere, without scipy or scikit-learn. SQuAD is scored by
+the official v1.1 and v2.0 rules (`evaluate_v1`, `evaluate_v2`), for run_squad.py and the
+standalone evaluate_squad.py.
 """
 
 import collections
+import re
+import string
 
+from absl import logging
 import numpy as np
+
+import fileio
 
 
 def _as_arrays(labels, predictions):
@@ -313,3 +320,216 @@ def conll_report(result):
                  f"recall: {100 * scores['recall']:6.2f}%; FB1: {100 * scores['f1']:6.2f}  "
                  f"{scores['found']}")
   return "\n".join(lines)
+
+
+# === SQuAD: the official v1.1 and v2.0 scores ===================================================
+
+# --- Answer comparison --------------------------------------------------------------------------
+
+# Comparison ignores ASCII punctuation and the English articles, wherever they are.
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLE_WORD = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(text):
+  """The form in which answers are compared: "The  Denver-Broncos!" -> "denverbroncos".
+
+  Steps, in this order: lower-case, delete every ASCII punctuation character, put a space where an
+  article (a, an, the) stood as a whole word, and reduce whitespace runs to single spaces.
+  """
+  no_punct = "".join(c for c in text.lower() if c not in _PUNCTUATION)
+  return " ".join(_ARTICLE_WORD.sub(" ", no_punct).split())
+
+
+def _words(text):
+  return normalize_answer(text).split()
+
+
+def _bag_f1(predicted_words, gold_words):
+  """Harmonic mean of word precision and recall; a word shared n times counts n times."""
+  shared = sum((collections.Counter(predicted_words) & collections.Counter(gold_words)).values())
+  if shared == 0:
+    return 0
+  precision = shared / len(predicted_words)
+  recall = shared / len(gold_words)
+  return (2 * precision * recall) / (precision + recall)
+
+
+def _same_answer(first, second):
+  return int(normalize_answer(first) == normalize_answer(second))
+
+
+def f1_v1(prediction, ground_truth):
+  """F1 by the v1.1 rules: an answer that normalizes to nothing shares no word, so scores 0."""
+  return _bag_f1(_words(prediction), _words(ground_truth))
+
+
+def compute_f1(gold, prediction):
+  """F1 by the v2.0 rules: 'no answer' (empty after normalization) on either side scores 1 when
+  both sides are empty and 0 otherwise; other pairs score as in v1.1."""
+  gold_words = _words(gold)
+  predicted_words = _words(prediction)
+  if gold_words and predicted_words:
+    return _bag_f1(predicted_words, gold_words)
+  return int(gold_words == predicted_words)
+
+
+def squad_questions(dataset):
+  for article in dataset:
+    for paragraph in article["paragraphs"]:
+      yield from paragraph["qas"]
+
+
+def is_version_2(dataset_json):
+  """True for SQuAD 2.0 data: a '2.x' version field, or any question with `is_impossible`."""
+  version = str(dataset_json.get("version", "")).lstrip("v")
+  if version.startswith("2"):
+    return True
+  if version.startswith("1"):
+    return False
+  return any("is_impossible" in qa for qa in squad_questions(dataset_json["data"]))
+
+
+# --- v1.1 -------------------------------------------------------------------------------------
+
+
+def _warn_missing(dataset, predictions):
+  """One warning for the questions without a prediction (they score 0); an InputError when no
+  prediction matches a question (the wrong predictions or data file)."""
+  qids = [qa["id"] for qa in squad_questions(dataset)]
+  missing = [qid for qid in qids if qid not in predictions]
+  if qids and len(missing) == len(qids):
+    raise fileio.InputError("no prediction matches a question of the data file")
+  if missing:
+    logging.warning("%d of %d questions have no prediction (%s%s); they count as wrong",
+                    len(missing), len(qids), ", ".join(missing[:3]),
+                    ", ..." if len(missing) > 3 else "")
+
+
+def evaluate_v1(dataset, predictions):
+  """The v1.1 result {'exact_match', 'f1'} in percent.
+
+  `dataset` is the data file's "data" list, `predictions` maps question id to answer text. Each
+  question takes its best score over its gold answers. A question with no prediction adds 0 but
+  still counts in the denominator.
+  """
+  _warn_missing(dataset, predictions)
+  exact_sum = f1_sum = 0
+  asked = 0
+  for qa in squad_questions(dataset):
+    asked += 1
+    qid = qa["id"]
+    if qid not in predictions:
+      continue
+    answer = predictions[qid]
+    golds = [gold["text"] for gold in qa["answers"]]
+    exact_sum += max((_same_answer(answer, gold) for gold in golds), default=0)
+    f1_sum += max((f1_v1(answer, gold) for gold in golds), default=0)
+  return {"exact_match": 100.0 * exact_sum / max(asked, 1), "f1": 100.0 * f1_sum / max(asked, 1)}
+
+
+# --- v2.0 -------------------------------------------------------------------------------------
+
+
+def _answerable(dataset):
+  """question id -> whether it has gold answers (False: the right answer is 'no answer')."""
+  return {qa["id"]: bool(qa["answers"]) for qa in squad_questions(dataset)}
+
+
+def _scores_v2(dataset, predictions):
+  """Per-question (exact, F1) dicts for the predicted questions, before any no-answer threshold.
+
+  Only gold answers that still say something after normalization count; when none does, the
+  empty string is the one correct answer. Questions without a prediction get no entry here.
+  """
+  exact = {}
+  f1 = {}
+  for qa in squad_questions(dataset):
+    qid = qa["id"]
+    if qid not in predictions:
+      continue
+    golds = [gold["text"] for gold in qa["answers"] if normalize_answer(gold["text"])] or [""]
+    answer = predictions[qid]
+    exact[qid] = max(_same_answer(gold, answer) for gold in golds)
+    f1[qid] = max(compute_f1(gold, answer) for gold in golds)
+  return exact, f1
+
+
+def _thresholded(scores, na_probs, answerable, na_prob_thresh):
+  """Scores after treating each question whose no-answer probability is above the threshold as
+  answered with nothing: 1 where that is right (no gold answer), else 0."""
+  result = {}
+  for qid, score in scores.items():
+    if qid not in na_probs:
+      raise fileio.InputError(f"no-answer probabilities have no entry for question {qid}")
+    said_no_answer = na_probs[qid] > na_prob_thresh
+    result[qid] = float(not answerable[qid]) if said_no_answer else score
+  return result
+
+
+def _averages(exact, f1, qids):
+  """Mean exact and F1 over `qids` in percent, with their count (zeros for no questions)."""
+  count = len(qids)
+  if count == 0:
+    return collections.OrderedDict([("exact", 0.0), ("f1", 0.0), ("total", 0)])
+  return collections.OrderedDict([
+      ("exact", 100.0 * sum(exact[qid] for qid in qids) / count),
+      ("f1", 100.0 * sum(f1[qid] for qid in qids) / count),
+      ("total", count),
+  ])
+
+
+def _best_threshold(predictions, scores, na_probs, answerable):
+  """(best score in percent, the no-answer probability at which it is reached).
+
+  Sweeps the threshold upwards: below every probability all questions are answered 'nothing',
+  which earns one point per unanswerable question. Passing a question's probability switches it
+  to its predicted answer, which earns its score if it is answerable and costs the point if it is
+  not (unless the prediction is empty anyway). The first threshold with the highest total wins;
+  the percentage is over all questions (one without a prediction is never right).
+  """
+  total = sum(1 for qid, has_answer in answerable.items() if not has_answer and qid in scores)
+  best_total, best_thresh = total, 0.0
+  for qid in sorted(na_probs, key=lambda q: na_probs[q]):
+    if qid not in scores:
+      continue
+    if answerable[qid]:
+      total += scores[qid]
+    elif predictions[qid]:
+      total -= 1
+    if total > best_total:
+      best_total, best_thresh = total, na_probs[qid]
+  return 100.0 * best_total / len(answerable), best_thresh
+
+
+def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
+  """The v2.0 result dict (percentages), with best thresholds when `na_probs` is given.
+
+  Keys: exact, f1, total, then HasAns_exact/f1/total and NoAns_exact/f1/total when the data has
+  such questions, then best_exact, best_exact_thresh, best_f1, best_f1_thresh with `na_probs`.
+  Without `na_probs` every no-answer probability is 0, so the threshold never applies.
+  """
+  sweep = na_probs is not None
+  if not sweep:
+    na_probs = dict.fromkeys(predictions, 0.0)
+  _warn_missing(dataset, predictions)
+  answerable = _answerable(dataset)
+  exact_raw, f1_raw = _scores_v2(dataset, predictions)
+  exact = _thresholded(exact_raw, na_probs, answerable, na_prob_thresh)
+  f1 = _thresholded(f1_raw, na_probs, answerable, na_prob_thresh)
+  # A question without a prediction is wrong, "no answer" ones included: the official script
+  # would fail on it, and leaving it out would score a file of the easy questions only as high.
+  for qid in answerable:
+    exact.setdefault(qid, 0.0)
+    f1.setdefault(qid, 0.0)
+  result = _averages(exact, f1, list(answerable))
+  for prefix, wanted in (("HasAns_", True), ("NoAns_", False)):
+    qids = [qid for qid, has_answer in answerable.items() if has_answer == wanted]
+    if qids:
+      result.update((prefix + key, value) for key, value in _averages(exact, f1, qids).items())
+  if sweep:
+    result["best_exact"], result["best_exact_thresh"] = _best_threshold(
+        predictions, exact_raw, na_probs, answerable)
+    result["best_f1"], result["best_f1_thresh"] = _best_threshold(
+        predictions, f1_raw, na_probs, answerable)
+  return result

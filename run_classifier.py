@@ -25,7 +25,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import export_model
 import checkpoints
 import input_pipeline
 import metrics
@@ -917,7 +916,7 @@ def _main(_):
     raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
   vocab_file = FLAGS.vocab_file
   if FLAGS.hub_module_handle:
-    config, vocab_file = export_model.fine_tuning_setup(
+    config, vocab_file = checkpoints.fine_tuning_setup(
         FLAGS.hub_module_handle, FLAGS.bert_config_file, vocab_file, FLAGS.do_lower_case,
         FLAGS.init_checkpoint, FLAGS.max_seq_length)
   for name, value in (("data_dir", FLAGS.data_dir), ("task_name", FLAGS.task_name),
@@ -978,7 +977,7 @@ def _main(_):
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
   if FLAGS.hub_module_handle:
-    init_fn = lambda: export_model.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
+    init_fn = lambda: checkpoints.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
 
   def records(name, split, examples):
     """The training records, in input order (the training pipeline shuffles them)."""

@@ -24,9 +24,9 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-import evaluate_squad
 import checkpoints
 import input_pipeline
+import metrics
 import modeling
 import tokenization
 import training
@@ -1155,14 +1155,14 @@ def predict(trainer, tokenizer, global_step, examples):
       null_score_diff_threshold=FLAGS.null_score_diff_threshold,
       verbose_logging=FLAGS.verbose_logging)
 
-  dataset = evaluate_squad.load_json(FLAGS.predict_file, "SQuAD file")["data"]
+  dataset = fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"]
   if not _has_answers(dataset):
     logging.info("%s has no answers: predictions written, nothing to score", FLAGS.predict_file)
     return None
   if FLAGS.version_2_with_negative:
-    scores = evaluate_squad.evaluate_v2(dataset, predictions, na_probs=scores_diff)
+    scores = metrics.evaluate_v2(dataset, predictions, na_probs=scores_diff)
   else:
-    scores = evaluate_squad.evaluate_v1(dataset, predictions)
+    scores = metrics.evaluate_v1(dataset, predictions)
   summary = {k: float(v) for k, v in scores.items()}
   summary.update(global_step=global_step, eval_examples=len(examples))
   training.write_eval_results(output("eval_results.txt"), summary)

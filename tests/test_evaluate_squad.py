@@ -9,8 +9,8 @@ import pytest
 
 from conftest import ROOT, SHARED, requires_shared
 
-import evaluate_squad
 import fileio
+import metrics
 
 SQUAD = os.path.join(SHARED, "data", "squad")
 V1_DEV = os.path.join(SQUAD, "dev-v1.1.json")
@@ -27,18 +27,18 @@ def _questions(dataset):
 
 
 def test_normalization_and_token_f1_rules():
-  assert evaluate_squad.normalize_answer("The  Denver-Broncos!") == "denverbroncos"
-  assert evaluate_squad.normalize_answer("an apple a day, the end") == "apple day end"
-  assert evaluate_squad.normalize_answer("Theater") == "theater"  # articles only as words
+  assert metrics.normalize_answer("The  Denver-Broncos!") == "denverbroncos"
+  assert metrics.normalize_answer("an apple a day, the end") == "apple day end"
+  assert metrics.normalize_answer("Theater") == "theater"  # articles only as words
   # v2.0: an empty side scores 1 only against another empty side.
-  assert evaluate_squad.compute_f1("", "") == 1
-  assert evaluate_squad.compute_f1("", "Normans") == 0
-  assert evaluate_squad.compute_f1("Normans", "") == 0
+  assert metrics.compute_f1("", "") == 1
+  assert metrics.compute_f1("", "Normans") == 0
+  assert metrics.compute_f1("Normans", "") == 0
   # "a" and "the" normalize away, so both sides are empty: still a match in v2.0, not in v1.1.
-  assert evaluate_squad.compute_f1("the", "a") == 1
-  assert evaluate_squad.f1_v1("the", "a") == 0
+  assert metrics.compute_f1("the", "a") == 1
+  assert metrics.f1_v1("the", "a") == 0
   # Bag of tokens: precision 2/3, recall 1.
-  assert evaluate_squad.compute_f1("Denver Broncos",
+  assert metrics.compute_f1("Denver Broncos",
                                    "the Denver Broncos team") == pytest.approx(0.8)
 
 
@@ -48,13 +48,13 @@ def test_v1_exact_answers_score_100_and_empty_answers_0():
   questions = _questions(dataset)
   assert len(questions) == 10570
   gold = {qa["id"]: qa["answers"][0]["text"] for qa in questions}
-  assert evaluate_squad.evaluate_v1(dataset, gold) == {"exact_match": 100.0, "f1": 100.0}
+  assert metrics.evaluate_v1(dataset, gold) == {"exact_match": 100.0, "f1": 100.0}
   # Under the v1.1 rules an empty answer still matches a gold answer that normalizes to nothing:
   # three dev questions have "." among their answers.
   dot_answers = [qa["id"] for qa in questions if any(a["text"] == "." for a in qa["answers"])]
   assert len(dot_answers) == 3
   empty = {qid: "" for qid in gold}
-  assert evaluate_squad.evaluate_v1(dataset, empty) == {"exact_match": 100.0 * 3 / 10570,
+  assert metrics.evaluate_v1(dataset, empty) == {"exact_match": 100.0 * 3 / 10570,
                                                         "f1": 0.0}
 
 
@@ -73,7 +73,7 @@ def test_v1_partial_answers_hand_computed():
   predictions["56be8e613aeaaa14008c90d2"] = "February 7"
   # A missing prediction scores 0 and still counts in the total.
   del predictions["56beace93aeaaa14008c91e2"]
-  result = evaluate_squad.evaluate_v1(dataset, predictions)
+  result = metrics.evaluate_v1(dataset, predictions)
   assert result["exact_match"] == pytest.approx(100.0 * (total - 3) / total)
   assert result["f1"] == pytest.approx(100.0 * (total - 3 + 0.8 + 0.625) / total)
 
@@ -81,8 +81,8 @@ def test_v1_partial_answers_hand_computed():
 @requires_shared
 def test_v2_subset_answers_and_no_answers():
   dataset_json = _load(V2_DEV)
-  assert evaluate_squad.is_version_2(dataset_json)
-  assert not evaluate_squad.is_version_2(_load(V1_DEV))
+  assert metrics.is_version_2(dataset_json)
+  assert not metrics.is_version_2(_load(V1_DEV))
   dataset = dataset_json["data"]
   questions = _questions(dataset)
   unanswerable = [qa["id"] for qa in questions if not qa["answers"]]
@@ -91,7 +91,7 @@ def test_v2_subset_answers_and_no_answers():
 
   perfect = {qa["id"]: qa["answers"][0]["text"] for qa in answerable}
   perfect.update({qid: "" for qid in unanswerable})
-  result = evaluate_squad.evaluate_v2(dataset, perfect)
+  result = metrics.evaluate_v2(dataset, perfect)
   assert list(result) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
                           "NoAns_exact", "NoAns_f1", "NoAns_total"]
   assert (result["exact"], result["f1"], result["total"]) == (100.0, 100.0, 208)
@@ -99,7 +99,7 @@ def test_v2_subset_answers_and_no_answers():
 
   # Answering every unanswerable question with a plausible span loses exactly those.
   wrong = dict(perfect, **{qid: "Normans" for qid in unanswerable})
-  result = evaluate_squad.evaluate_v2(dataset, wrong)
+  result = metrics.evaluate_v2(dataset, wrong)
   assert result["exact"] == pytest.approx(100.0 * 96 / 208)
   assert result["f1"] == pytest.approx(100.0 * 96 / 208)
   assert (result["HasAns_exact"], result["NoAns_exact"], result["NoAns_f1"]) == (100.0, 0.0, 0.0)
@@ -108,7 +108,7 @@ def test_v2_subset_answers_and_no_answers():
   na_probs = {qid: 0.9 for qid in unanswerable}
   na_probs.update({qa["id"]: 0.1 for qa in answerable})
   # The default threshold 1.0 is never exceeded: the answers stand.
-  result = evaluate_squad.evaluate_v2(dataset, wrong, na_probs)
+  result = metrics.evaluate_v2(dataset, wrong, na_probs)
   assert result["exact"] == pytest.approx(100.0 * 96 / 208)
   # Sweep: start at 112 (all no-answer right); the 96 answerable (prob 0.1) each add 1 -> 208 at
   # threshold 0.1; the unanswerable ones (0.9, non-empty answers) each subtract 1.
@@ -117,10 +117,10 @@ def test_v2_subset_answers_and_no_answers():
   assert result["best_f1"] == pytest.approx(100.0)
   assert result["best_f1_thresh"] == pytest.approx(0.1)
   # Threshold 0.5: the unanswerable questions are predicted as no answer and become right.
-  result = evaluate_squad.evaluate_v2(dataset, wrong, na_probs, na_prob_thresh=0.5)
+  result = metrics.evaluate_v2(dataset, wrong, na_probs, na_prob_thresh=0.5)
   assert (result["exact"], result["NoAns_exact"]) == (100.0, 100.0)
   # Threshold 0.05: every question is "no answer": only the unanswerable ones are right.
-  result = evaluate_squad.evaluate_v2(dataset, wrong, na_probs, na_prob_thresh=0.05)
+  result = metrics.evaluate_v2(dataset, wrong, na_probs, na_prob_thresh=0.05)
   assert result["exact"] == pytest.approx(100.0 * 112 / 208)
   assert result["HasAns_exact"] == 0.0
 
@@ -128,7 +128,7 @@ def test_v2_subset_answers_and_no_answers():
   first = answerable[0]
   assert first["answers"][0]["text"] == "France"
   partial = dict(perfect, **{first["id"]: "northern France"})  # P 1/2, R 1 -> F1 2/3
-  result = evaluate_squad.evaluate_v2(dataset, partial)
+  result = metrics.evaluate_v2(dataset, partial)
   assert result["exact"] == pytest.approx(100.0 * 207 / 208)
   assert result["f1"] == pytest.approx(100.0 * (207 + 2 / 3) / 208)
   assert result["HasAns_f1"] == pytest.approx(100.0 * (95 + 2 / 3) / 96)
@@ -137,11 +137,11 @@ def test_v2_subset_answers_and_no_answers():
   # question whose right answer is "no answer".
   fewer = dict(perfect)
   del fewer[unanswerable[0]]
-  result = evaluate_squad.evaluate_v2(dataset, fewer)
+  result = metrics.evaluate_v2(dataset, fewer)
   assert (result["total"], result["NoAns_total"]) == (208, 112)
   assert result["exact"] == pytest.approx(100.0 * 207 / 208)
   assert result["NoAns_exact"] == pytest.approx(100.0 * 111 / 112)
-  result = evaluate_squad.evaluate_v2(dataset, fewer, dict.fromkeys(fewer, 0.5))
+  result = metrics.evaluate_v2(dataset, fewer, dict.fromkeys(fewer, 0.5))
   assert result["best_exact"] == pytest.approx(100.0 * 207 / 208)
 
 
@@ -191,4 +191,4 @@ def test_missing_no_answer_probability_is_a_clear_error():
   dataset = _load(V2_DEV)["data"]
   predictions = {qa["id"]: "" for qa in _questions(dataset)}
   with pytest.raises(fileio.InputError, match="no-answer probabilities have no entry"):
-    evaluate_squad.evaluate_v2(dataset, predictions, na_probs={})
+    metrics.evaluate_v2(dataset, predictions, na_probs={})

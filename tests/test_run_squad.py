@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 
-import evaluate_squad
 import fileio
+import metrics
 import tokenization
 
 
@@ -85,7 +85,7 @@ def test_answer_spans_recovered_from_features(v1_training_data):
     assert feature.start_position <= feature.end_position
     text = run_squad.span_text(example, feature, feature.start_position, feature.end_position,
                                do_lower_case=True)
-    if evaluate_squad.normalize_answer(text) == evaluate_squad.normalize_answer(
+    if metrics.normalize_answer(text) == metrics.normalize_answer(
         example.orig_answer_text):
       recovered += 1
   assert recovered / len(examples) >= 0.995
@@ -125,7 +125,7 @@ def test_write_predictions_from_ideal_logits(v1_training_data, tmp_path):
   for article in dataset:
     for paragraph in article["paragraphs"]:
       paragraph["qas"] = [qa for qa in paragraph["qas"] if qa["id"] in ids]
-  scores = evaluate_squad.evaluate_v1(dataset, predictions)
+  scores = metrics.evaluate_v1(dataset, predictions)
   # The 16 misses of these 1000 are all answers annotated inside a WordPiece-whole word ("8" in
   # "20–18"), which no span prediction can produce; the Super Bowl articles have many scores.
   assert scores["exact_match"] == pytest.approx(98.4)
@@ -188,7 +188,7 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
     assert json.load(f) == pytest.approx(score_diffs)
   with open(V2_DEV, encoding="utf-8") as f:
     dataset = json.load(f)["data"]
-  scores = evaluate_squad.evaluate_v2(dataset, predictions, na_probs=score_diffs)
+  scores = metrics.evaluate_v2(dataset, predictions, na_probs=score_diffs)
   assert (scores["NoAns_exact"], scores["NoAns_total"]) == (100.0, 112)
   assert scores["HasAns_exact"] == 100.0 and scores["best_exact"] == 100.0
 
@@ -342,7 +342,7 @@ def _leading_words_baseline(data):
   for k in range(1, 21):
     predictions = {qa["id"]: " ".join(p["context"].split()[:k])
                    for article in data for p in article["paragraphs"] for qa in p["qas"]}
-    scores = evaluate_squad.evaluate_v1(data, predictions)
+    scores = metrics.evaluate_v1(data, predictions)
     best_exact = max(best_exact, scores["exact_match"])
     best_f1 = max(best_f1, scores["f1"])
   return best_exact, best_f1
@@ -394,7 +394,7 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
     assert sum(entry["probability"] for entry in nbest[qid]) == pytest.approx(1.0)
     assert (predictions[qid] == "") == (null_odds[qid] > 0.0)
   scores = _eval_results(output_dir / "eval_results.txt")
-  expected = evaluate_squad.evaluate_v2(dataset["data"], predictions, na_probs=null_odds)
+  expected = metrics.evaluate_v2(dataset["data"], predictions, na_probs=null_odds)
   for key in ("exact", "f1", "HasAns_f1", "NoAns_exact", "best_f1", "best_f1_thresh"):
     assert scores[key] == pytest.approx(expected[key])
   assert scores["total"] == len(questions) and scores["global_step"] == 0
@@ -463,7 +463,7 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
   with open(output_dir / "predictions.json", encoding="utf-8") as f:
     predictions = json.load(f)
   assert len(predictions) == 206
-  expected = evaluate_squad.evaluate_v1(held_out, predictions)
+  expected = metrics.evaluate_v1(held_out, predictions)
   assert scores["exact_match"] == pytest.approx(expected["exact_match"])
   assert scores["f1"] == pytest.approx(expected["f1"])
   assert scores["global_step"] == 146  # int(586 questions / 16 * 4 epochs)
