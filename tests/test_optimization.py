@@ -161,6 +161,21 @@ def test_schedule_warmup_then_linear_decay_not_shifted():
   assert lr(1000) == 0.0 and lr(2000) == 0.0
 
 
+def test_schedule_decaying_after_warmup_is_hfs():
+  """--lr_schedule=decay_after_warmup: transformers.get_linear_schedule_with_warmup's rate,
+  step / warm-up then (total - step) / (total - warm-up); the original's is 0.9x it after a 10%
+  warm-up."""
+  hf = optimization.LinearWarmupLinearDecay(2e-5, 1000, 100, decay_after_warmup=True)
+  original = optimization.LinearWarmupLinearDecay(2e-5, 1000, 100)
+  for step in (0, 50, 99, 100, 101, 550, 999, 1000, 1500):
+    expected = 2e-5 * (step / 100 if step < 100 else max(0.0, (1000 - step) / 900))
+    np.testing.assert_allclose(float(hf(tf.constant(step, tf.int64))), expected, rtol=1e-6,
+                               atol=1e-12, err_msg=str(step))
+    if step >= 100:
+      np.testing.assert_allclose(float(original(tf.constant(step, tf.int64))), 0.9 * expected,
+                                 rtol=1e-6, atol=1e-12)
+
+
 def test_non_finite_gradients_skip_the_step():
   variables = _variables()
   opt = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-3, 10))
