@@ -8,7 +8,8 @@ run of a script has):
 - mrpc: MRPC dev sentence pairs -> class probabilities (seq 128).
 - squad: the first --squad_questions questions of SQuAD v1.1 dev -> an answer string each
   (seq 384, doc stride 128, query 64, n-best 20, answers up to 30 tokens).
-- features: the WikiText-2 corpus lines -> the last layer's vector of every token.
+- features: the first --corpus_lines lines of the WikiText-2 corpus -> the last layer's vector of
+  every token.
 
 Ours is the path the scripts take, in memory instead of through their TFRecord files: the task's
 reader and feature conversion (run_classifier / run_squad), batches sorted by length and cut to
@@ -45,6 +46,8 @@ flags.DEFINE_list("tasks", ["sst2", "mrpc", "squad", "features"], "Tasks to meas
 flags.DEFINE_integer("predict_batch", 32, "Sequences per batch, both sides.", lower_bound=1)
 flags.DEFINE_integer("squad_questions", 300, "SQuAD v1.1 dev questions (the first ones).",
                      lower_bound=1)
+flags.DEFINE_integer("corpus_lines", 2000, "WikiText corpus lines for `features` (the first "
+                     "non-empty ones; 0: all 8,133).", lower_bound=0)
 
 DATA = os.path.join(common.SHARED, "data")
 VOCAB = os.path.join(common.SHARED, "reference", "pretraining", "vocab_uncased.txt")
@@ -78,7 +81,8 @@ def _squad_subset():
 
 def _corpus_lines():
   with open(CORPUS, encoding="utf-8") as f:
-    return [line.strip() for line in f if line.strip()]
+    lines = [line.strip() for line in f if line.strip()]
+  return lines[:FLAGS.corpus_lines] if FLAGS.corpus_lines else lines
 
 
 def _count(task):
@@ -354,6 +358,7 @@ def main(argv):
       "real_data", groups, {"ours": ours, "peer": peer},
       settings={**common.model_dims(), "tasks": list(FLAGS.tasks),
                 "predict_batch": FLAGS.predict_batch, "squad_questions": FLAGS.squad_questions,
+                "corpus_lines": FLAGS.corpus_lines,
                 "weights": "random, BERT-base-shaped unless the flags say otherwise",
                 "path": "from the data files to results, tokenizer made inside each timed call"},
       peer_name="HF transformers (BertTokenizerFast, DataCollatorWithPadding, Bert* models, "
