@@ -33,6 +33,7 @@ import training
 
 FLAGS = flags.FLAGS
 training.define_fine_tuning_flags()
+training.define_dynamic_padding_flag()
 
 ## Required parameters
 flags.DEFINE_string("vocab_file", None,
@@ -640,13 +641,15 @@ def feature_spec(seq_length, is_training):
   return name_to_features
 
 
-def input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None):
+def input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
+                     pad_to_longest=False):
   """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
 
   `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
   `input_pipeline.tfrecord_dataset`, which does the reading (training data shuffled and repeated).
   Features come out int32: unique_ids, input_ids, input_mask, segment_ids, and in training
-  start_positions, end_positions, is_impossible.
+  start_positions, end_positions, is_impossible. `pad_to_longest` cuts each batch after its
+  longest window (prediction only: the training loss's softmax covers every position).
   """
   name_to_features = feature_spec(seq_length, is_training)
   input_files = [input_file] if isinstance(input_file, str) else list(input_file)
@@ -654,7 +657,8 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=N
   def input_fn(batch_size, input_context=None):
     return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
                                            input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder)
+                                           drop_remainder=drop_remainder,
+                                           pad_to_longest=pad_to_longest)
 
   return input_fn
 
@@ -1014,7 +1018,7 @@ def _validate_flags():
                             "give a number")
 
 
-def _records_key(input_file, vocab_file, is_training, padded_to=None):
+def _records_key(input_file, vocab_file, is_training, padded_to=None, order="input"):
   """What a feature file is made from: reused only when all of it is unchanged."""
   return {"script": "run_squad", "input": fileio.file_signature(input_file),
           "vocab": fileio.file_signature(vocab_file), "is_training": is_training,
@@ -1022,7 +1026,7 @@ def _records_key(input_file, vocab_file, is_training, padded_to=None):
                                                   "max_query_length", "version_2_with_negative")},
           # Training questions are shuffled with the seed; prediction records are padded.
           "seed": FLAGS.seed if is_training else None,
-          "padded_to": padded_to}
+          "padded_to": padded_to, "order": order}
 
 
 def main(argv):
@@ -1121,31 +1125,40 @@ def predict(trainer, tokenizer, global_step, examples):
   batch, global_batch = training.prediction_batch_size(
       FLAGS.predict_batch_size, len(features), trainer.strategy, "predict_batch_size")
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
+  # With dynamic padding the windows are written shortest first, and each batch is cut after its
+  # longest: a question over a short paragraph no longer costs max_seq_length positions.
+  by_length = training.dynamic_padding_from_flags(trainer.strategy)
+  order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
+           else range(len(features)))
 
   def write_records():
     with FeatureWriter(predict_file, is_training=False) as writer:
-      for feature in features:
-        writer.process_feature(feature)
+      for i in order:
+        writer.process_feature(features[i])
       for _ in range(-len(features) % global_batch):
         writer.process_feature(_padding_feature(FLAGS.max_seq_length))
 
   fileio.build_unless_current(predict_file,
                               _records_key(FLAGS.predict_file, FLAGS.vocab_file, False,
-                                           global_batch),
+                                           global_batch, "length" if by_length else "input"),
                               write_records)
   logging.info("Predicting %d questions (%d windows), batch %d", len(examples), len(features),
                global_batch)
 
   input_fn = input_fn_builder(predict_file, FLAGS.max_seq_length, is_training=False,
-                              drop_remainder=True)
+                              drop_remainder=True, pad_to_longest=by_length)
   results = []
   for outputs in trainer.predict(lambda ctx: input_fn(batch, ctx),
                                  ["start_logits", "end_logits"]):
-    for unique_id, start, end in zip(outputs["unique_ids"], outputs["start_logits"],
-                                     outputs["end_logits"]):
+    for unique_id, start, end, mask in zip(outputs["unique_ids"], outputs["start_logits"],
+                                           outputs["end_logits"], outputs["input_mask"]):
       if unique_id:
+        # Cut batches leave a varying tail of padding positions; keeping only the window's own
+        # tokens makes the n-best candidates independent of the batching (padding positions can
+        # never be answers; at full length they can only take n-best slots, as in the original).
+        length = int(mask.sum()) if by_length else len(start)
         # Python floats: the n-best probabilities are then computed in double precision.
-        results.append(RawResult(int(unique_id), start.tolist(), end.tolist()))
+        results.append(RawResult(int(unique_id), start[:length].tolist(), end[:length].tolist()))
 
   output = lambda name: os.path.join(FLAGS.output_dir, name)
   predictions, _, scores_diff = write_predictions(

@@ -120,8 +120,9 @@ def define_fine_tuning_flags():
 
 
 def define_dynamic_padding_flag():
-  """--dynamic_padding, for the scripts whose outputs do not depend on padding (run_squad's span
-  softmax runs over every position, padding included, as the original's: it keeps full length)."""
+  """--dynamic_padding, for the scripts whose outputs do not depend on padding (run_squad cuts
+  its prediction batches only: its training loss's span softmax runs over every position,
+  padding included, as the original's)."""
   _define_once(flags.DEFINE_bool, "dynamic_padding", True,
                "Pad each batch only to its longest sequence (rounded up to a multiple of "
                "max_seq_length / 8) instead of to --max_seq_length: the same results with less "

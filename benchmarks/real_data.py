@@ -113,8 +113,8 @@ def ours(variant):
   batch = FLAGS.predict_batch
 
   def predict(trainer, arrays, seq_length, keys, by_length=True):
-    """Model outputs `keys` for the feature arrays, batched (by length, cut to the longest when
-    `by_length`), back in input order."""
+    """Model outputs `keys` for the feature arrays in input order: batched by length when
+    `by_length`, each batch cut to its longest (per-token outputs padded back with zeros)."""
     n = len(arrays["input_ids"])
     order = (input_pipeline.length_order(arrays["input_mask"].sum(1)) if by_length
              else np.arange(n))
@@ -122,13 +122,16 @@ def ours(variant):
     sorted_arrays = {k: np.concatenate([v[order], np.zeros((pad,) + v.shape[1:], v.dtype)])
                      for k, v in arrays.items()}
     dataset = tf.data.Dataset.from_tensor_slices(sorted_arrays).batch(batch)
-    if by_length:
-      multiple = input_pipeline.length_multiple(seq_length)
-      dataset = dataset.map(lambda b: input_pipeline.trim_to_longest(b, multiple))
+    multiple = input_pipeline.length_multiple(seq_length)
+    dataset = dataset.map(lambda b: input_pipeline.trim_to_longest(b, multiple))
     outputs = {k: [] for k in keys}
     for out in trainer.predict(lambda ctx: dataset, keys):
       for k in keys:
-        outputs[k].extend(out[k])
+        value = out[k]
+        if value.ndim > 1 and value.shape[1] < seq_length:
+          value = np.pad(value, [(0, 0), (0, seq_length - value.shape[1])] +
+                         [(0, 0)] * (value.ndim - 2))
+        outputs[k].extend(value)
     return {k: input_pipeline.unsort(_stacked(v[:n]), order) for k, v in outputs.items()}
 
   if task in _GLUE:
@@ -190,10 +193,12 @@ def ours(variant):
       run_squad.convert_examples_to_features(examples, tokenizer, 384, 128, 64, False,
                                              features.append)
       arrays = _arrays(features, ("input_ids", "input_mask", "segment_ids"))
-      # run_squad keeps full windows: its span softmax covers the padding too.
-      logits = predict(trainer, arrays, 384, ["start_logits", "end_logits"], by_length=False)
-      results = [run_squad.RawResult(f.unique_id, s, e) for f, s, e in zip(
-          features, logits["start_logits"], logits["end_logits"])]
+      # As run_squad's prediction: by length, cut, each window's logits kept to its own tokens.
+      logits = predict(trainer, arrays, 384, ["start_logits", "end_logits"])
+      lengths = arrays["input_mask"].sum(1)
+      results = [run_squad.RawResult(f.unique_id, s[:n].tolist(), e[:n].tolist())
+                 for f, s, e, n in zip(features, logits["start_logits"], logits["end_logits"],
+                                       lengths)]
       answers, _, _ = run_squad.write_predictions(examples, features, results, 20, 30, True,
                                                   None, None, None)
       return answers

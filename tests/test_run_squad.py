@@ -469,3 +469,22 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
   assert scores["global_step"] == 146  # int(586 questions / 16 * 4 epochs)
   assert scores["exact_match"] >= 15.0, scores
   assert scores["f1"] >= 28.0, scores
+
+  # Prediction cut each batch after its longest window (the default, sorted by length); at full
+  # length, in input order, the answers and n-best lists are the same.
+  full_dir = tmp_path / "full_length"
+  _run_squad([f"--init_checkpoint={output_dir}/ckpt-146",
+              f"--bert_config_file={model_dir}/config.json", f"--vocab_file={model_dir}/vocab.txt",
+              f"--output_dir={full_dir}", f"--predict_file={predict_file}", "--do_predict",
+              "--max_seq_length=128", "--doc_stride=64", "--max_query_length=32",
+              "--predict_batch_size=32", "--nodynamic_padding"])
+  with open(full_dir / "predictions.json", encoding="utf-8") as f:
+    assert json.load(f) == predictions
+  nbest = {}
+  for name in (output_dir, full_dir):
+    with open(name / "nbest_predictions.json", encoding="utf-8") as f:
+      nbest[name] = json.load(f)
+  for qid, candidates in nbest[output_dir].items():
+    assert [c["text"] for c in candidates] == [c["text"] for c in nbest[full_dir][qid]]
+    assert [c["probability"] for c in candidates] == pytest.approx(
+        [c["probability"] for c in nbest[full_dir][qid]], abs=1e-4)
