@@ -33,6 +33,7 @@ import time
 from absl import flags
 from absl import logging
 
+import script_flags
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -42,8 +43,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  flags.DEFINE_string("input_file", None,
-                      "Corpus: paths or globs, comma-separated; one sentence per line.")
+  script_flags.define_input_file_flag()
   flags.DEFINE_string("output_dir", None,
                       "Where vocab.txt (wordpiece) or spm.model / spm.vocab (sentencepiece) go.")
   flags.DEFINE_string("vocab_file", None,

@@ -30,6 +30,7 @@ from absl import logging
 
 import checkpoints
 import modeling
+import script_flags
 
 FLAGS = flags.FLAGS
 
@@ -49,9 +50,7 @@ def define_flags():
   flags.DEFINE_string("bert_config_file", None,
                       "Config of the input; default: bert_config.json / config.json beside it.")
   flags.DEFINE_string("vocab_file", None, "Vocab to copy along; default: vocab.txt beside it.")
-  flags.DEFINE_bool("overwrite", False,
-                    "Replace output files that already exist (another model's checkpoint there "
-                    "is refused without it).")
+  script_flags.define_overwrite_flag()
 
 
 class _Encoder(tf.Module):

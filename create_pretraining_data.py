@@ -52,6 +52,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+import script_flags
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -77,33 +78,18 @@ _PARALLEL_FAST_MIN_BYTES = 8 << 20
 def define_flags():
   """Defines the script's flags.
 
-  They are defined here rather than at import so run_pretraining (which has its own
-  --max_seq_length) and the tests can import this module's readers, maskers and writers.
+  They are defined when the script runs, not at import: the tests and benchmarks import this
+  module's readers, maskers and writers without its flags.
   """
-  flags.DEFINE_string(
-      "input_file", None,
-      "Input text: a path, a glob pattern, or a comma-separated list of them. One sentence per "
-      "line, a blank line between documents.")
-  flags.DEFINE_string(
-      "output_file", None,
-      "Output TFRecord file(s). Either a comma-separated list of files (records go to them "
-      "round-robin, as in the original), or a pattern with a `{shard}` field, e.g. "
-      "out/pretrain-{shard:05d}-of-{num_shards:05d}.tfrecord, expanded for shard = 0 .. "
-      "--num_output_shards-1, or a directory (an existing one, or a path ending in /) that gets "
-      "pretraining-SSSSS-of-NNNNN.tfrecord files. Every file is written under a temporary name "
-      "and renamed when complete.")
-  flags.DEFINE_string("vocab_file", None, "The WordPiece vocab file the BERT model uses.")
-  flags.DEFINE_bool(
-      "do_lower_case", True,
-      "Whether to lower-case the input: True for uncased models, False for cased ones.")
+  script_flags.define_input_file_flag()
+  script_flags.define_output_file_flag()
+  script_flags.define_text_flags()
   flags.DEFINE_bool(
       "do_whole_word_mask", False,
       "Whether to mask all WordPieces of a word together (the WordPieces are still predicted "
       "one by one).")
-  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length, special tokens included.",
-                       lower_bound=5)
-  flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Maximum number of masked LM predictions per sequence.", lower_bound=1)
+  script_flags.define_max_seq_length(128, minimum=5)
+  script_flags.define_max_predictions_flag()
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
   flags.DEFINE_integer(
       "dupe_factor", 10,

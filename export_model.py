@@ -46,6 +46,7 @@ from absl import logging
 
 import checkpoints
 import modeling
+import script_flags
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -67,31 +68,16 @@ def define_flags():
   flags.DEFINE_string("export_dir", None,
                       "Directory the SavedModel is written to. An existing one is replaced only "
                       "if it holds an earlier SavedModel (or with --overwrite).")
-  flags.DEFINE_bool("overwrite", False,
-                    "Replace --export_dir even if it holds something other than a SavedModel "
-                    "(never a directory holding one of the inputs).")
-  flags.DEFINE_string(
-      "init_checkpoint", None,
-      "Weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, one of this "
-      "project's checkpoints or a fine-tuning --output_dir (its latest checkpoint).")
-  flags.DEFINE_string("bert_config_file", None,
-                      "bert_config.json; default: the one beside --init_checkpoint.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The WordPiece vocab; default: vocab.txt beside --init_checkpoint.")
-  flags.DEFINE_bool("do_lower_case", True, "Whether the model is uncased.")
-  flags.DEFINE_integer("max_seq_length", 128,
-                       "Sequence length the preprocessing pads to (preprocessor, classifier, "
-                       "squad); at least 3, for [CLS] x [SEP].", lower_bound=3)
-  flags.DEFINE_list("labels", None,
-                    "classifier: label names in the order of the output units (as "
-                    "run_classifier's --labels or the task's labels); default 0 .. n-1.")
-  flags.DEFINE_bool("regression", False, "classifier: the model predicts one real number.")
+  script_flags.define_overwrite_flag()
+  script_flags.define_checkpoint_flags()  # also: a fine-tuning --output_dir (its latest)
+  script_flags.define_text_flags()  # --vocab_file default: vocab.txt beside --init_checkpoint
+  script_flags.define_max_seq_length(128)  # the length the preprocessing pads to
+  script_flags.define_labels_flag()
+  script_flags.define_regression_flag()
   flags.DEFINE_bool("text_pairs", False,
                     "classifier: serving_default takes text_a and text_b (sentence-pair task); "
                     "the `pairs` signature takes both in any case.")
-  flags.DEFINE_integer("max_query_length", 64, "squad: question tokens kept.", lower_bound=1)
-  flags.DEFINE_integer("max_answer_length", 30, "squad: longest answer span, in tokens.",
-                       lower_bound=1)
+  script_flags.define_squad_flags()
 
 
 # ----------------------------------------------------------------------------------------------

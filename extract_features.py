@@ -26,31 +26,22 @@ import tensorflow as tf
 import checkpoints
 import input_pipeline
 import modeling
+import script_flags
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
-training.define_checkpoint_flags()  # --bert_config_file, --init_checkpoint
-training.define_dynamic_padding_flag()
+script_flags.define_runtime_flags()
+script_flags.define_checkpoint_flags()
+script_flags.define_text_flags()
+script_flags.define_max_seq_length(128)
+script_flags.define_dynamic_padding_flag()
 
-flags.DEFINE_string("input_file", None,
-                    "UTF-8 text, one input per line: `text` or `text_a ||| text_b`.")
-
-flags.DEFINE_string("output_file", None, "JSON-lines output, one line per input line.")
+script_flags.define_input_file_flag()
+script_flags.define_output_file_flag()
 
 flags.DEFINE_string("layers", "-1,-2,-3,-4",
                     "Comma-separated encoder layers to output: -1 is the last, 0 the first.")
-
-flags.DEFINE_integer("max_seq_length", 128,
-                     "Sequences longer than this many WordPiece tokens ([CLS] and [SEP] "
-                     "included) are truncated; the longer text of a pair loses tokens first.",
-                     lower_bound=3)
-
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocabulary (vocab.txt) of the checkpoint.")
-
-flags.DEFINE_bool("do_lower_case", True,
-                  "Lower-case (and strip accents from) the text: True for uncased checkpoints.")
 
 flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).",
                      lower_bound=1)
@@ -238,15 +229,15 @@ def main(_):
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, FLAGS.init_checkpoint,
-                                           FLAGS.max_seq_length)
+  config = training.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                     FLAGS.max_seq_length)
   layer_indexes = parse_layers(FLAGS.layers, config.num_hidden_layers)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   training.per_replica_batch_size(FLAGS.batch_size, strategy, "batch_size")  # checked early
   with strategy.scope():
-    model = LayerExtractor(config, layer_indexes, training.compute_dtype_from_flags())
+    model = LayerExtractor(config, layer_indexes, script_flags.compute_dtype())
   report = checkpoints.init_from_checkpoint(model, FLAGS.init_checkpoint)
   # Every encoder variable must come from the checkpoint; only the pooler, which no output here
   # uses, may be missing (some exported encoders drop it).
@@ -259,7 +250,7 @@ def main(_):
   with fileio.naming_output(FLAGS.output_file), fileio.open_atomic(FLAGS.output_file) as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
                     FLAGS.max_seq_length, FLAGS.batch_size,
-                    pad_to_longest=training.dynamic_padding_from_flags(strategy))
+                    pad_to_longest=script_flags.dynamic_padding(strategy))
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
 
 

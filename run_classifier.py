@@ -29,49 +29,22 @@ import checkpoints
 import input_pipeline
 import metrics
 import modeling
+import script_flags
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
-training.define_fine_tuning_flags()
-training.define_dynamic_padding_flag()
+script_flags.define_fine_tuning_flags()
+script_flags.define_data_dir_flag()
+script_flags.define_labels_flag()
+script_flags.define_regression_flag()
 
-# Where the task's files, the vocab and the outputs are (all required).
-flags.DEFINE_string(
-    "data_dir", None,
-    "Directory with the task's train/dev/test files: a GLUE task's .tsv files, the XNLI "
-    "layout, or the .tsv/.csv files of your own task.")
-
+# The task (--vocab_file, --output_dir and the rest are script_flags' shared groups).
 flags.DEFINE_string(
     "task_name", None,
     "Which task the data is: cola, mnli, mnli-mm (MNLI with the mismatched dev/test sets), mrpc, "
     "qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data (see "
     "--text_a_column).")
-
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocab (vocab.txt) shipped with the pre-trained checkpoint.")
-
-flags.DEFINE_string(
-    "output_dir", None,
-    "Directory for checkpoints, the feature TFRecord files and the eval/test results.")
-
-# Tokenization, sequence length and which stages run.
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Lower-case and strip accents before WordPiece: True for uncased checkpoints, False for "
-    "cased ones.")
-
-flags.DEFINE_integer(
-    "max_seq_length", 128,
-    "Length of every example in WordPiece tokens, [CLS] and [SEP] included: longer texts are "
-    "cut, shorter ones padded. At least 3 ([CLS] a [SEP]), 5 for sentence pairs.",
-    lower_bound=3)
-
-flags.DEFINE_bool("do_train", False, "Fine-tune on the training file.")
-
-flags.DEFINE_bool("do_eval", False, "Score the model on the dev file.")
-
-flags.DEFINE_bool("do_predict", False, "Write the model's predictions for the test file.")
 
 flags.DEFINE_string(
     "xnli_language", "zh",
@@ -96,21 +69,10 @@ flags.DEFINE_string(
     "tsv/csv tasks: column of the label (header name or 0-based index). Not read from the test "
     "file, which may leave it out.")
 
-flags.DEFINE_list(
-    "labels", None,
-    "tsv/csv tasks: the labels, comma-separated, in the order of the output units (e.g. "
-    "'neg,pos'). Default: the distinct labels of the training file, sorted (numerically when "
-    "all are integers); without --do_train, the labels the training run saved in output_dir "
-    "(task.json).")
-
 flags.DEFINE_bool(
     "skip_header", True,
     "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
     "numeric columns set --noskip_header for files without one.")
-
-flags.DEFINE_bool(
-    "regression", False,
-    "tsv/csv tasks: the label is a real number to predict (like STS-B), not a class.")
 
 flags.DEFINE_string(
     "hub_module_handle", None,
@@ -846,7 +808,7 @@ def _predictions(trainer, input_file, batch_size, is_regression, order):
   input_fn = file_based_input_fn_builder(
       input_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
       is_regression=is_regression,
-      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
+      pad_to_longest=script_flags.dynamic_padding(trainer.strategy))
   outputs, real = [], []
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     logits = batch["logits"]
@@ -938,8 +900,8 @@ def _main(_):
   has_checkpoint = bool(training.checkpoint_numbers(out))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   if not FLAGS.hub_module_handle:
-    config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
-                                             FLAGS.max_seq_length)
+    config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                       FLAGS.max_seq_length)
   config_source = (FLAGS.bert_config_file or FLAGS.hub_module_handle
                    or f"the config beside --init_checkpoint={init_checkpoint}")
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
@@ -952,7 +914,7 @@ def _main(_):
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   # The batch sizes of every phase asked for are checked before any feature writing or training.
   if FLAGS.do_train:
     train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
@@ -970,10 +932,10 @@ def _main(_):
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  model, optimizer, trainer = training.fine_tuning_trainer(
+  model, optimizer, trainer = script_flags.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
       strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertClassifier(
-          config, processor.num_labels(), training.compute_dtype_from_flags())),
+          config, processor.num_labels(), script_flags.compute_dtype())),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
   if FLAGS.hub_module_handle:
@@ -995,7 +957,7 @@ def _main(_):
     path = os.path.join(out, f"{name}.tf_record")
     features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
                                             tokenizer, is_regression)
-    by_length = training.dynamic_padding_from_flags(strategy)
+    by_length = script_flags.dynamic_padding(strategy)
     order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
              else np.arange(len(features)))
     fileio.build_unless_current(
@@ -1014,9 +976,9 @@ def _main(_):
     input_fn = file_based_input_fn_builder(
         train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
         is_regression=is_regression, seed=FLAGS.seed,
-        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        pad_to_longest=script_flags.dynamic_padding(strategy),
         shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    training.train_from_flags(trainer, input_fn, train_batch, num_train_steps, init_fn)
+    script_flags.train(trainer, input_fn, train_batch, num_train_steps, init_fn)
   else:
     if FLAGS.hub_module_handle and not has_checkpoint:
       raise fileio.InputError(

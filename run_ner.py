@@ -25,50 +25,14 @@ import checkpoints
 import input_pipeline
 import metrics
 import modeling
+import script_flags
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
-training.define_fine_tuning_flags()
-training.define_dynamic_padding_flag()
-
-## Required parameters
-flags.DEFINE_string(
-    "data_dir", None,
-    "Directory with the CoNLL files train.txt, valid.txt (or dev.txt) and test.txt.")
-
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
-
-flags.DEFINE_string(
-    "output_dir", None,
-    "Directory for checkpoints, feature TFRecord files, eval_results.txt and predictions.")
-
-## Other parameters
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
-    "checkpoints, False for cased ones (the BERT paper's NER numbers are from cased models).")
-
-flags.DEFINE_integer(
-    "max_seq_length", 128,
-    "The maximum total input sequence length after WordPiece tokenization. A longer sentence is "
-    "split at word boundaries into several sequences, so every word is tagged exactly once. At "
-    "least 3 ([CLS] word [SEP]).", lower_bound=3)
-
-flags.DEFINE_list(
-    "labels", None,
-    "The tags, comma-separated, in the order of the output units. Default: without --do_train, "
-    "the tags the training run saved in output_dir (task.json); else CoNLL-2003's "
-    "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC.")
-
-flags.DEFINE_bool("do_train", False, "Fine-tune on train.txt.")
-
-flags.DEFINE_bool("do_eval", False,
-                  "Score valid.txt (or dev.txt) at entity level, as conlleval does.")
-
-flags.DEFINE_bool("do_predict", False,
-                  "Tag test.txt into test_predictions.txt (word, gold tag, predicted tag).")
+script_flags.define_fine_tuning_flags()
+script_flags.define_data_dir_flag()
+script_flags.define_labels_flag()
 
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -380,7 +344,7 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
       FLAGS[flag_name].value, len(features), trainer.strategy, flag_name)
   # With dynamic padding the records go by length, so that each batch holds sentences of about
   # one length; the predictions are put back in input order below.
-  by_length = training.dynamic_padding_from_flags(trainer.strategy)
+  by_length = script_flags.dynamic_padding(trainer.strategy)
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else np.arange(len(features)))
   fileio.build_unless_current(
@@ -461,8 +425,8 @@ def _main(_):
       directories=[("output_dir", out)])
   has_checkpoint = bool(training.checkpoint_numbers(out))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
-                                           FLAGS.max_seq_length)
+  config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                     FLAGS.max_seq_length)
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
@@ -470,17 +434,17 @@ def _main(_):
       max(tokenizer.vocab.values(), default=-1) + 1, config, FLAGS.vocab_file,
       FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}")
 
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
   if FLAGS.do_train:
     train_examples = processor.get_train_examples(data_dir)
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  model, optimizer, trainer = training.fine_tuning_trainer(
+  model, optimizer, trainer = script_flags.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
       strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertTokenClassifier(
-          config, len(label_list), training.compute_dtype_from_flags())),
+          config, len(label_list), script_flags.compute_dtype())),
       ner_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
@@ -499,9 +463,9 @@ def _main(_):
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(
         train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
-        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        pad_to_longest=script_flags.dynamic_padding(strategy),
         shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
+    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 

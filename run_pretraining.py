@@ -1,6 +1,6 @@
 """Pre-trains BERT (masked LM + next-sentence prediction) on create_pretraining_data.py's records.
 
-The original's flags, plus the shared training flags of training.py (--distribution_strategy,
+The original's flags, plus the shared training flags of script_flags.py (--distribution_strategy,
 --use_xla, --mixed_precision, --gradient_accumulation_steps, --optimizer, ...). Rerunning the same
 command after an interruption resumes from the last checkpoint in --output_dir.
 """
@@ -17,23 +17,17 @@ from absl import logging
 
 import input_pipeline
 import modeling
+import script_flags
 import training
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("bert_config_file", None, "bert_config.json (or a HuggingFace config.json).")
-flags.DEFINE_string("input_file", None, "TFRecord files: comma-separated paths or globs.")
-flags.DEFINE_string("output_dir", None, "Checkpoints, TensorBoard logs and eval_results.txt.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "Initial weights: Google TF1 checkpoint, HF safetensors dir, or ours.")
-flags.DEFINE_integer("max_seq_length", 128, "Must match the records.", lower_bound=2)
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Must match the records.", lower_bound=1)
-flags.DEFINE_bool("do_train", False, "Train.")
-flags.DEFINE_bool("do_eval", False, "Evaluate on --input_file; writes eval_results.txt.")
-flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.", lower_bound=1)
-flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.", lower_bound=1)
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-training.require_positive("learning_rate")
+script_flags.define_training_flags()
+script_flags.define_checkpoint_flags()
+script_flags.define_mode_flags("train", "eval")
+script_flags.define_max_seq_length(128, minimum=2)
+script_flags.define_max_predictions_flag()
+script_flags.define_input_file_flag()
 flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1,
                      upper_bound=training.MAX_STEPS)
 flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0,
@@ -97,7 +91,7 @@ def main(_):
                                ("bert_config_file", FLAGS.bert_config_file)])
   check_config_matches_output_dir(config, FLAGS.output_dir, FLAGS.bert_config_file)
   # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq)
   limits = input_pipeline.pretraining_value_limits(config.vocab_size, config.type_vocab_size,
@@ -112,9 +106,9 @@ def main(_):
   eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
                                                "eval_batch_size") if FLAGS.do_eval else None
   with strategy.scope():
-    model = modeling.BertPretrainer(config, training.compute_dtype_from_flags())
-    optimizer = training.create_optimizer_from_flags(FLAGS.learning_rate, FLAGS.num_train_steps,
-                                                     FLAGS.num_warmup_steps)
+    model = modeling.BertPretrainer(config, script_flags.compute_dtype())
+    optimizer = script_flags.optimizer(FLAGS.learning_rate, FLAGS.num_train_steps,
+                                       FLAGS.num_warmup_steps)
   # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an
   # error here, before bert_config.json is replaced.
   trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer,

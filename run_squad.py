@@ -28,39 +28,20 @@ import checkpoints
 import input_pipeline
 import metrics
 import modeling
+import script_flags
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
-training.define_fine_tuning_flags()
-training.define_dynamic_padding_flag()
+script_flags.define_fine_tuning_flags(("train", "predict"), max_seq_length=384, min_seq_length=5)
+script_flags.define_squad_flags()
 
-## Required parameters
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
-
-flags.DEFINE_string(
-    "output_dir", None,
-    "Directory for checkpoints, feature TFRecord files, predictions and eval_results.txt.")
-
-## Other parameters
 flags.DEFINE_string("train_file", None, "SQuAD JSON to fine-tune on (e.g. train-v1.1.json).")
 
 flags.DEFINE_string(
     "predict_file", None,
     "SQuAD JSON to answer (e.g. dev-v1.1.json). When its questions carry answers, the "
     "predictions are also scored (eval_results.txt).")
-
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
-    "checkpoints, False for cased ones.")
-
-flags.DEFINE_integer(
-    "max_seq_length", 384,
-    "Length in WordPiece tokens of every window ([CLS] question [SEP] context [SEP]); shorter "
-    "windows are zero-padded. Above --max_query_length + 3, so every window holds context.",
-    lower_bound=5)
 
 flags.DEFINE_integer(
     "doc_stride", 128,
@@ -69,22 +50,8 @@ flags.DEFINE_integer(
     "windows overlap.", lower_bound=1)
 
 flags.DEFINE_integer(
-    "max_query_length", 64,
-    "Questions are cut to this many WordPiece tokens.", lower_bound=1)
-
-flags.DEFINE_bool("do_train", False, "Fine-tune on --train_file.")
-
-flags.DEFINE_bool("do_predict", False, "Answer the questions of --predict_file.")
-
-flags.DEFINE_integer(
     "n_best_size", 20,
     "How many candidate answers per question to keep (and list in nbest_predictions.json).",
-    lower_bound=1)
-
-flags.DEFINE_integer(
-    "max_answer_length", 30,
-    "Longest answer, in WordPiece tokens, that a prediction may have; start and end are "
-    "predicted independently, so without a limit a span could cover the whole window.",
     lower_bound=1)
 
 flags.DEFINE_bool(
@@ -1053,8 +1020,8 @@ def _main(_):
   training.init_task_record(FLAGS.init_checkpoint, "run_squad",
                             not FLAGS.do_train and not has_checkpoint)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
-                                           FLAGS.max_seq_length)
+  config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                     FLAGS.max_seq_length)
   config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
   tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
@@ -1063,7 +1030,7 @@ def _main(_):
     raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
                             "SQuAD windows are pairs (question: segment 0, context: segment 1)")
 
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
   if FLAGS.do_train:
     train_examples = read_squad_examples(FLAGS.train_file, is_training=True,
@@ -1079,10 +1046,10 @@ def _main(_):
     # Read before any training, so that a bad predict file does not cost a training run.
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
-  model, optimizer, trainer = training.fine_tuning_trainer(
+  model, optimizer, trainer = script_flags.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
       strategy, lambda: checkpoints.check_checkpoint_matches(
-          out, modeling.BertSpanLabeler(config, training.compute_dtype_from_flags())),
+          out, modeling.BertSpanLabeler(config, script_flags.compute_dtype())),
       squad_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
@@ -1106,7 +1073,7 @@ def _main(_):
     del train_examples
     input_fn = input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
                                 drop_remainder=True, seed=FLAGS.seed)
-    training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
+    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
@@ -1127,7 +1094,7 @@ def predict(trainer, tokenizer, global_step, examples):
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
   # With dynamic padding the windows are written shortest first, and each batch is cut after its
   # longest: a question over a short paragraph no longer costs max_seq_length positions.
-  by_length = training.dynamic_padding_from_flags(trainer.strategy)
+  by_length = script_flags.dynamic_padding(trainer.strategy)
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else range(len(features)))
 

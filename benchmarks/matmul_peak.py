@@ -14,10 +14,6 @@ import common
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_integer("matmul_size", 4096,
-                     "Square matrix size n (2 n^3 FLOPs per multiply). Large enough that the "
-                     "library's blocking, not call overhead, decides the rate.")
-
 
 def _gflops(timing):
   n = FLAGS.matmul_size

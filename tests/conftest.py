@@ -19,17 +19,9 @@ requires_shared = pytest.mark.skipif(
 
 
 def import_script(name):
-  """Imports a top-level script into the test process. Each script defines its absl flags at
-  import (as the original's did), so the flags another script left here are removed first; the
-  functions the tests call take arguments and read no flag."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  if name in sys.modules:
-    return sys.modules[name]
-  for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-    if (module.startswith("run_") or module == "extract_features") and module != name:
-      for flag_name in [f.name for f in module_flags]:
-        if flag_name in flags.FLAGS:
-          delattr(flags.FLAGS, flag_name)
+  """Imports a top-level script into the test process (the shared flags are defined once, in
+  script_flags, so scripts import side by side); the functions the tests call take arguments and
+  read no flag."""
   return importlib.import_module(name)
 
 

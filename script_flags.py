@@ -1,0 +1,296 @@
+"""The command-line flags the scripts share, each defined once with one help text, and the plain
+values a script builds from them.
+
+A script calls the `define_*` groups it uses when it is imported and reads the flags in its
+`main`; the library modules it hands the values to (training, optimization, modeling, ...) take
+plain arguments and never read FLAGS. The groups may be asked for by several scripts imported
+into one process (tests, notebooks): a flag that is already there is left as it is.
+"""
+
+import os
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+# TensorFlow and the modules on it are imported by the functions that build values only:
+# create_pretraining_data uses the groups here and never imports TensorFlow (it starts fast).
+# pylint: disable=g-import-not-at-top
+
+
+def _define(define, name, default, help_text, positive=False, **bounds):
+  if name not in FLAGS:
+    define(name, default, help=help_text, **bounds)
+    if positive:
+      require_positive(name)
+
+
+def require_positive(name):
+  """A validator for a float flag that must be strictly above 0 (absl's lower_bound includes
+  the bound: a learning rate of 0 trains nothing, a negative one climbs the loss)."""
+  flags.register_validator(name, lambda value: value is None or value > 0, message="must be > 0")
+
+
+# --- groups ----------------------------------------------------------------------------------------
+
+
+def define_runtime_flags():
+  """Where and how the model runs: the tf.distribute strategy, precision, XLA, the seed."""
+  _define(flags.DEFINE_enum, "distribution_strategy", "default",
+          "tf.distribute strategy. `mirrored` uses every local GPU (or, with no GPU, "
+          "--num_cpu_devices logical CPUs); `multi_worker_mirrored` reads TF_CONFIG.",
+          enum_values=["default", "one_device", "mirrored", "multi_worker_mirrored", "tpu"])
+  _define(flags.DEFINE_integer, "num_cpu_devices", 0,
+          "With no GPU: split the CPU into this many logical devices for `mirrored` (tests and "
+          "debugging of multi-replica code on a laptop). 0 = leave as is.", lower_bound=0)
+  _define(flags.DEFINE_bool, "use_xla", False,
+          "Compile the forward and backward pass with XLA (jit_compile).")
+  _define(flags.DEFINE_enum, "mixed_precision", "none",
+          "Compute dtype of matrix work; variables, LayerNorm, softmax and losses stay float32. "
+          "fp16 adds dynamic loss scaling to the optimizer.", enum_values=["none", "bf16", "fp16"])
+  _define(flags.DEFINE_bool, "use_tpu", False,
+          "The original's flag: same as --distribution_strategy=tpu.")
+  _define(flags.DEFINE_string, "tpu_name", None, "TPU name or grpc address (with --use_tpu).")
+  _define(flags.DEFINE_string, "tpu_zone", None, "GCE zone of the TPU (optional).")
+  _define(flags.DEFINE_string, "gcp_project", None, "GCP project of the TPU (optional).")
+  _define(flags.DEFINE_string, "master", None, "The original's flag; accepted as the TPU address.")
+  _define(flags.DEFINE_integer, "num_tpu_cores", 8,
+          "The original's flag; the TPU strategy reads the topology.", lower_bound=1)
+  _define(flags.DEFINE_integer, "seed", 12345,
+          "Seed for initialisation, dropout and shuffling.")
+
+
+def define_training_flags():
+  """The training loop and its optimizer (run_pretraining and the fine-tuning scripts)."""
+  define_runtime_flags()
+  _define(flags.DEFINE_string, "output_dir", None,
+          "Directory for checkpoints (training resumes from the latest), TensorBoard logs under "
+          "train/, the script's feature records and its results (eval_results.txt, predictions).")
+  _define(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.",
+          lower_bound=1)
+  _define(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.",
+          lower_bound=1)
+  _define(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate.", positive=True)
+  _define(flags.DEFINE_integer, "gradient_accumulation_steps", 1,
+          "Micro-batches per optimizer step; each is train_batch_size / this.", lower_bound=1)
+  _define(flags.DEFINE_enum, "optimizer", "adamw",
+          "adamw: Adam with bias correction and decoupled weight decay (torch / HuggingFace "
+          "AdamW, epsilon 1e-8); adam_weight_decay: the original's Adam without bias correction "
+          "(epsilon 1e-6), for faithful reproductions; it makes short fine-tuning runs on small "
+          "sets collapse more often; lamb: LAMB for large-batch pre-training.",
+          enum_values=["adamw", "adam_weight_decay", "lamb"])
+  _define(flags.DEFINE_enum, "lr_schedule", "original",
+          "original: linear decay from step 0 to num_train_steps, the warm-up ramp overriding "
+          "its start (the original's; run_pretraining's default); decay_after_warmup: the decay "
+          "starts at the peak when the warm-up ends (HF's get_linear_schedule_with_warmup; the "
+          "fine-tuning scripts' default: after a 10% warm-up the original's rate is 0.9x this "
+          "one, and CoLA scored 1.1 points below HF with it, 0.5 with this).",
+          enum_values=["original", "decay_after_warmup"])
+  _define(flags.DEFINE_integer, "iterations_per_loop", 100,
+          "Steps run inside one tf.function call between host-side logging.", lower_bound=1)
+  _define(flags.DEFINE_integer, "save_checkpoints_steps", 1000, "Steps between checkpoints.",
+          lower_bound=1)
+  _define(flags.DEFINE_integer, "keep_checkpoint_max", 5, "Checkpoints kept in output_dir.",
+          lower_bound=1)
+  _define(flags.DEFINE_integer, "max_nonfinite_loops", 3,
+          "Stop when this many consecutive loops of steps all had a non-finite loss.",
+          lower_bound=1)
+
+
+def define_mode_flags(*modes):
+  """--do_train, --do_eval, --do_predict: what a run does (`modes`: those the script has)."""
+  texts = {"train": "Train (fine-tune) on the training data.",
+           "eval": "Score the model on the evaluation data; writes eval_results.txt.",
+           "predict": "Write the model's predictions for the prediction data."}
+  for mode in modes:
+    _define(flags.DEFINE_bool, f"do_{mode}", False, texts[mode])
+
+
+def define_checkpoint_flags():
+  """--bert_config_file and --init_checkpoint: the pre-trained model a script starts from."""
+  _define(flags.DEFINE_string, "bert_config_file", None,
+          "bert_config.json (or HF config.json); the fine-tuning and feature scripts default to "
+          "the one beside --init_checkpoint.")
+  _define(flags.DEFINE_string, "init_checkpoint", None,
+          "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, or "
+          "one of this project's checkpoints (a prefix, or a directory for its latest).")
+
+
+def define_text_flags():
+  """The vocabulary and casing of a script that tokenizes text for a model."""
+  _define(flags.DEFINE_string, "vocab_file", None,
+          "WordPiece vocabulary (vocab.txt) of the model.")
+  _define(flags.DEFINE_bool, "do_lower_case", True,
+          "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
+          "models, False for cased ones.")
+
+
+def define_max_seq_length(default, minimum=3):
+  """--max_seq_length with the script's default (SQuAD windows are longer than sentences) and
+  the least length its sequences need ([CLS] a [SEP] is 3)."""
+  _define(flags.DEFINE_integer, "max_seq_length", default,
+          "Length in WordPiece tokens of every sequence, [CLS] and [SEP] included; how a longer "
+          "input is cut is the script's (its docstring says).", lower_bound=2)
+  FLAGS.set_default("max_seq_length", default)
+  flags.register_validator("max_seq_length", lambda value: value >= minimum,
+                           message=f"must be at least {minimum} here")
+
+
+def define_max_predictions_flag():
+  """--max_predictions_per_seq: masked positions per pre-training sequence."""
+  _define(flags.DEFINE_integer, "max_predictions_per_seq", 20,
+          "Masked LM predictions per sequence (at most; run_pretraining: as in the records).",
+          lower_bound=1)
+
+
+def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=128,
+                             min_seq_length=3):
+  """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
+  define_training_flags()
+  define_checkpoint_flags()
+  define_text_flags()
+  define_max_seq_length(max_seq_length, min_seq_length)
+  define_mode_flags(*modes)
+  FLAGS.set_default("lr_schedule", "decay_after_warmup")  # HF-level results (README)
+  _define(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.",
+          lower_bound=1)
+  _define(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.",
+          positive=True)
+  _define(flags.DEFINE_float, "warmup_proportion", 0.1,
+          "Fraction of training steps with a linear learning-rate warm-up.",
+          lower_bound=0.0, upper_bound=1.0)
+  define_dynamic_padding_flag()
+
+
+def define_data_dir_flag():
+  """--data_dir: where a fine-tuning task's files are."""
+  _define(flags.DEFINE_string, "data_dir", None,
+          "Directory with the task's files: run_classifier a GLUE task's .tsv files, the XNLI "
+          "layout or your own task's .tsv/.csv; run_ner the CoNLL train.txt, valid.txt (or "
+          "dev.txt) and test.txt; run_swag train.csv, val.csv and test.csv.")
+
+
+def define_labels_flag():
+  """--labels: the output units' names of a classifier or tagger."""
+  _define(flags.DEFINE_list, "labels", None,
+          "The labels (tags), comma-separated, in the order of the output units (e.g. "
+          "'neg,pos'). Default: without --do_train, those the training run saved in output_dir "
+          "(task.json); else the task's own: run_classifier's tsv/csv tasks the distinct labels "
+          "of the training file, sorted (numerically when all are integers), run_ner "
+          "CoNLL-2003's O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC; export_model's "
+          "classifier 0 .. n-1.")
+
+
+def define_squad_flags():
+  """The question and answer lengths of SQuAD (run_squad, and export_model's squad model)."""
+  _define(flags.DEFINE_integer, "max_query_length", 64,
+          "Questions are cut to this many WordPiece tokens.", lower_bound=1)
+  _define(flags.DEFINE_integer, "max_answer_length", 30,
+          "Longest answer, in WordPiece tokens, that a prediction may have; start and end are "
+          "predicted independently, so without a limit a span could cover the whole window.",
+          lower_bound=1)
+
+
+def define_regression_flag():
+  """--regression: a classifier whose output is one real number."""
+  _define(flags.DEFINE_bool, "regression", False,
+          "The label is a real number to predict (like STS-B), not a class (run_classifier: "
+          "tsv/csv tasks; export_model: classifier).")
+
+
+def define_overwrite_flag():
+  """--overwrite: replace an existing output that is not the script's own earlier output."""
+  _define(flags.DEFINE_bool, "overwrite", False,
+          "Replace outputs that already exist even when they hold something other than this "
+          "script's earlier output (another model's checkpoint, a non-SavedModel directory); "
+          "never one of the inputs.")
+
+
+def define_input_file_flag():
+  """--input_file: a script's input files."""
+  _define(flags.DEFINE_string, "input_file", None,
+          "Input files: a path, a glob pattern, or a comma-separated list of them. "
+          "create_pretraining_data and build_vocab: text, one sentence per line, a blank line "
+          "between documents; run_pretraining: create_pretraining_data's TFRecord files; "
+          "extract_features: UTF-8 text, one input per line, `text` or `text_a ||| text_b`.")
+
+
+def define_output_file_flag():
+  """--output_file: a script's output file(s), written under a temporary name and renamed."""
+  _define(flags.DEFINE_string, "output_file", None,
+          "Output, written under a temporary name and renamed when complete. extract_features: "
+          "JSON lines, one per input line. create_pretraining_data: TFRecord file(s), either a "
+          "comma-separated list of files (records go to them round-robin, as in the original), "
+          "or a pattern with a `{shard}` field, e.g. "
+          "out/pretrain-{shard:05d}-of-{num_shards:05d}.tfrecord, expanded for shard = 0 .. "
+          "--num_output_shards-1, or a directory (an existing one, or a path ending in /) that "
+          "gets pretraining-SSSSS-of-NNNNN.tfrecord files.")
+
+
+def define_dynamic_padding_flag():
+  """--dynamic_padding, for the scripts whose outputs do not depend on padding (run_squad cuts
+  its prediction batches only: its training loss's span softmax runs over every position,
+  padding included, as the original's)."""
+  _define(flags.DEFINE_bool, "dynamic_padding", True,
+          "Pad each batch only to its longest sequence (rounded up to a multiple of "
+          "max_seq_length / 8) instead of to --max_seq_length: the same results with less work "
+          "on short texts. --nodynamic_padding gives every batch the full length (TPUs always "
+          "get it).")
+
+
+# --- values ----------------------------------------------------------------------------------------
+
+
+def strategy():
+  """The tf.distribute strategy named by --distribution_strategy / --use_tpu."""
+  import training
+  return training.make_strategy(
+      "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
+      num_cpu_devices=FLAGS.num_cpu_devices, tpu=FLAGS.tpu_name or FLAGS.master,
+      tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+
+
+def compute_dtype():
+  """--mixed_precision as the dtype of the model's matrix work."""
+  import training
+  return training.COMPUTE_DTYPES[FLAGS.mixed_precision]
+
+
+def dynamic_padding(strategy_):
+  """Whether batches are cut to their longest sequence: --dynamic_padding, except on TPUs, whose
+  programs need fixed shapes."""
+  import tensorflow as tf
+  return FLAGS.dynamic_padding and not isinstance(strategy_, tf.distribute.TPUStrategy)
+
+
+def optimizer(learning_rate, num_train_steps, num_warmup_steps):
+  """--optimizer with --lr_schedule; fp16 (--mixed_precision) also scales the loss."""
+  import optimization
+  loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
+  return optimization.create_optimizer(
+      learning_rate, num_train_steps, num_warmup_steps, optimizer=FLAGS.optimizer,
+      loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
+
+
+def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
+  """A fine-tuning script's model (built by `build_model` under the strategy's scope), its
+  optimizer and the Trainer, as the flags say. Returns (model, optimizer, trainer)."""
+  import training
+  with strategy_.scope():
+    model = build_model()
+    opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
+  trainer = training.Trainer(strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir,
+                             use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  return model, opt, trainer
+
+
+def train(trainer, input_fn, per_replica_batch, num_train_steps, init_fn):
+  """`trainer.train` over `input_fn(batch, input_context)` with the loop flags."""
+  return trainer.train(lambda ctx: input_fn(per_replica_batch, ctx), num_train_steps,
+                       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+                       steps_per_loop=FLAGS.iterations_per_loop,
+                       examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
+                       summary_dir=os.path.join(FLAGS.output_dir, "train"),
+                       max_nonfinite_loops=FLAGS.max_nonfinite_loops)
