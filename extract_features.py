@@ -14,6 +14,7 @@ appears under --output_file only when the whole input has been processed.
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 import fileio  # pylint: disable=g-bad-import-order
 
+import dataclasses
 import itertools
 import json
 import os
@@ -54,15 +55,15 @@ flags.DEFINE_bool("use_one_hot_embeddings", False,
 _BATCHES_PER_CHUNK = 64
 
 
+@dataclasses.dataclass
 class InputFeatures:
   """One input line as model inputs: its tokens and the padded id / mask / segment lists."""
 
-  def __init__(self, unique_id, tokens, input_ids, input_mask, input_type_ids):
-    self.unique_id = unique_id
-    self.tokens = tokens
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.input_type_ids = input_type_ids
+  unique_id: int
+  tokens: list
+  input_ids: list
+  input_mask: list
+  input_type_ids: list
 
 
 def split_line(line):

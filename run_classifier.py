@@ -15,6 +15,7 @@ columns or an unknown label is reported with its file and line. A task of your o
 import fileio  # pylint: disable=g-bad-import-order
 
 import csv
+import dataclasses
 import glob
 import math
 import os
@@ -81,6 +82,7 @@ flags.DEFINE_string(
     "and casing are used unless --bert_config_file / --vocab_file are given.")
 
 
+@dataclasses.dataclass
 class InputExample:
   """One example of a classification task, as raw text.
 
@@ -92,11 +94,10 @@ class InputExample:
       examples carry a placeholder.
   """
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
-    self.guid = guid
-    self.text_a = text_a
-    self.text_b = text_b
-    self.label = label
+  guid: str
+  text_a: str
+  text_b: str | None = None
+  label: object = None
 
 
 class PaddingInputExample:
@@ -108,16 +109,16 @@ class PaddingInputExample:
   """
 
 
+@dataclasses.dataclass
 class InputFeatures:
   """What the model reads for one example: token ids, mask and segment ids, all padded to the
   same length, plus the label id and whether the example is real or padding."""
 
-  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.segment_ids = segment_ids
-    self.label_id = label_id
-    self.is_real_example = is_real_example
+  input_ids: list
+  input_mask: list
+  segment_ids: list
+  label_id: int | float
+  is_real_example: bool = True
 
 
 class DataProcessor:
@@ -198,15 +199,15 @@ def _regression_label(input_file, line, text):
   return value
 
 
+@dataclasses.dataclass
 class _Columns:
   """Where a file's text and label columns are: found by header name, or at fixed positions."""
 
-  def __init__(self, text_a, text_b, label, width, has_header):
-    self.text_a = text_a
-    self.text_b = text_b
-    self.label = label
-    self.width = width
-    self.has_header = has_header
+  text_a: int
+  text_b: int | None
+  label: int | None
+  width: int
+  has_header: bool
 
 
 def _locate_columns(input_file, rows, names, positions, read_label):

@@ -13,6 +13,7 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
+import dataclasses
 import glob
 import os
 
@@ -39,31 +40,30 @@ CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "
 _DOCSTART = "-DOCSTART-"
 
 
+@dataclasses.dataclass
 class NerExample:
   """A sentence: its words and their tags (tags may be None when unknown)."""
 
-  def __init__(self, guid, words, labels=None, line=None):
-    self.guid = guid
-    self.words = words
-    self.labels = labels
-    # Line of the sentence's first word, for messages.
-    self.line = line
+  guid: str
+  words: list
+  labels: list | None = None
+  # Line of the sentence's first word, for messages.
+  line: int | None = None
 
 
+@dataclasses.dataclass
 class InputFeatures:
   """One sequence of a sentence (a long sentence gives several)."""
 
-  def __init__(self, input_ids, input_mask, segment_ids, label_ids, label_weights,
-               example_index, word_start, word_positions):
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.segment_ids = segment_ids
-    self.label_ids = label_ids
-    self.label_weights = label_weights
-    # Which sentence, its first word in this sequence, and each such word's first-token position.
-    self.example_index = example_index
-    self.word_start = word_start
-    self.word_positions = word_positions
+  input_ids: list
+  input_mask: list
+  segment_ids: list
+  label_ids: list
+  label_weights: list
+  # Which sentence, its first word in this sequence, and each such word's first-token position.
+  example_index: int
+  word_start: int
+  word_positions: list
 
 
 def read_conll_examples(input_file, set_type, labels=CONLL2003_LABELS):

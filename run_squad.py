@@ -14,6 +14,7 @@ with `evaluate_squad.py` when the predict file has answers.
 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
+import dataclasses
 import glob
 import json
 import math
@@ -70,25 +71,18 @@ flags.DEFINE_float(
     "than this (any number; inf never answers nothing, -inf always does).")
 
 
+@dataclasses.dataclass
 class SquadExample:
   """One question on one context; start/end positions are whitespace-word indexes (-1 and -1
   for an unanswerable SQuAD 2.0 question)."""
 
-  def __init__(self,
-               qas_id,
-               question_text,
-               doc_tokens,
-               orig_answer_text=None,
-               start_position=None,
-               end_position=None,
-               is_impossible=False):
-    self.qas_id = qas_id
-    self.question_text = question_text
-    self.doc_tokens = doc_tokens
-    self.orig_answer_text = orig_answer_text
-    self.start_position = start_position
-    self.end_position = end_position
-    self.is_impossible = is_impossible
+  qas_id: str
+  question_text: str
+  doc_tokens: list
+  orig_answer_text: str | None = None
+  start_position: int | None = None
+  end_position: int | None = None
+  is_impossible: bool = False
 
   def __str__(self):
     return self.__repr__()
@@ -104,34 +98,22 @@ class SquadExample:
     return s
 
 
+@dataclasses.dataclass
 class InputFeatures:
   """The model inputs of one window of one question, and the maps back to its words."""
 
-  def __init__(self,
-               unique_id,
-               example_index,
-               doc_span_index,
-               tokens,
-               token_to_orig_map,
-               token_is_max_context,
-               input_ids,
-               input_mask,
-               segment_ids,
-               start_position=None,
-               end_position=None,
-               is_impossible=None):
-    self.unique_id = unique_id
-    self.example_index = example_index
-    self.doc_span_index = doc_span_index
-    self.tokens = tokens
-    self.token_to_orig_map = token_to_orig_map
-    self.token_is_max_context = token_is_max_context
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.segment_ids = segment_ids
-    self.start_position = start_position
-    self.end_position = end_position
-    self.is_impossible = is_impossible
+  unique_id: int
+  example_index: int
+  doc_span_index: int
+  tokens: list
+  token_to_orig_map: dict
+  token_is_max_context: dict
+  input_ids: list
+  input_mask: list
+  segment_ids: list
+  start_position: int | None = None
+  end_position: int | None = None
+  is_impossible: bool | None = None
 
 
 def _is_whitespace(c):

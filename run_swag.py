@@ -12,6 +12,7 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
+import dataclasses
 import csv
 import glob
 import os
@@ -39,15 +40,15 @@ NUM_CHOICES = 4
 _ENDING_COLUMNS = tuple(f"ending{i}" for i in range(NUM_CHOICES))
 
 
+@dataclasses.dataclass
 class SwagExample:
   """A single SWAG situation with its four candidate endings."""
 
-  def __init__(self, swag_id, context_sentence, start_ending, endings, label=None):
-    self.swag_id = swag_id
-    self.context_sentence = context_sentence
-    self.start_ending = start_ending
-    self.endings = endings
-    self.label = label
+  swag_id: str
+  context_sentence: str
+  start_ending: str
+  endings: list
+  label: int | None = None
 
   def __repr__(self):
     parts = [f"swag_id: {self.swag_id}", f"context_sentence: {self.context_sentence}",
@@ -58,16 +59,16 @@ class SwagExample:
     return ", ".join(parts)
 
 
+@dataclasses.dataclass
 class InputFeatures:
   """The four sequences of one example: each list holds NUM_CHOICES lists of max_seq_length."""
 
-  def __init__(self, example_id, input_ids, input_mask, segment_ids, label, is_real_example=True):
-    self.example_id = example_id
-    self.input_ids = input_ids
-    self.input_mask = input_mask
-    self.segment_ids = segment_ids
-    self.label = label
-    self.is_real_example = is_real_example
+  example_id: str
+  input_ids: list
+  input_mask: list
+  segment_ids: list
+  label: int
+  is_real_example: bool = True
 
 
 def read_swag_examples(input_file, is_training=True):
