@@ -354,9 +354,10 @@ class TextPreprocessor(tf.Module):
     """Token ids of one or two segments -> the encoder's inputs (run_classifier's layout).
 
     `segments`: a list of one or two int RaggedTensors [batch, (tokens)] (or with a words axis,
-    which is merged). With two, [CLS] a [SEP] b [SEP] truncated as run_classifier's
-    _truncate_seq_pair (the longer side loses a token until both fit), except that an empty b
-    gives the single-segment layout, as in run_classifier where text_b tokenizes to nothing.
+    which is merged). With two, [CLS] a [SEP] b [SEP] truncated as
+    tokenization.truncate_seq_pair does (the longer side loses a token until both fit), except
+    that an empty b gives the single-segment layout, as in run_classifier where text_b
+    tokenizes to nothing.
     """
     segments = [s.merge_dims(-2, -1) if s.ragged_rank > 1 else s for s in segments]
     seq_length = tf.cast(seq_length, tf.int32)

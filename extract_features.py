@@ -79,12 +79,6 @@ def split_line(line):
   return text_a, text_b or None
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Drops tokens from the end of the longer list until both fit in `max_length`."""
-  while len(tokens_a) + len(tokens_b) > max_length:
-    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
-
-
 def convert_lines_to_features(numbered_lines, seq_length, tokenizer):
   """[(unique_id, line)] -> InputFeatures: [CLS] a [SEP] (b [SEP]), segment 0 then 1."""
   pairs = [split_line(line) for _, line in numbered_lines]
@@ -93,7 +87,7 @@ def convert_lines_to_features(numbered_lines, seq_length, tokenizer):
   features = []
   for (unique_id, _), (_, text_b), a, b in zip(numbered_lines, pairs, tokens_a, tokens_b):
     if text_b and b:
-      _truncate_seq_pair(a, b, seq_length - 3)
+      tokenization.truncate_seq_pair(a, b, seq_length - 3)
     else:
       a, b = a[:seq_length - 2], []
     tokens = ["[CLS]"] + a + ["[SEP]"]

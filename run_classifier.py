@@ -652,7 +652,7 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
   first = tokenizer.tokenize(example.text_a)
   second = tokenizer.tokenize(example.text_b) if example.text_b else []
   if second:
-    _truncate_seq_pair(first, second, max_seq_length - 3)  # leaves room for [CLS] and two [SEP]
+    tokenization.truncate_seq_pair(first, second, max_seq_length - 3)  # leaves room for [CLS] and two [SEP]
   else:
     first = first[:max_seq_length - 2]  # leaves room for [CLS] and [SEP]
   tokens = ["[CLS]", *first, "[SEP]"]
@@ -684,14 +684,6 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
                        label_id=label_id, is_real_example=True)
 
 
-def _int64_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def _float_feature(values):
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                             output_file, is_regression=False):
   """Writes one tf.train.Example per InputExample to a TFRecord file; returns how many.
@@ -708,18 +700,18 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def write_features(features, output_file, is_regression=False, count=None):
   """Writes InputFeatures (an iterable) as records to a TFRecord file atomically; returns how
   many (`count`, when known, is only for the progress lines)."""
-  label_feature = _float_feature if is_regression else _int64_feature
+  label_feature = input_pipeline.float_list_feature if is_regression else input_pipeline.int64_list_feature
   written = 0
   with fileio.atomic_path(output_file) as tmp_file, tf.io.TFRecordWriter(tmp_file) as writer:
     for feature in features:
       if written % 10000 == 0:
         logging.info("%s: %d of %s examples written", output_file, written, count or "the")
       fields = {
-          "input_ids": _int64_feature(feature.input_ids),
-          "input_mask": _int64_feature(feature.input_mask),
-          "segment_ids": _int64_feature(feature.segment_ids),
+          "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
+          "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
+          "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
           "label_ids": label_feature([feature.label_id]),
-          "is_real_example": _int64_feature([int(feature.is_real_example)]),
+          "is_real_example": input_pipeline.int64_list_feature([int(feature.is_real_example)]),
       }
       record = tf.train.Example(features=tf.train.Features(feature=fields))
       # Deterministic: the same examples give the same bytes in every run (map fields included).
@@ -759,17 +751,6 @@ def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remain
                                            shuffle_buffer=shuffle_buffer)
 
   return input_fn
-
-
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Shortens two token lists in place until together they hold at most `max_length` tokens.
-
-  Each step drops the last token of whichever list is longer at that moment (of `tokens_b` on a
-  tie). A short text thus keeps its few, informative tokens while a long one loses its tail,
-  rather than both losing the same share.
-  """
-  while len(tokens_a) + len(tokens_b) > max_length:
-    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
 
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,

@@ -218,14 +218,6 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
   return features
 
 
-def create_int_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def create_float_feature(values):
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-
 def _padding_feature(max_seq_length):
   """A record of zeros with no labelled position (weight 0 everywhere): fills the last batch."""
   zeros = [0] * max_seq_length
@@ -254,11 +246,11 @@ def write_features(features, max_seq_length, output_file, pad_to_multiple=1):
     with tf.io.TFRecordWriter(tmp_file) as writer:
       for feature in features + padding:
         record = collections.OrderedDict()
-        record["input_ids"] = create_int_feature(feature.input_ids)
-        record["input_mask"] = create_int_feature(feature.input_mask)
-        record["segment_ids"] = create_int_feature(feature.segment_ids)
-        record["label_ids"] = create_int_feature(feature.label_ids)
-        record["label_weights"] = create_float_feature(feature.label_weights)
+        record["input_ids"] = input_pipeline.int64_list_feature(feature.input_ids)
+        record["input_mask"] = input_pipeline.int64_list_feature(feature.input_mask)
+        record["segment_ids"] = input_pipeline.int64_list_feature(feature.segment_ids)
+        record["label_ids"] = input_pipeline.int64_list_feature(feature.label_ids)
+        record["label_weights"] = input_pipeline.float_list_feature(feature.label_weights)
         # Deterministic: the same features give the same bytes in every run.
         writer.write(tf.train.Example(
             features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))

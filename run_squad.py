@@ -518,10 +518,6 @@ def _check_is_max_context(doc_spans, cur_span_index, position):
   return cur_span_index == best_span_index
 
 
-def create_int_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 class FeatureWriter:
   """Writes InputFeatures to a TFRecord file of tf.train.Examples, atomically.
 
@@ -542,15 +538,15 @@ class FeatureWriter:
     self.num_features += 1
 
     features = collections.OrderedDict()
-    features["unique_ids"] = create_int_feature([feature.unique_id])
-    features["input_ids"] = create_int_feature(feature.input_ids)
-    features["input_mask"] = create_int_feature(feature.input_mask)
-    features["segment_ids"] = create_int_feature(feature.segment_ids)
+    features["unique_ids"] = input_pipeline.int64_list_feature([feature.unique_id])
+    features["input_ids"] = input_pipeline.int64_list_feature(feature.input_ids)
+    features["input_mask"] = input_pipeline.int64_list_feature(feature.input_mask)
+    features["segment_ids"] = input_pipeline.int64_list_feature(feature.segment_ids)
 
     if self.is_training:
-      features["start_positions"] = create_int_feature([feature.start_position])
-      features["end_positions"] = create_int_feature([feature.end_position])
-      features["is_impossible"] = create_int_feature([int(bool(feature.is_impossible))])
+      features["start_positions"] = input_pipeline.int64_list_feature([feature.start_position])
+      features["end_positions"] = input_pipeline.int64_list_feature([feature.end_position])
+      features["is_impossible"] = input_pipeline.int64_list_feature([int(bool(feature.is_impossible))])
 
     tf_example = tf.train.Example(features=tf.train.Features(feature=features))
     # Deterministic: the same features give the same bytes in every run (map fields included).

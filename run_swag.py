@@ -142,15 +142,6 @@ class SwagProcessor:
     return read_swag_examples(os.path.join(data_dir, self.FILES["test"]), is_training=False)
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Truncates a sequence pair in place, one token at a time from the longer one."""
-  while len(tokens_a) + len(tokens_b) > max_length:
-    if len(tokens_a) > len(tokens_b):
-      tokens_a.pop()
-    else:
-      tokens_b.pop()
-
-
 def convert_single_example(ex_index, example, max_seq_length, tokenizer):
   """One SwagExample -> InputFeatures of its four [CLS] sent1 [SEP] sent2 ending [SEP] sequences."""
   context_tokens = tokenizer.tokenize(example.context_sentence)
@@ -162,7 +153,7 @@ def convert_single_example(ex_index, example, max_seq_length, tokenizer):
     context_tokens_choice = context_tokens[:]
     ending_tokens = start_ending_tokens + tokenizer.tokenize(ending)
     # Three positions go to [CLS] and the two [SEP]s.
-    _truncate_seq_pair(context_tokens_choice, ending_tokens, max_seq_length - 3)
+    tokenization.truncate_seq_pair(context_tokens_choice, ending_tokens, max_seq_length - 3)
 
     tokens = ["[CLS]"] + context_tokens_choice + ["[SEP]"] + ending_tokens + ["[SEP]"]
     choice_segment_ids = [0] * (len(context_tokens_choice) + 2) + [1] * (len(ending_tokens) + 1)
@@ -199,10 +190,6 @@ def convert_examples_to_features(examples, max_seq_length, tokenizer):
           for i, example in enumerate(examples)]
 
 
-def create_int_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def _padding_feature(max_seq_length):
   """Four all-zero sequences with is_real_example 0: fills the last batch and weighs nothing."""
   zeros = [[0] * max_seq_length for _ in range(NUM_CHOICES)]
@@ -231,11 +218,11 @@ def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer,
         else:
           feature = _padding_feature(max_seq_length)
         record = collections.OrderedDict()
-        record["input_ids"] = create_int_feature(sum(feature.input_ids, []))
-        record["input_mask"] = create_int_feature(sum(feature.input_mask, []))
-        record["segment_ids"] = create_int_feature(sum(feature.segment_ids, []))
-        record["label_ids"] = create_int_feature([feature.label])
-        record["is_real_example"] = create_int_feature([int(feature.is_real_example)])
+        record["input_ids"] = input_pipeline.int64_list_feature(sum(feature.input_ids, []))
+        record["input_mask"] = input_pipeline.int64_list_feature(sum(feature.input_mask, []))
+        record["segment_ids"] = input_pipeline.int64_list_feature(sum(feature.segment_ids, []))
+        record["label_ids"] = input_pipeline.int64_list_feature([feature.label])
+        record["is_real_example"] = input_pipeline.int64_list_feature([int(feature.is_real_example)])
         # Deterministic: the same examples give the same bytes in every run.
         writer.write(tf.train.Example(
             features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))

@@ -133,6 +133,17 @@ def convert_ids_to_tokens(inv_vocab, ids):
   return convert_by_vocab(inv_vocab, ids)
 
 
+def truncate_seq_pair(tokens_a, tokens_b, max_length):
+  """Shortens two token lists in place until together they hold at most `max_length` tokens.
+
+  Each step drops the last token of whichever list is longer at that moment (of `tokens_b` on a
+  tie), as the original does: a short text keeps its few, informative tokens while a long one
+  loses its tail, rather than both losing the same share.
+  """
+  while len(tokens_a) + len(tokens_b) > max_length:
+    (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+
+
 def whitespace_tokenize(text):
   """Splits on runs of (Unicode) whitespace, dropping leading and trailing whitespace."""
   return text.split()

@@ -220,7 +220,7 @@ def test_pair_truncation_closed_form_equals_popping(tmp_path):
     for i, (la, lb) in enumerate(lengths):
       tokens_a, tokens_b = [5] * la, [6] * lb
       if tokens_b:
-        run_classifier._truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
+        tokenization.truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
       else:
         tokens_a = tokens_a[:seq_length - 2]
       row = got[i].tolist()

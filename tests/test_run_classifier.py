@@ -135,11 +135,11 @@ def test_malformed_rows_name_file_and_line(tmp_path):
 
 def test_truncate_seq_pair_pops_from_the_longer():
   a, b = list(range(10)), list(range(4))
-  run_classifier._truncate_seq_pair(a, b, 8)
+  tokenization.truncate_seq_pair(a, b, 8)
   assert (a, b) == (list(range(4)), list(range(4)))
   # Ties pop from b first: 5+5 -> b 4 -> a 4 -> b 3.
   a, b = list(range(5)), list(range(5))
-  run_classifier._truncate_seq_pair(a, b, 7)
+  tokenization.truncate_seq_pair(a, b, 7)
   assert (len(a), len(b)) == (4, 3)
 
 
