@@ -333,6 +333,52 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
   return module
 
 
+# --- The files beside a checkpoint -------------------------------------------------------------
+
+# The config file names beside a checkpoint: Google's, then HuggingFace's.
+CONFIG_NAMES = ("bert_config.json", "config.json")
+
+
+def checkpoint_directory(path):
+  """The directory of a checkpoint given as a directory, a file or a prefix."""
+  return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def config_beside(path):
+  """The bert_config.json / config.json beside the checkpoint `path`, or None."""
+  directory = checkpoint_directory(path)
+  return next((os.path.join(directory, n) for n in CONFIG_NAMES
+               if os.path.exists(os.path.join(directory, n))), None)
+
+
+def check_seq_length(max_seq_length, config, config_source):
+  """InputError when --max_seq_length does not fit the model's position embeddings."""
+  if max_seq_length > config.max_position_embeddings:
+    raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings="
+                            f"{config.max_position_embeddings} of {config_source}")
+
+
+def load_bert_config(bert_config_file, init_checkpoint, max_seq_length):
+  """The model config: --bert_config_file, else the config.json / bert_config.json beside
+  --init_checkpoint (a HuggingFace directory needs no separate flag). Checks max_seq_length."""
+  path = bert_config_file or (config_beside(init_checkpoint) if init_checkpoint else None)
+  if not path:
+    raise fileio.InputError("--bert_config_file is required (no config.json / bert_config.json "
+                            "beside --init_checkpoint)")
+  config = modeling.BertConfig.from_json_file(path)
+  check_seq_length(max_seq_length, config, path)
+  return config
+
+
+class EncoderHolder(tf.Module):
+  """A BertModel held as `bert`, as the fine-tuning models hold it, so that this project's
+  checkpoints (model/bert/...) load into the encoder alone by object path."""
+
+  def __init__(self, config, name="encoder_holder"):
+    super().__init__(name=name)
+    self.bert = modeling.BertModel(config)
+
+
 # --- Encoders exported by export_model.py (--hub_module_handle) ---------------------------------
 
 
@@ -393,7 +439,5 @@ def fine_tuning_setup(handle, bert_config_file, vocab_file, do_lower_case, init_
                             f"--hub_module_handle={handle} (do_lower_case={module_lower})")
   config = (modeling.BertConfig.from_json_file(bert_config_file) if bert_config_file
             else encoder_config(handle))
-  if max_seq_length > config.max_position_embeddings:
-    raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings"
-                            f"={config.max_position_embeddings} of {handle}")
+  check_seq_length(max_seq_length, config, handle)
   return config, vocab_file or module_vocab

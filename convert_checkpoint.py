@@ -53,26 +53,10 @@ def define_flags():
   script_flags.define_overwrite_flag()
 
 
-class _Encoder(tf.Module):
-  """The encoder alone, held as `bert` so project checkpoints (model/bert/...) load into it."""
-
-  def __init__(self, config):
-    super().__init__(name="encoder_holder")
-    self.bert = modeling.BertModel(config)
-
-
-def _input_directory(path):
-  if os.path.isdir(path):
-    return path
-  return os.path.dirname(os.path.abspath(path))
-
-
 def find_sidecars(input_path, bert_config_file=None, vocab_file=None):
   """(config path, vocab path or None) for the input checkpoint."""
-  directory = _input_directory(input_path)
-  config = bert_config_file or next(
-      (os.path.join(directory, n) for n in ("bert_config.json", "config.json")
-       if os.path.exists(os.path.join(directory, n))), None)
+  directory = checkpoints.checkpoint_directory(input_path)
+  config = bert_config_file or checkpoints.config_beside(input_path)
   if not config:
     raise fileio.InputError(f"no bert_config.json / config.json beside {input_path}; give "
                             "--bert_config_file")
@@ -96,7 +80,7 @@ def load_model(input_path, config):
                             f"{', '.join(missing_encoder[:5])}")
   if report.missing:
     logging.info("%s has no pre-training heads: converting the encoder alone", input_path)
-    model = _Encoder(config)
+    model = checkpoints.EncoderHolder(config)
     checkpoints.init_from_checkpoint(model, input_path, require_all=True)
   return model
 

@@ -451,14 +451,6 @@ def _encoder_outputs(bert, inputs, training):
   }
 
 
-class _BertHolder(tf.Module):
-  """Holds a BertModel as `bert`, so this project's checkpoints (model/bert/...) load into it."""
-
-  def __init__(self, config):
-    super().__init__(name="holder")
-    self.bert = modeling.BertModel(config)
-
-
 class EncoderModule(_SavedModelRoot):
   """The encoder SavedModel: `module(inputs_dict, training=False)` -> outputs dict."""
 
@@ -691,16 +683,11 @@ def is_saved_model_directory(path):
   return "saved_model.pb" in names and names <= _SAVED_MODEL_ENTRIES and not extra
 
 
-def _checkpoint_directory(init_checkpoint):
-  return init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(init_checkpoint)
-
-
 def _config_and_vocab_paths(init_checkpoint, bert_config_file=None, vocab_file=None):
   """(config path, vocab path): from the flags, else beside the checkpoint; nothing is read."""
-  directory = _checkpoint_directory(init_checkpoint) if init_checkpoint else ""
-  config_path = bert_config_file or next(
-      (os.path.join(directory, n) for n in ("bert_config.json", "config.json")
-       if directory and os.path.exists(os.path.join(directory, n))), None)
+  directory = checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
+  config_path = bert_config_file or (checkpoints.config_beside(init_checkpoint)
+                                     if init_checkpoint else None)
   if not config_path:
     raise fileio.InputError("--bert_config_file is required (no bert_config.json / config.json "
                             "beside --init_checkpoint)")
@@ -755,7 +742,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
   fileio.check_distinct(labels, "labels", "label")
   if model_type == "preprocessor":
     if not vocab_file and init_checkpoint:
-      vocab_file = os.path.join(_checkpoint_directory(init_checkpoint), "vocab.txt")
+      vocab_file = os.path.join(checkpoints.checkpoint_directory(init_checkpoint), "vocab.txt")
     fileio.check_file(vocab_file, "vocab file (--vocab_file)")
     inputs = [("vocab_file", vocab_file)]
   else:
@@ -797,11 +784,10 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
   config = modeling.BertConfig.from_json_file(config_path)
   tokenization.check_vocab_fits(len(tokenization.load_vocab(vocab_path)), config, vocab_path,
                                 config_path)
-  if model_type != "encoder" and max_seq_length > config.max_position_embeddings:
-    raise fileio.InputError(f"--max_seq_length={max_seq_length} is above max_position_embeddings="
-                            f"{config.max_position_embeddings}")
+  if model_type != "encoder":
+    checkpoints.check_seq_length(max_seq_length, config, config_path)
   if model_type == "encoder":
-    holder = _BertHolder(config)
+    holder = checkpoints.EncoderHolder(config, name="holder")
     checkpoints.init_from_checkpoint(holder, init_checkpoint, require_all=True)
     return EncoderModule(holder.bert, vocab_path, do_lower_case,
                          _config_file_for_asset(config, scratch))

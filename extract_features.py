@@ -211,10 +211,9 @@ def main(_):
       raise fileio.InputError(f"--{name} is required")
   fileio.check_file(FLAGS.input_file, "--input_file")
   fileio.check_file(FLAGS.vocab_file, "--vocab_file")
-  checkpoint_dir = (FLAGS.init_checkpoint if os.path.isdir(FLAGS.init_checkpoint)
-                    else os.path.dirname(FLAGS.init_checkpoint))
+  checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)
   configs = [FLAGS.bert_config_file] + [os.path.join(checkpoint_dir, name)
-                                        for name in ("bert_config.json", "config.json")]
+                                        for name in checkpoints.CONFIG_NAMES]
   fileio.check_outputs(
       files=[("output_file", FLAGS.output_file)],
       inputs=[("input_file", FLAGS.input_file), ("vocab_file", FLAGS.vocab_file),
@@ -224,8 +223,8 @@ def main(_):
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = training.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
-                                     FLAGS.max_seq_length)
+  config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                        FLAGS.max_seq_length)
   layer_indexes = parse_layers(FLAGS.layers, config.num_hidden_layers)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
 

@@ -882,8 +882,8 @@ def _main(_):
   has_checkpoint = bool(training.checkpoint_numbers(out))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
   if not FLAGS.hub_module_handle:
-    config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                       FLAGS.max_seq_length)
+    config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                          FLAGS.max_seq_length)
   config_source = (FLAGS.bert_config_file or FLAGS.hub_module_handle
                    or f"the config beside --init_checkpoint={init_checkpoint}")
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)

@@ -417,8 +417,8 @@ def _main(_):
       directories=[("output_dir", out)])
   has_checkpoint = bool(training.checkpoint_numbers(out))
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                     FLAGS.max_seq_length)
+  config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                        FLAGS.max_seq_length)
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)

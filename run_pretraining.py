@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import flags
 from absl import logging
 
+import checkpoints
 import input_pipeline
 import modeling
 import script_flags
@@ -39,10 +40,8 @@ _TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "i
 
 
 def validate_flags(config):
-  if FLAGS.max_seq_length > config.max_position_embeddings:
-    raise fileio.InputError(
-        f"--max_seq_length={FLAGS.max_seq_length} is above max_position_embeddings="
-        f"{config.max_position_embeddings} of --bert_config_file={FLAGS.bert_config_file}")
+  checkpoints.check_seq_length(FLAGS.max_seq_length, config,
+                               f"--bert_config_file={FLAGS.bert_config_file}")
   if FLAGS.num_warmup_steps > FLAGS.num_train_steps:
     logging.warning("--num_warmup_steps > --num_train_steps: the learning rate never decays")
 

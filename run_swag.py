@@ -330,8 +330,8 @@ def _main(_):
   training.init_task_record(FLAGS.init_checkpoint, "run_swag",
                             not FLAGS.do_train and not has_checkpoint)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = training.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                     FLAGS.max_seq_length)
+  config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
+                                        FLAGS.max_seq_length)
   config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   processor = SwagProcessor()
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)

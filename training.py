@@ -544,27 +544,6 @@ def write_eval_results(path, metrics):
   logging.info("Wrote %s", path)
 
 
-def load_bert_config(bert_config_file, init_checkpoint, max_seq_length):
-  """The model config: --bert_config_file, else the config.json / bert_config.json beside
-  --init_checkpoint (a HuggingFace directory needs no separate flag). Checks max_seq_length."""
-  from modeling import BertConfig  # pylint: disable=g-import-not-at-top
-  path = bert_config_file
-  if not path and init_checkpoint:
-    directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
-        init_checkpoint)
-    path = next((os.path.join(directory, n) for n in ("bert_config.json", "config.json")
-                 if os.path.exists(os.path.join(directory, n))), None)
-  if not path:
-    raise fileio.InputError("--bert_config_file is required (no config.json / bert_config.json "
-                            "beside --init_checkpoint)")
-  config = BertConfig.from_json_file(path)
-  if max_seq_length > config.max_position_embeddings:
-    raise fileio.InputError(
-        f"--max_seq_length={max_seq_length} is above max_position_embeddings="
-        f"{config.max_position_embeddings} of {path}")
-  return config
-
-
 MAX_STEPS = 10**9  # more optimizer steps than any run could take is a typo, not a plan
 
 

@@ -78,7 +78,7 @@ def test_hf_keys_and_transposes(tmp_path):
 
 @requires_shared
 def test_encoder_only_input_converts_without_heads(tmp_path):
-  encoder = convert_checkpoint._Encoder(modeling.BertConfig.from_json_file(
+  encoder = checkpoints.EncoderHolder(modeling.BertConfig.from_json_file(
       os.path.join(TINY, "bert_config.json")))
   checkpoints.init_from_checkpoint(encoder, os.path.join(TINY, "bert_model.ckpt"))
   checkpoints.export_hf_checkpoint(encoder, str(tmp_path / "hf"),

@@ -259,7 +259,7 @@ def test_encoder_reloads_through_hub_equal_to_in_process_model(source, hub, tmp_
   path = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=checkpoint,
                              do_lower_case=lower)
   config, _, vocab = export_model.find_config_and_vocab(checkpoint)
-  holder = export_model._BertHolder(config)
+  holder = checkpoints.EncoderHolder(config, name="holder")
   checkpoints.init_from_checkpoint(holder, checkpoint, require_all=True)
 
   layer = hub.KerasLayer(path, trainable=True)
@@ -418,7 +418,7 @@ def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
 @requires_shared
 def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
   tf.random.set_seed(3)
-  holder = export_model._BertHolder(modeling.BertConfig(**SMALL_CONFIG))
+  holder = checkpoints.EncoderHolder(modeling.BertConfig(**SMALL_CONFIG), name="holder")
   pretrained = _fine_tuned(tmp_path, holder, "pretrained")
   encoder = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=pretrained,
                                 vocab_file=VOCAB)
