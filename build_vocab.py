@@ -202,7 +202,7 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
     # lines; keep ours (e.g. invalid UTF-8 naming the file and line) to report as it is.
     try:
       for s in read_sentences(input_files, max_sentences):
-        yield tokenization._preprocess_for_sentencepiece(s, do_lower_case)
+        yield tokenization.preprocess_for_sentencepiece(s, do_lower_case)
     except fileio.InputError as e:
       failures.append(e)
       raise

@@ -30,7 +30,7 @@ _CASED_CHECKPOINTS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16",
 
 # The code point blocks the original treats as CJK ideographs (each becomes its own word). Hangul,
 # Hiragana and Katakana are written with spaces between words, so they are deliberately absent.
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
 # SentencePiece's word-boundary marker.
@@ -149,18 +149,18 @@ def whitespace_tokenize(text):
   return text.split()
 
 
-def _is_whitespace(char):
+def is_whitespace(char):
   # Tab, newline and carriage return are control characters to Unicode but separate words.
   return char in " \t\n\r" or unicodedata.category(char) == "Zs"
 
 
-def _is_control(char):
+def is_control(char):
   if char in "\t\n\r":
     return False
   return unicodedata.category(char) in ("Cc", "Cf")
 
 
-def _is_punctuation(char):
+def is_punctuation(char):
   # The four ASCII ranges below are every printable character that is not a letter, digit or
   # space; nine of them (^ $ ` + < = > | ~) are symbols (S*) to Unicode but split words all the
   # same. Outside ASCII only the P* categories split.
@@ -170,18 +170,18 @@ def _is_punctuation(char):
   return unicodedata.category(char).startswith("P")
 
 
-def _is_chinese_char(cp):
-  for low, high in _CJK_RANGES:
+def is_chinese_char(cp):
+  for low, high in CJK_RANGES:
     if low <= cp <= high:
       return True
   return False
 
 
-def _cleaned_char(char):
+def cleaned_char(char):
   """What `BasicTokenizer._clean_text` puts in place of one character ("" to drop it)."""
-  if char in ("\x00", "\ufffd") or _is_control(char):
+  if char in ("\x00", "\ufffd") or is_control(char):
     return ""
-  return " " if _is_whitespace(char) else char
+  return " " if is_whitespace(char) else char
 
 
 class BasicTokenizer:
@@ -218,7 +218,7 @@ class BasicTokenizer:
     parts = []
     current = []
     for char in text:
-      if _is_punctuation(char):
+      if is_punctuation(char):
         if current:
           parts.append("".join(current))
           current = []
@@ -230,11 +230,11 @@ class BasicTokenizer:
     return parts
 
   def _tokenize_chinese_chars(self, text):
-    return "".join(f" {c} " if _is_chinese_char(ord(c)) else c for c in text)
+    return "".join(f" {c} " if is_chinese_char(ord(c)) else c for c in text)
 
   def _clean_text(self, text):
     """Drops NUL, U+FFFD and control/format characters; turns every whitespace into a space."""
-    return "".join(map(_cleaned_char, text))
+    return "".join(map(cleaned_char, text))
 
 
 class WordpieceTokenizer:
@@ -284,7 +284,7 @@ _MAX_CACHED_WORDS = 1 << 20
 # ASCII characters that _clean_text drops; str.split() would instead split on some of them.
 _ASCII_CLEAN_TABLE = {cp: None for cp in [*range(0, 9), 11, 12, *range(14, 32), 127]}
 _ASCII_PARTS = re.compile("[A-Za-z0-9]+|[^A-Za-z0-9]")
-_CJK_CHAR = re.compile("([" + "".join(f"{chr(low)}-{chr(high)}" for low, high in _CJK_RANGES)
+_CJK_CHAR = re.compile("([" + "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES)
                        + "])")
 
 
@@ -295,9 +295,9 @@ class _CleanTable(dict):
 
   def __missing__(self, cp):
     char = chr(cp)
-    if cp == 0 or cp == 0xFFFD or _is_control(char):
+    if cp == 0 or cp == 0xFFFD or is_control(char):
       value = None
-    elif _is_whitespace(char):
+    elif is_whitespace(char):
       value = " "
     else:
       value = cp
@@ -308,7 +308,7 @@ class _CleanTable(dict):
 _CLEAN_TABLE = _CleanTable()
 
 
-def _preprocess_for_sentencepiece(text, lower):
+def preprocess_for_sentencepiece(text, lower):
   """ALBERT's normalization before SentencePiece: collapse whitespace, strip accents, lower-case.
 
   Accents are stripped after compatibility decomposition (NFKD), as ALBERT's models saw them.
@@ -468,7 +468,7 @@ class FullTokenizer:
     return convert_by_vocab(self.inv_vocab, ids)
 
   def _sentencepiece_tokenize(self, text):
-    text = _preprocess_for_sentencepiece(convert_to_unicode(text), self.do_lower_case)
+    text = preprocess_for_sentencepiece(convert_to_unicode(text), self.do_lower_case)
     tokens = []
     for piece in self.sp_model.EncodeAsPieces(text):
       if len(piece) >= 2 and piece.endswith(",") and piece[-2].isdigit():

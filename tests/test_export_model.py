@@ -18,6 +18,7 @@ from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
 import checkpoints
 import export_model
 import fileio
+import graph_tokenization
 import modeling
 import tokenization
 
@@ -159,13 +160,13 @@ def test_preprocessing_savedmodel_equals_full_tokenizer_on_real_corpora(preproce
 def test_cased_and_random_text_preprocessing_equal_full_tokenizer():
   texts = _real_texts()[::3] + _random_texts(3000, seed=5)
   for lower in (True, False):
-    module = export_model.TextPreprocessor(VOCAB, lower)
+    module = graph_tokenization.TextPreprocessor(VOCAB, lower)
     got = _tokenize_all(tf.function(module.tokenize_text), texts)
     assert _mismatches(tokenization.FullTokenizer(VOCAB, lower), texts, got) == []
 
 
 def test_character_tables_follow_the_reference_rules():
-  tables = export_model.character_tables(True)
+  tables = graph_tokenization.character_tables(True)
   mapping = {int(k): tables.values[o:o + n].tolist()
              for k, o, n in zip(tables.keys, tables.offsets, tables.lengths)}
   assert mapping[ord("A")] == [ord("a")]
@@ -174,7 +175,7 @@ def test_character_tables_follow_the_reference_rules():
   assert mapping[ord("\t")] == [32] and mapping[0x2028] == [32]
   assert ord("ß") not in mapping  # Lower-casing keeps it (NFKC case folding would give "ss").
   assert mapping[0xF900] == [32, 0x8C48, 32]  # A CJK compatibility ideograph, decomposed.
-  inside = lambda cp, ranges: bool(export_model._in_ranges(tf.constant([cp]), ranges).numpy()[0])
+  inside = lambda cp, ranges: bool(graph_tokenization._in_ranges(tf.constant([cp]), ranges).numpy()[0])
   assert inside(0, tables.drop) and inside(0x200D, tables.drop) and not inside(32, tables.drop)
   assert inside(ord("A"), tables.cased) and not inside(ord("1"), tables.cased)
   assert inside(ord("'"), tables.case_ignorable) and inside(0x301, tables.case_ignorable)
@@ -211,7 +212,7 @@ def test_pair_truncation_closed_form_equals_popping(tmp_path):
   run_classifier = _import_script("run_classifier")
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("\n".join(tokenization.SPECIAL_TOKENS) + "\na\nb\n", encoding="utf-8")
-  module = export_model.TextPreprocessor(str(vocab), True)
+  module = graph_tokenization.TextPreprocessor(str(vocab), True)
   lengths = [(a, b) for a in range(0, 13) for b in range(0, 13)]
   a = tf.ragged.constant([[5] * la for la, _ in lengths], dtype=tf.int32, ragged_rank=1)
   b = tf.ragged.constant([[6] * lb for _, lb in lengths], dtype=tf.int32, ragged_rank=1)

@@ -94,7 +94,7 @@ def test_basic_tokenizer_keeps_every_kept_character_in_order(text):
     assert word and not any(c.isspace() or not _kept(c) for c in word)
     # Punctuation and CJK characters stand alone.
     if len(word) > 1:
-      assert not any(tokenization._is_punctuation(c) or tokenization._is_chinese_char(ord(c))
+      assert not any(tokenization.is_punctuation(c) or tokenization.is_chinese_char(ord(c))
                      for c in word)
   # Tokenizing the tokens again changes nothing.
   assert tokenization.BasicTokenizer(do_lower_case=False).tokenize(" ".join(cased)) == cased

@@ -121,20 +121,20 @@ def test_basic_tokenizer_lower_and_cased():
 
 def test_character_classes():
   for char in (" ", "\t", "\r", "\n", "\u00a0", "\u3000"):
-    assert tokenization._is_whitespace(char), repr(char)
+    assert tokenization.is_whitespace(char), repr(char)
   for char in ("A", "-", "\u2028"):
-    assert not tokenization._is_whitespace(char), repr(char)
+    assert not tokenization.is_whitespace(char), repr(char)
   for char in ("\u0005", "\x7f", "\u200d", "\ufeff"):
-    assert tokenization._is_control(char), repr(char)
+    assert tokenization.is_control(char), repr(char)
   for char in ("A", " ", "\t", "\r", "\n", "\ue000"):  # Private use (Co) is kept.
-    assert not tokenization._is_control(char), repr(char)
+    assert not tokenization.is_control(char), repr(char)
   for char in ("-", "$", "`", ".", "^", "~", "\u00bf", "\u2014", "\u300c"):
-    assert tokenization._is_punctuation(char), repr(char)
+    assert tokenization.is_punctuation(char), repr(char)
   for char in ("A", " ", "5", "\u00a9", "\U0001f642"):  # (c) and emoji are symbols (S*), not P*.
-    assert not tokenization._is_punctuation(char), repr(char)
-  assert tokenization._is_chinese_char(ord("\u4e00")) and tokenization._is_chinese_char(0x2CEAF)
-  assert not tokenization._is_chinese_char(ord("\u3042"))  # Hiragana is not split.
-  assert not tokenization._is_chinese_char(ord("\uac00"))  # Nor is Hangul.
+    assert not tokenization.is_punctuation(char), repr(char)
+  assert tokenization.is_chinese_char(ord("\u4e00")) and tokenization.is_chinese_char(0x2CEAF)
+  assert not tokenization.is_chinese_char(ord("\u3042"))  # Hiragana is not split.
+  assert not tokenization.is_chinese_char(ord("\uac00"))  # Nor is Hangul.
 
 
 # --- Hand-checked outputs with the real uncased vocab ------------------------------------------
@@ -297,9 +297,9 @@ def test_unicode_clean_table_matches_reference_rules():
   for cp in list(range(0x3000)) + [0xFEFF, 0xFFFD, 0xFFF9, 0xE0001, 0xE0020, 0x110BD, 0x1D173]:
     char = chr(cp)
     cleaned = char.translate(tokenization._CLEAN_TABLE)
-    if cp == 0 or cp == 0xFFFD or tokenization._is_control(char):
+    if cp == 0 or cp == 0xFFFD or tokenization.is_control(char):
       assert cleaned == "", hex(cp)
-    elif tokenization._is_whitespace(char):
+    elif tokenization.is_whitespace(char):
       assert cleaned == " ", hex(cp)
     else:
       assert cleaned == char, hex(cp)
