@@ -3,6 +3,7 @@
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 
 import pytest
@@ -16,6 +17,26 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 requires_shared = pytest.mark.skipif(
     not os.path.isdir(SHARED),
     reason="../shared (real data and reference outputs) is not present beside the project")
+
+PYTHON = sys.executable
+# The scripts run as subprocesses: quiet TensorFlow start-up, progress lines as they come.
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+# The uncased WordPiece vocab of the original's pre-training reference (BERT-base's).
+VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+
+
+def run_script(args, env=None, timeout=600, **kw):
+  """`python ARGS` (a script of the checkout and its flags) in the project root, output
+  captured: the CompletedProcess, whatever its exit status."""
+  return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV if env is None else env,
+                        capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def run_ok(args, env=None, timeout=600, **kw):
+  """run_script that must succeed: a failure shows the end of the script's stderr."""
+  result = run_script(args, env=env, timeout=timeout, **kw)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
 
 
 def import_script(name):

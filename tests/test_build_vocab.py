@@ -6,25 +6,15 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
 import build_vocab
 import fileio
 import tokenization
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
-
-
-def _run(args, timeout=600):
-  result = subprocess.run([PYTHON] + args, cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def _documents():
@@ -53,7 +43,7 @@ def split(tmp_path_factory):
 @pytest.fixture(scope="module")
 def wordpiece(split, tmp_path_factory):
   out = tmp_path_factory.mktemp("vocab")
-  result = _run(["build_vocab.py", f"--input_file={split[0]}", f"--output_dir={out}",
+  result = run_ok(["build_vocab.py", f"--input_file={split[0]}", f"--output_dir={out}",
                  "--vocab_size=4000", "--num_unused=3"])
   assert "WordPiece vocab:" in result.stdout
   return str(out / "vocab.txt")
@@ -90,7 +80,7 @@ def test_word_counts_are_basic_tokenizer_words(split):
 @requires_shared
 def test_tiny_model_pretrains_with_the_learned_vocab(wordpiece, split, tmp_path):
   records = tmp_path / "records.tfrecord"
-  _run(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
+  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
         f"--vocab_file={wordpiece}", "--max_seq_length=64", "--max_predictions_per_seq=10",
         "--dupe_factor=1", "--num_workers=1"])
   config = tmp_path / "bert_config.json"
@@ -98,7 +88,7 @@ def test_tiny_model_pretrains_with_the_learned_vocab(wordpiece, split, tmp_path)
                                     num_attention_heads=2, intermediate_size=64,
                                     max_position_embeddings=64, type_vocab_size=2)))
   out = tmp_path / "pretrain"
-  _run(["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
+  run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
         f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
         "--do_train", "--do_eval", "--train_batch_size=32", "--eval_batch_size=32",
         "--num_train_steps=60", "--num_warmup_steps=5", "--learning_rate=2e-3",

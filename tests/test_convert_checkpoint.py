@@ -4,20 +4,17 @@ with the config and vocab alongside."""
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
 import checkpoints
 import convert_checkpoint
 import fileio
 import modeling
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 
 
@@ -28,23 +25,19 @@ def _model_tensors(prefix):
           if not checkpoints._is_optimizer_slot(name)}
 
 
-def _run(args):
-  result = subprocess.run([PYTHON, "convert_checkpoint.py"] + args, cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
 @requires_shared
 def test_round_trip_tf1_hf_project_tf1_is_identical(tmp_path):
   original = _model_tensors(os.path.join(TINY, "bert_model.ckpt"))
   assert len(original) == 46 and any(n.startswith("cls/") for n in original)
   hf, project, back = tmp_path / "hf", tmp_path / "project", tmp_path / "tf1"
-  _run([f"--input={TINY}/bert_model.ckpt", f"--output={hf}", "--output_format=hf"])
+  run_ok(["convert_checkpoint.py", f"--input={TINY}/bert_model.ckpt", f"--output={hf}",
+          "--output_format=hf"])
   assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors", "vocab.txt"]
-  _run([f"--input={hf}", f"--output={project}", "--output_format=project"])
+  run_ok(["convert_checkpoint.py", f"--input={hf}", f"--output={project}",
+          "--output_format=project"])
   assert checkpoints.resolve_checkpoint(str(project))[0] == "project"
-  _run([f"--input={project}", f"--output={back}", "--output_format=tf1"])
+  run_ok(["convert_checkpoint.py", f"--input={project}", f"--output={back}",
+          "--output_format=tf1"])
 
   converted = _model_tensors(str(back / "bert_model.ckpt"))
   assert sorted(converted) == sorted(original)

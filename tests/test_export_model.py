@@ -9,12 +9,12 @@ import subprocess
 import sys
 import types
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
+from conftest import (ENV, PYTHON, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared,
+                      run_ok)
 import checkpoints
 import export_model
 import fileio
@@ -22,9 +22,6 @@ import graph_tokenization
 import modeling
 import tokenization
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 TINY_TF1 = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
@@ -54,16 +51,6 @@ def _import_hub():
     from packaging import version  # pylint: disable=g-import-not-at-top
     sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=version.parse)
     return importlib.import_module("tensorflow_hub")
-
-
-_import_script = import_script
-
-
-def _run(args, timeout=600):
-  result = subprocess.run([PYTHON] + args, cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def _real_texts():
@@ -183,7 +170,7 @@ def test_character_tables_follow_the_reference_rules():
 
 @requires_shared
 def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
-  run_classifier = _import_script("run_classifier")
+  run_classifier = import_script("run_classifier")
   processor = run_classifier.get_processor("mrpc")
   pairs = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))[:200]
   singles = run_classifier.get_processor("sst-2").get_dev_examples(
@@ -209,7 +196,6 @@ def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
 
 
 def test_pair_truncation_closed_form_equals_popping(tmp_path):
-  run_classifier = _import_script("run_classifier")
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("\n".join(tokenization.SPECIAL_TOKENS) + "\na\nb\n", encoding="utf-8")
   module = graph_tokenization.TextPreprocessor(str(vocab), True)
@@ -321,7 +307,7 @@ def _features(features):
 
 @requires_shared
 def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased, hub):
-  run_classifier = _import_script("run_classifier")
+  run_classifier = import_script("run_classifier")
   tf.random.set_seed(1)
   model = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
   checkpoint = _fine_tuned(tmp_path, model, "mrpc")
@@ -402,14 +388,14 @@ def test_squad_model_answers_with_the_context_words(tmp_path, uncased):
 @requires_shared
 def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
   encoder = tmp_path / "encoder"
-  _run(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY_TF1}/bert_model.ckpt",
+  run_ok(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY_TF1}/bert_model.ckpt",
         f"--export_dir={encoder}"])
-  result = _run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+  result = run_ok([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
                  f"--dir={encoder}", "--tag_set=serve", "--signature_def=serving_default",
                  "--input_exprs=input_word_ids=[[2,5,6,3]];input_mask=[[1,1,1,1]];"
                  "input_type_ids=[[0,0,0,0]]"])
   assert "Result for output key pooled_output" in result.stdout
-  result = _run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+  result = run_ok([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
                  f"--dir={preprocessor_dir}", "--tag_set=serve", "--signature_def=pairs",
                  '--input_exprs=text_a=["Héllo!"];text_b=["Wörld"]'])
   # [CLS] hello ! [SEP] world [SEP] in the uncased vocab.
@@ -435,7 +421,7 @@ def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
             f"--hub_module_handle={encoder}",
             f"--output_dir={out}", "--max_seq_length=32", "--train_batch_size=8",
             "--num_train_epochs=1", "--learning_rate=1e-30", "--do_train", "--do_eval"]
-  _run(common)
+  run_ok(common)
   # With a negligible learning rate (zero is refused) the fine-tuned encoder is the module's.
   trained = modeling.BertClassifier(modeling.BertConfig(**SMALL_CONFIG), 2)
   report = checkpoints.init_from_checkpoint(trained, str(out))

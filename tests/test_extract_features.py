@@ -3,19 +3,14 @@ format, pair splitting and truncation, streaming in chunks, and input errors."""
 
 import json
 import os
-import subprocess
-import sys
 
-from absl import flags
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
+from conftest import SHARED, import_script, minilm_dir, requires_shared, run_script
 
 import tokenization
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
 
 
@@ -25,12 +20,6 @@ _import_script = import_script
 @pytest.fixture(scope="module")
 def ef():
   return _import_script("extract_features")
-
-
-
-def _run(args):
-  return subprocess.run([PYTHON, "extract_features.py"] + args, cwd=ROOT, env=ENV,
-                        capture_output=True, text=True, timeout=300)
 
 
 def _unknown_character(tokenizer):
@@ -81,7 +70,7 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path, padding):
   output_file = tmp_path / "features.jsonl"
   layers = [-1, -2, -3, -4, -5, -6]
   # batch 4 over 6 lines: the last batch is padded.
-  result = _run([f"--input_file={input_file}", f"--output_file={output_file}",
+  result = run_script(["extract_features.py", f"--input_file={input_file}", f"--output_file={output_file}",
                  f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
                  "--max_seq_length=48", "--batch_size=4",
                  "--layers=" + ",".join(str(i) for i in layers), padding])
@@ -117,10 +106,10 @@ def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
   common = [f"--input_file={input_file}", f"--output_file={output_file}",
             f"--init_checkpoint={prefix}", f"--vocab_file={directory}/vocab.txt",
             "--max_seq_length=16"]
-  result = _run(common)
+  result = run_script(["extract_features.py"] + common)
   assert result.returncode == 2
   assert "--layers: -3 is not a layer of a 2-layer model" in result.stderr
-  result = _run(common + ["--layers=-1,0"])
+  result = run_script(["extract_features.py"] + common + ["--layers=-1,0"])
   assert result.returncode == 0, result.stderr[-3000:]
   (output,) = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
   tokens = ["[CLS]", "all", "work", "and", "no", "play", "[SEP]", "makes", "jack", "a", "dull",
@@ -217,11 +206,11 @@ def test_input_errors(tmp_path):
           f"--output_file={tmp_path / 'out.jsonl'}"]
   bad = tmp_path / "bad.txt"
   bad.write_bytes(b"fine line\nbroken \xff line\n")
-  result = _run(base + [f"--input_file={bad}"])
+  result = run_script(["extract_features.py"] + base + [f"--input_file={bad}"])
   assert result.returncode == 2
   assert f"{bad}:2: invalid UTF-8" in result.stderr
   assert not (tmp_path / "out.jsonl").exists()
   good = tmp_path / "good.txt"
   good.write_text("hello\n", encoding="utf-8")
-  result = _run(base + [f"--input_file={good}", "--layers=-1,6"])
+  result = run_script(["extract_features.py"] + base + [f"--input_file={good}", "--layers=-1,6"])
   assert result.returncode == 2 and "--layers: 6 is not a layer of a 6-layer model" in result.stderr

@@ -8,18 +8,15 @@ fileio.InputError naming the file, never another exception. The fast batch token
 against the reference path on random text in test_tokenization.
 """
 
-import importlib
-import sys
 import json
 import math
 import os
 import unicodedata
 
-from absl import flags
 from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 
-from conftest import import_script, SHARED, requires_shared
+from conftest import VOCAB, import_script, requires_shared
 import fileio
 import tokenization
 
@@ -31,7 +28,6 @@ run_classifier = _import_script("run_classifier")
 run_ner = _import_script("run_ner")
 run_squad = _import_script("run_squad")
 
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

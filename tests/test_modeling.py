@@ -12,7 +12,6 @@ import modeling
 from conftest import SHARED, minilm_dir, requires_shared
 
 
-
 @pytest.fixture(scope="module")
 def minilm():
   path = minilm_dir()

@@ -33,7 +33,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -41,14 +40,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared, run_ok, run_script
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
 TINY_VOCAB = os.path.join(TINY, "vocab.txt")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 SAMPLE_TEXT = os.path.join(SHARED, "reference", "pretraining", "sample_text.txt")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 # The tiny checkpoint's words; its vocab has nothing else but the special tokens.
@@ -59,17 +55,6 @@ TINY_CONFIG = {"vocab_size": 15, "hidden_size": 8, "num_hidden_layers": 1,
                "type_vocab_size": 2}
 
 pytestmark = requires_shared
-
-
-def _run(args, env=ENV, timeout=300):
-  return subprocess.run([PYTHON, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout)
-
-
-def _ok(args, **kw):
-  result = _run(args, **kw)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def _error_line(result, status=2):
@@ -208,7 +193,7 @@ def test_create_pretraining_data_bad_inputs(tmp_path):
                                        "[CLS] [SEP] [MASK]"),
   ]
   for args, message in cases:
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     assert message in line, (message, line)
     assert not os.path.exists(out) and not glob.glob(str(tmp_path / ".out.tfrecord*"))
 
@@ -242,14 +227,14 @@ def test_run_pretraining_bad_records_and_flags(pretraining, tmp_path):
        ["--train_batch_size=3 is not divisible by 2 replicas x 1 gradient accumulation steps"]),
   ]
   for args, messages in cases:
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     for message in messages:
       assert message in line, (message, line)
     assert "{{function_node" not in line  # TF's op-internal noise is not shown to the user
     _no_training_results(out)
     shutil.rmtree(out, ignore_errors=True)
   # A config that does not match --init_checkpoint: the variable and both shapes are named.
-  line = _error_line(_run(_pretraining_args(config_dir, good, out,
+  line = _error_line(run_script(_pretraining_args(config_dir, good, out,
                                             f"--init_checkpoint={TINY_CKPT}")))
   assert re.search(rf"{TINY_CKPT}: variable bert/\S+ has shape \[\d+, 4\] in the checkpoint but "
                    r"\[\d+, 8\] in the model; does the config match the checkpoint\?", line), line
@@ -297,7 +282,7 @@ def test_run_classifier_bad_inputs_and_contradicting_flags(tmp_path):
        f"{TINY_CKPT}: variable bert/", True),
   ]
   for args, message, features_written in cases:
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     assert message in line, (message, line)
     _no_training_results(out)
     assert features_written or not (out / "train.tf_record").exists(), args
@@ -314,7 +299,7 @@ def test_run_squad_answers_off_their_offsets_are_named_skipped_and_counted(tmp_p
   train.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
       {"context": context, "qas": qas}]}]}, indent=1), encoding="utf-8")
   out = tmp_path / "out"
-  result = _run(["run_squad.py", f"--vocab_file={TINY_VOCAB}", f"--init_checkpoint={TINY_CKPT}",
+  result = run_script(["run_squad.py", f"--vocab_file={TINY_VOCAB}", f"--init_checkpoint={TINY_CKPT}",
                  "--do_train", f"--train_file={train}", f"--output_dir={out}",
                  "--max_seq_length=16", "--max_query_length=4", "--doc_stride=4"])
   line = _error_line(result)
@@ -331,7 +316,7 @@ def test_conll_line_with_a_missing_tag(tmp_path):
   _text(data / "train.txt", ["-DOCSTART- -X- -X- O", "", "jack NNP B-NP B-PER",
                              "plays VBZ B-VP O", "all DT B-NP", "boy NN I-NP O", ""])
   out = tmp_path / "out"
-  line = _error_line(_run(["run_ner.py", f"--vocab_file={TINY_VOCAB}",
+  line = _error_line(run_script(["run_ner.py", f"--vocab_file={TINY_VOCAB}",
                            f"--init_checkpoint={TINY_CKPT}", "--do_train", f"--data_dir={data}",
                            f"--output_dir={out}", "--max_seq_length=16"]))
   assert f"{data}/train.txt:5: expected 4 columns like the file's first token line, found 3" in line
@@ -367,7 +352,7 @@ def test_other_scripts_name_unreadable_files_and_mismatched_configs(tmp_path):
        f"{TINY_CKPT}: variable bert/embeddings/", tmp_path / "converted"),
   ]
   for args, message, output in cases:
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     assert message in line, (message, line)
     assert not os.path.exists(output), (output, _leftovers(output))
   assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
@@ -403,7 +388,7 @@ def test_long_lines_and_control_characters_give_the_same_records_as_clean_text(t
     outputs = []
     for name, source in (("clean", clean_file), ("noisy", noisy_file)):
       output = tmp_path / f"{name}-{mode}.tfrecord"
-      _ok(["create_pretraining_data.py", f"--input_file={source}", f"--vocab_file={VOCAB}",
+      run_ok(["create_pretraining_data.py", f"--input_file={source}", f"--vocab_file={VOCAB}",
            f"--output_file={output}", "--max_seq_length=64", "--max_predictions_per_seq=10",
            "--dupe_factor=2", f"--mode={mode}", "--num_workers=1", "--random_seed=5"])
       outputs.append(output.read_bytes())
@@ -417,10 +402,10 @@ def test_nonfinite_losses_stop_with_a_clear_message_and_the_checkpoint_intact(pr
                                                                                 tmp_path):
   config_dir, good = pretraining
   out = tmp_path / "out"
-  _ok(_pretraining_args(config_dir, good, out, "--num_train_steps=2"))
+  run_ok(_pretraining_args(config_dir, good, out, "--num_train_steps=2"))
   before = _checkpoint_tensors(out)
   poisoned = _records(tmp_path / "nan.tfrecord", n=8, nan=True)  # NaN masked_lm_weights
-  result = _run(_pretraining_args(config_dir, poisoned, out, "--num_train_steps=20",
+  result = run_script(_pretraining_args(config_dir, poisoned, out, "--num_train_steps=20",
                                   "--max_nonfinite_loops=2"))
   line = _error_line(result, status=1)
   assert "loss stayed non-finite for 2 consecutive loops at step 2" in line
@@ -448,7 +433,7 @@ def test_same_seed_same_pretraining_losses_and_weights(pretraining, tmp_path):
   runs = []
   for i, hash_seed in enumerate(("1", "2")):
     out = tmp_path / f"run{i}"
-    _ok(_pretraining_args(config_dir, good, out, "--num_train_steps=6", "--do_eval",
+    run_ok(_pretraining_args(config_dir, good, out, "--num_train_steps=6", "--do_eval",
                           "--eval_batch_size=4", "--max_eval_steps=4"),
         env=dict(ENV, PYTHONHASHSEED=hash_seed))
     runs.append(((out / "eval_results.txt").read_text(), _checkpoint_tensors(out)))
@@ -467,7 +452,7 @@ def test_same_seed_same_data_files_in_separate_processes(tmp_path):
     files = []
     for hash_seed in ("1", "2"):
       output = tmp_path / f"{mode}-{hash_seed}.tfrecord"
-      _ok(_cpd_args(SAMPLE_TEXT, VOCAB, output, f"--mode={mode}", "--dupe_factor=3",
+      run_ok(_cpd_args(SAMPLE_TEXT, VOCAB, output, f"--mode={mode}", "--dupe_factor=3",
                     "--do_whole_word_mask", "--num_output_shards=1"),
           env=dict(ENV, PYTHONHASHSEED=hash_seed))
       files.append(output.read_bytes())
@@ -504,9 +489,9 @@ def test_data_generation_killed_leaves_no_output_and_a_rerun_gives_the_same_file
   # The temporary file of the killed process stays (hidden, named after its pid); nothing else.
   [left] = [os.path.basename(p) for p in temporaries()]
   assert left.startswith(f".out.tfrecord.tmp-{proc.pid}-")
-  _ok(args, env=dict(ENV, PYTHONHASHSEED="3"))
+  run_ok(args, env=dict(ENV, PYTHONHASHSEED="3"))
   straight = tmp_path / "straight.tfrecord"
-  _ok([a if not a.startswith("--output_file=") else f"--output_file={straight}" for a in args],
+  run_ok([a if not a.startswith("--output_file=") else f"--output_file={straight}" for a in args],
       env=dict(ENV, PYTHONHASHSEED="4"))
   assert output.stat().st_size > 1_000_000
   assert output.read_bytes() == straight.read_bytes()
@@ -546,7 +531,7 @@ def test_fine_tuning_sigterm_saves_a_checkpoint_and_a_rerun_finishes(tmp_path):
   step = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
   assert 1 <= step < 150
   assert not (out / "eval_results.txt").exists()  # it stopped rather than evaluating
-  resumed = _ok(args)
+  resumed = run_ok(args)
   assert f"Resumed from {out / f'ckpt-{step}'} at step {step}" in resumed.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-150")
   results = (out / "eval_results.txt").read_text()
@@ -567,7 +552,7 @@ def test_export_killed_leaves_no_saved_model_under_the_final_name(tmp_path):
     tf.saved_model.load(str(export_dir))
   else:
     assert staging(), "killed mid-write, the SavedModel is only in its hidden staging directory"
-  _ok(args)
+  run_ok(args)
   reloaded = tf.saved_model.load(str(export_dir))
   assert reloaded.signatures  # complete and loadable
   assert [p for p in os.listdir(tmp_path) if not p.startswith(".encoder.tmp-")] == ["encoder"]

@@ -14,17 +14,14 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared
 
 pytestmark = requires_shared
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
 SAMPLE_TEXT = os.path.join(PRETRAINING, "sample_text.txt")
 VOCAB = os.path.join(PRETRAINING, "vocab_uncased.txt")

@@ -15,12 +15,9 @@ import json
 import os
 import re
 import subprocess
-import sys
 
-from conftest import ROOT, SHARED, concurrently, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, concurrently, requires_shared
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 DATA = os.path.join(SHARED, "data")
 TINY = os.path.join(DATA, "checkpoints", "tiny_tf1_test_checkpoint")
 TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")

@@ -1,15 +1,12 @@
 """run_classifier.py's data half: every GLUE processor on the real files, features, TFRecords."""
 
-import importlib
 import os
-import sys
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import import_script, SHARED, requires_shared
+from conftest import SHARED, VOCAB, import_script, requires_shared
 
 import fileio
 import input_pipeline
@@ -22,7 +19,6 @@ _import_script = import_script
 run_classifier = _import_script("run_classifier")
 
 GLUE = os.path.join(SHARED, "data", "glue")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,11 @@ import os
 import subprocess
 import sys
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared
 
 import fileio
 import metrics
@@ -23,9 +22,6 @@ _import_script = import_script
 run_ner = _import_script("run_ner")
 
 CONLL = os.path.join(SHARED, "data", "conll2003")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-
 
 
 @pytest.fixture(scope="module")

@@ -4,29 +4,18 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared, run_ok
 
-PYTHON = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 TINY_CONFIG = ('{"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, '
                '"num_attention_heads": 2, "intermediate_size": 64, '
                '"max_position_embeddings": 128, "type_vocab_size": 2}')
-
-
-def _run(args, **kw):
-  result = subprocess.run([PYTHON] + args, cwd=ROOT, env=kw.pop("env", ENV), capture_output=True,
-                          text=True, timeout=kw.pop("timeout", 600), **kw)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def _free_port():
@@ -51,7 +40,7 @@ def _weights(path):
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
   out = str(tmp_path_factory.mktemp("one") / "w.npz")
-  _run(["tests/pretrain_worker.py", "default", out])
+  run_ok(["tests/pretrain_worker.py", "default", out])
   return _weights(out)
 
 
@@ -67,7 +56,7 @@ def _assert_same_training(a, b):
 @requires_shared
 def test_mirrored_over_two_cpu_devices_matches_one_device(one_device, tmp_path):
   out = str(tmp_path / "w.npz")
-  _run(["tests/pretrain_worker.py", "mirrored", out])
+  run_ok(["tests/pretrain_worker.py", "mirrored", out])
   mirrored = _weights(out)
   _assert_same_training(one_device, mirrored)
   # Evaluation and prediction also saw every record once, in order, as on one device.
@@ -114,7 +103,7 @@ def _final_variables(directory):
 def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
   steps = 16
   straight = tmp_path / "straight"
-  _run(_pretrain_args(tmp_path, straight, steps))
+  run_ok(_pretrain_args(tmp_path, straight, steps))
 
   killed = tmp_path / "killed"
   proc = subprocess.Popen([PYTHON] + _pretrain_args(tmp_path, killed, steps), cwd=ROOT, env=ENV,
@@ -126,7 +115,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not os.path.exists(killed / f"ckpt-{steps}.index")
-  resumed = _run(_pretrain_args(tmp_path, killed, steps))
+  resumed = run_ok(_pretrain_args(tmp_path, killed, steps))
   assert "Resumed from" in resumed.stderr
   a, b = _final_variables(straight), _final_variables(killed)
   assert a.keys() == b.keys() and len(a) > 46
@@ -151,7 +140,7 @@ def test_sigterm_saves_a_checkpoint_and_eval_writes_the_original_keys(tmp_path):
   assert "Stopped by SIGTERM" in stderr
   step = int(tf.train.latest_checkpoint(out).rsplit("-", 1)[1])
   assert step >= 4
-  _run(_pretrain_args(tmp_path, out, 100000, ["--do_train=false", "--do_eval",
+  run_ok(_pretrain_args(tmp_path, out, 100000, ["--do_train=false", "--do_eval",
                                               "--max_eval_steps=3"]))
   lines = (out / "eval_results.txt").read_text().splitlines()
   keys = [line.split(" = ")[0] for line in lines]
@@ -197,7 +186,7 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
     docs.append(current)
   for name, part in (("train", docs[:50]), ("eval", docs[50:])):
     (tmp_path / f"{name}.txt").write_text("\n".join("".join(d) for d in part), encoding="utf-8")
-    _run(["create_pretraining_data.py", f"--input_file={tmp_path / name}.txt",
+    run_ok(["create_pretraining_data.py", f"--input_file={tmp_path / name}.txt",
           f"--output_file={tmp_path / name}.tfrecord", f"--vocab_file={VOCAB}",
           "--max_seq_length=64", "--max_predictions_per_seq=10",
           f"--dupe_factor={5 if name == 'train' else 1}", "--num_workers=1"])
@@ -209,11 +198,11 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
                     '"attention_probs_dropout_prob": 0.0}')
   common = [f"--bert_config_file={config}", f"--output_dir={tmp_path / 'out'}",
             "--max_seq_length=64", "--max_predictions_per_seq=10"]
-  _run(["run_pretraining.py", *common, f"--input_file={tmp_path / 'train.tfrecord'}",
+  run_ok(["run_pretraining.py", *common, f"--input_file={tmp_path / 'train.tfrecord'}",
         "--do_train", "--train_batch_size=32", "--num_train_steps=1000",
         "--num_warmup_steps=50", "--learning_rate=1e-3", "--iterations_per_loop=200",
         "--save_checkpoints_steps=1000"])
-  _run(["run_pretraining.py", *common, f"--input_file={tmp_path / 'eval.tfrecord'}",
+  run_ok(["run_pretraining.py", *common, f"--input_file={tmp_path / 'eval.tfrecord'}",
         "--do_eval", "--eval_batch_size=32", "--max_eval_steps=1000"])
   results = dict(line.split(" = ") for line in
                  (tmp_path / "out" / "eval_results.txt").read_text().splitlines())

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok
 
 import fileio
 import metrics
@@ -29,7 +28,6 @@ run_squad = _import_script("run_squad")
 SQUAD = os.path.join(SHARED, "data", "squad")
 V1_DEV = os.path.join(SQUAD, "dev-v1.1.json")
 V2_DEV = os.path.join(SQUAD, "dev-v2.0.Normans_subset.json")
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 
 
 @pytest.fixture(scope="module")
@@ -306,17 +304,6 @@ def test_feature_writer_leaves_no_partial_file(tmp_path):
   assert list(parsed["unique_ids"].int64_list.value) == [7]
 
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-
-
-
-def _run_squad(args, timeout=900):
-  result = subprocess.run([sys.executable, "run_squad.py"] + args, cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
-
-
 def _eval_results(path):
   with open(path, encoding="utf-8") as f:
     return {k: float(v) for k, v in (line.split(" = ") for line in f.read().splitlines())}
@@ -375,7 +362,7 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
   predict_file.write_text(json.dumps(dataset), encoding="utf-8")
   questions = [qa["id"] for p in dataset["data"][0]["paragraphs"] for qa in p["qas"]]
   output_dir = tmp_path / "out"
-  result = _run_squad([f"--bert_config_file={config}", f"--vocab_file={VOCAB}",
+  result = run_ok(["run_squad.py", f"--bert_config_file={config}", f"--vocab_file={VOCAB}",
                        f"--output_dir={output_dir}", f"--predict_file={predict_file}",
                        f"--init_checkpoint={encoder}", "--do_predict",
                        "--version_2_with_negative", "--max_seq_length=128",
@@ -450,7 +437,7 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
   predict_file.write_text(json.dumps({"version": "1.1", "data": held_out}), encoding="utf-8")
 
   output_dir = tmp_path / "out"
-  _run_squad([f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
+  run_ok(["run_squad.py", f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
               f"--output_dir={output_dir}", f"--train_file={train_file}",
               f"--predict_file={predict_file}", "--do_train", "--do_predict",
               "--max_seq_length=128", "--doc_stride=64", "--max_query_length=32",
@@ -473,7 +460,7 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
   # Prediction cut each batch after its longest window (the default, sorted by length); at full
   # length, in input order, the answers and n-best lists are the same.
   full_dir = tmp_path / "full_length"
-  _run_squad([f"--init_checkpoint={output_dir}/ckpt-146",
+  run_ok(["run_squad.py", f"--init_checkpoint={output_dir}/ckpt-146",
               f"--bert_config_file={model_dir}/config.json", f"--vocab_file={model_dir}/vocab.txt",
               f"--output_dir={full_dir}", f"--predict_file={predict_file}", "--do_predict",
               "--max_seq_length=128", "--doc_stride=64", "--max_query_length=32",

@@ -1,16 +1,14 @@
 """run_swag.py on a small SWAG-format CSV (no SWAG data is shipped): reading, four-choice
 features, and fine-tuning a real checkpoint until it has learned the rows."""
 
-import os
 import subprocess
 import sys
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, VOCAB, import_script, minilm_dir, requires_shared
 
 import fileio
 import tokenization
@@ -20,9 +18,6 @@ _import_script = import_script
 
 
 run_swag = _import_script("run_swag")
-
-VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
 
 # SWAG's layout: an unnamed index column, then video-id, fold-ind, startphrase, sent1, sent2,
