@@ -137,6 +137,14 @@ _METRIC_FUNCTIONS = {
 }
 
 
+def cross_entropy(probabilities, labels):
+  """Mean negative log-likelihood of the integer `labels` under rows of class `probabilities`
+  (the evaluation loss of a classifier's predictions; a probability of 0 counts as 1e-30)."""
+  probabilities = np.asarray(probabilities)
+  chosen = probabilities[np.arange(len(labels)), np.asarray(labels).astype(int)]
+  return float(-np.mean(np.log(np.maximum(chosen, 1e-30))))
+
+
 def glue_metrics(task_name, labels, predictions):
   """The leaderboard metrics of a GLUE task as an ordered dict (first entry is the main metric).
 

@@ -981,8 +981,7 @@ def _main(_):
       predictions, loss = outputs, float(np.mean((outputs - labels) ** 2))
     else:
       predictions = outputs.argmax(-1)
-      loss = float(-np.mean(np.log(np.maximum(outputs[np.arange(len(labels)), labels.astype(int)],
-                                              1e-30))))
+      loss = metrics.cross_entropy(outputs, labels)
     task_metrics = metrics.glue_metrics(FLAGS.task_name, labels, predictions)
     summary = {f"eval_{k}": float(v) for k, v in task_metrics.items()}
     summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),

@@ -12,8 +12,8 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
-import dataclasses
 import csv
+import dataclasses
 import glob
 import os
 
@@ -24,6 +24,7 @@ import tensorflow as tf
 
 import checkpoints
 import input_pipeline
+import metrics
 import modeling
 import script_flags
 import tokenization
@@ -378,8 +379,7 @@ def _main(_):
     examples = processor.get_dev_examples(FLAGS.data_dir)
     probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer)
     labels = np.array([e.label for e in examples])
-    chosen = probabilities[np.arange(len(labels)), labels]
-    loss = float(-np.mean(np.log(np.maximum(chosen, 1e-30))))
+    loss = metrics.cross_entropy(probabilities, labels)
     summary = {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
                "eval_loss": loss, "loss": loss,
                "global_step": int(optimizer.iterations.numpy()), "eval_examples": len(examples)}

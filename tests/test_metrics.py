@@ -199,3 +199,12 @@ def test_conlleval_on_real_conll_dev():
     iob1.append(out)
   assert metrics.conll_evaluate(gold, iob1)["f1"] == 1.0
   assert "phrases; found: 5942 phrases; correct: 5942." in metrics.conll_report(perfect)
+
+
+def test_cross_entropy_is_the_mean_nll_of_the_gold_class():
+  probabilities = np.array([[0.7, 0.2, 0.1], [0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
+  labels = [0, 2, 1]  # the last row gives its gold class probability 0: counted as 1e-30
+  expected = -(np.log(0.7) + np.log(0.5) + np.log(1e-30)) / 3
+  assert metrics.cross_entropy(probabilities, labels) == pytest.approx(expected, rel=1e-12)
+  assert metrics.cross_entropy(probabilities[:2], np.array([0.0, 2.0])) == pytest.approx(
+      -(np.log(0.7) + np.log(0.5)) / 2, rel=1e-12)
