@@ -18,8 +18,9 @@ import time
 
 import pytest
 
-from conftest import ROOT, concurrently, minilm_dir, requires_shared
-from test_reliability import ENV, PYTHON, TINY, TINY_CKPT, TINY_VOCAB, _error_line, _ok, _run
+from conftest import (ENV, PYTHON, ROOT, concurrently, minilm_dir, requires_shared, run_ok,
+                      run_script)
+from test_reliability import TINY, TINY_CKPT, TINY_VOCAB, _error_line
 
 pytestmark = requires_shared
 
@@ -51,7 +52,7 @@ def _no_staging(directory):
 
 
 def _run_all(argument_lists):
-  return concurrently([functools.partial(_run, args) for args in argument_lists], workers=3)
+  return concurrently([functools.partial(run_script, args) for args in argument_lists], workers=3)
 
 
 def _copy(source_dir, target, names=None):
@@ -72,7 +73,7 @@ def _export(export_dir, *extra, model_type="encoder"):
 def earlier_export(tmp_path_factory):
   """A SavedModel exported from the tiny checkpoint, to be copied where a test needs one."""
   path = tmp_path_factory.mktemp("earlier") / "model"
-  _ok(_export(path))
+  run_ok(_export(path))
   return path
 
 
@@ -226,7 +227,7 @@ def test_convert_refuses_to_write_over_its_input(tmp_path):
   for name in ("config.json", "vocab.txt", "model.safetensors"):
     (hf / name).symlink_to(os.path.join(minilm_dir(), name))
   project = tmp_path / "project"
-  _ok(["convert_checkpoint.py", f"--input={TINY_CKPT}", f"--output={project}",
+  run_ok(["convert_checkpoint.py", f"--input={TINY_CKPT}", f"--output={project}",
        "--output_format=project"])
   training = _copy(TINY, tmp_path / "training", ["bert_config.json", "vocab.txt"])
   (training / "ckpt-5.index").write_bytes(b"a training run's checkpoint")
@@ -263,7 +264,7 @@ def test_convert_refuses_another_models_checkpoint_unless_overwrite(tmp_path):
   line = _error_line(_run_all([args])[0])
   assert f"{other}/bert_model.ckpt.index exists (another model's checkpoint?)" in line, line
   assert _snapshot(other) == before
-  _ok(args + ["--overwrite"])
+  run_ok(args + ["--overwrite"])
   assert not (other / "bert_model.ckpt.meta").exists()
   with open(other / "bert_config.json", encoding="utf-8") as f:
     assert json.load(f)["hidden_size"] == 384  # MiniLM's now, not the tiny model's

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, requires_shared
-from test_reliability import (ENV, PYTHON, TINY_CONFIG, _error_line, _example, _ok,
-                              _pretraining_args, _run, _StderrLines, _wait_for)
+from conftest import ENV, PYTHON, ROOT, requires_shared, run_ok, run_script
+from test_reliability import (TINY_CONFIG, _error_line, _example, _pretraining_args,
+                              _StderrLines, _wait_for)
 
 pytestmark = requires_shared
 
@@ -47,7 +47,7 @@ def setup(tmp_path_factory):
   d = tmp_path_factory.mktemp("training")
   (d / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
   records = _records(d / "good.tfrecord")
-  _ok(_pretraining_args(d, records, d / "trained"))
+  run_ok(_pretraining_args(d, records, d / "trained"))
   assert os.path.exists(d / "trained" / "ckpt-4.index")
   return d, records, d / "trained"
 
@@ -86,7 +86,7 @@ def test_damaged_state_file_resumes_from_the_newest_checkpoint(setup, tmp_path):
     else:
       (out / "checkpoint").write_bytes(damaged)
     before = {s: _checkpoint_files(out, s) for s in (2, 4)}
-    result = _ok(_pretraining_args(config_dir, records, out, "--num_train_steps=6"))
+    result = run_ok(_pretraining_args(config_dir, records, out, "--num_train_steps=6"))
     assert f"checkpoint state file {out / 'checkpoint'} is missing or damaged" in result.stderr
     assert f"Resumed from {out / 'ckpt-4'} at step 4" in result.stderr, case
     for s in (2, 4):  # the trained checkpoints are untouched
@@ -106,7 +106,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(setup, tmp_pat
     else:
       os.remove(out / "ckpt-4.index")
     before = _checkpoint_files(out, 2)
-    result = _ok(_pretraining_args(config_dir, records, out, "--num_train_steps=4"))
+    result = run_ok(_pretraining_args(config_dir, records, out, "--num_train_steps=4"))
     assert "Traceback" not in result.stderr
     assert f"Checkpoint {out / 'ckpt-4'} is damaged" in result.stderr, case
     assert f"Resumed from {out / 'ckpt-2'} at step 2" in result.stderr, case
@@ -121,7 +121,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(setup, tmp_pat
     data = out / f"ckpt-{step}.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[:100])
   before = _hashes(out)
-  line = _error_line(_run(_pretraining_args(config_dir, records, out, "--num_train_steps=6")))
+  line = _error_line(run_script(_pretraining_args(config_dir, records, out, "--num_train_steps=6")))
   assert f"no checkpoint in --output_dir={out} can be read (ckpt-4: " in line, line
   assert "ckpt-2: " in line
   assert _hashes(out) == before
@@ -138,7 +138,7 @@ def test_second_run_is_refused_and_ctrl_c_saves_a_checkpoint(setup, tmp_path):
     _wait_for(lambda: os.path.exists(out / "ckpt-2.index"), first, "the first checkpoint")
     first.send_signal(signal.SIGSTOP)  # so that its files hold still while the second one runs
     before = _hashes(out)
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     assert f"--output_dir={out} is in use by another run" in line, line
     assert _hashes(out) == before
     first.send_signal(signal.SIGCONT)
@@ -154,7 +154,7 @@ def test_second_run_is_refused_and_ctrl_c_saves_a_checkpoint(setup, tmp_path):
   step = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
   assert step >= 2
   assert not glob.glob(str(out / "ckpt-*_temp"))
-  resumed = _ok(_pretraining_args(config_dir, records, out, f"--num_train_steps={step + 2}"))
+  resumed = run_ok(_pretraining_args(config_dir, records, out, f"--num_train_steps={step + 2}"))
   assert f"Resumed from {out / f'ckpt-{step}'} at step {step}" in resumed.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{step + 2}")
 
@@ -175,13 +175,13 @@ def test_config_that_does_not_fit_the_checkpoints_leaves_bert_config_json(setup,
     other = tmp_path / f"other{i}"
     other.mkdir()
     (other / "bert_config.json").write_text(json.dumps(config))
-    line = _error_line(_run(_pretraining_args(other, records, out, "--num_train_steps=6")))
+    line = _error_line(run_script(_pretraining_args(other, records, out, "--num_train_steps=6")))
     assert message in line, line
     assert _hashes(out) == before
   # Without the saved config, the checkpoint's own shapes: the variable and both shapes.
   os.remove(out / "bert_config.json")
   before = _hashes(out)
-  line = _error_line(_run(_pretraining_args(tmp_path / "other0", records, out,
+  line = _error_line(run_script(_pretraining_args(tmp_path / "other0", records, out,
                                             "--num_train_steps=6")))
   assert f"{out / 'ckpt-4'} does not fit the model: Received incompatible tensor with shape" in line
   assert _hashes(out) == before and not (out / "bert_config.json").exists()
@@ -190,7 +190,7 @@ def test_config_that_does_not_fit_the_checkpoints_leaves_bert_config_json(setup,
 def test_evaluating_with_no_checkpoint_is_an_error(setup, tmp_path):
   config_dir, records, _ = setup
   out = tmp_path / "out"
-  line = _error_line(_run(_pretraining_args(config_dir, records, out, "--do_train=false",
+  line = _error_line(run_script(_pretraining_args(config_dir, records, out, "--do_train=false",
                                             "--do_eval")))
   assert f"nothing to evaluate: --output_dir={out} holds no checkpoint" in line, line
   assert not (out / "eval_results.txt").exists() and not (out / "bert_config.json").exists()
@@ -204,7 +204,7 @@ def test_records_the_model_cannot_embed_are_named(setup, tmp_path):
                                ("segment_ids", 2, "type_vocab_size=2"),
                                ("masked_lm_ids", -1, "vocab_size=15")):
     records = _records(tmp_path / f"{feature}.tfrecord", bad=(3, feature, value))
-    line = _error_line(_run(_pretraining_args(config_dir, records, out)))
+    line = _error_line(run_script(_pretraining_args(config_dir, records, out)))
     assert f"{records}: record 3: {feature} holds {value} at position 2, outside [0, " in line
     assert what in line, line
     assert not glob.glob(str(out / "ckpt-*"))
@@ -212,7 +212,7 @@ def test_records_the_model_cannot_embed_are_named(setup, tmp_path):
   out = tmp_path / "trained"
   shutil.copytree(trained, out)
   records = _records(tmp_path / "late.tfrecord", n=120, bad=(110, "segment_ids", 5))
-  line = _error_line(_run(_pretraining_args(config_dir, records, out, "--do_train=false",
+  line = _error_line(run_script(_pretraining_args(config_dir, records, out, "--do_train=false",
                                             "--do_eval", "--eval_batch_size=4",
                                             "--max_eval_steps=100")))
   assert f"{records}: record 110: segment_ids holds 5 at position 2" in line, line
@@ -241,7 +241,7 @@ def test_bad_numeric_flags_and_output_dirs_are_one_error_line(setup, tmp_path):
        "flag --num_train_steps=9223372036854775807"),
   ]
   for args, message in cases:
-    line = _error_line(_run(args))
+    line = _error_line(run_script(args))
     assert message in line, (message, line)
   assert not out.exists() and a_file.read_text() == "not a directory\n"
 
@@ -257,7 +257,7 @@ def test_a_planted_lock_is_never_followed(setup, tmp_path):
     out = tmp_path / f"out_{kind}"
     out.mkdir()
     (os.symlink if kind == "symbolic" else os.link)(victim, out / ".lock")
-    line = _error_line(_run(_pretraining_args(config_dir, str(victim), out)))
+    line = _error_line(run_script(_pretraining_args(config_dir, str(victim), out)))
     assert f"--output_dir={out}: its .lock is" in line, line
     assert victim.read_bytes() == before
     assert sorted(os.listdir(out)) == [".lock"]
