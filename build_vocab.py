@@ -22,7 +22,7 @@ Outputs are written under temporary names and renamed when complete.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
 import os
@@ -33,8 +33,8 @@ import time
 from absl import flags
 from absl import logging
 
-import script_flags
-import tokenization
+from bert_tf2 import script_flags
+from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 

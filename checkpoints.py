@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import fileio
-import modeling
+from bert_tf2 import fileio
+from bert_tf2 import modeling
 
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"

@@ -9,12 +9,12 @@ import importlib
 
 from absl import flags
 
-import fileio
+from bert_tf2 import fileio
 
 
 def _run(module_name, define=False, required=(), positional=False):
   fileio.stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  module = importlib.import_module(module_name)
+  module = importlib.import_module("bert_tf2." + module_name)
   if define:
     module.define_flags()
   for name in required:
@@ -68,5 +68,5 @@ def convert_checkpoint():
 
 
 def quickstart():
-  import quickstart as module  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import quickstart as module  # pylint: disable=g-import-not-at-top
   raise SystemExit(module.main())

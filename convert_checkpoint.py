@@ -18,7 +18,7 @@ config the tanh GELU is called "gelu", as the original code knows it.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import os
 import shutil
@@ -28,9 +28,9 @@ import tensorflow as tf
 from absl import flags
 from absl import logging
 
-import checkpoints
-import modeling
-import script_flags
+from bert_tf2 import checkpoints
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
 
 FLAGS = flags.FLAGS
 

@@ -33,7 +33,7 @@ pre-training (next_sentence_labels is still written, as 0, so every reader keeps
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
 import concurrent.futures
@@ -52,8 +52,8 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-import script_flags
-import tokenization
+from bert_tf2 import script_flags
+from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 

@@ -22,7 +22,7 @@ script's; the v2.0 script fails on a partial predictions file).
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import json
 import math
@@ -31,7 +31,7 @@ import sys
 from absl import flags
 from absl import logging
 
-import metrics
+from bert_tf2 import metrics
 
 
 # --- Command line -----------------------------------------------------------------------------

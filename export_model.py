@@ -32,7 +32,7 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import os
 import tempfile
@@ -41,11 +41,11 @@ import tensorflow as tf
 from absl import flags
 from absl import logging
 
-import checkpoints
-import graph_tokenization
-import modeling
-import script_flags
-import tokenization
+from bert_tf2 import checkpoints
+from bert_tf2 import graph_tokenization
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
+from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 

@@ -16,7 +16,7 @@ import unicodedata
 import numpy as np
 import tensorflow as tf
 
-import tokenization
+from bert_tf2 import tokenization
 
 # run_classifier / run_squad keep words up to this many characters; longer ones become [UNK].
 _MAX_INPUT_CHARS_PER_WORD = 200

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-import fileio
+from bert_tf2 import fileio
 
 
 def int64_list_feature(values):

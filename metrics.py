@@ -19,7 +19,7 @@ import string
 from absl import logging
 import numpy as np
 
-import fileio
+from bert_tf2 import fileio
 
 
 def _as_arrays(labels, predictions):

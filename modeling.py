@@ -19,7 +19,7 @@ import math
 import tensorflow as tf
 from absl import logging
 
-import fileio
+from bert_tf2 import fileio
 
 # hidden_act names. The original's "gelu" is the tanh approximation; HuggingFace's "gelu" is the
 # exact erf form. Configs keep the original meaning; HF configs are translated on load.

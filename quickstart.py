@@ -35,7 +35,7 @@ import sys
 import sysconfig
 import time
 
-import fileio
+from bert_tf2 import fileio
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MARKER = ".quickstart_output"

@@ -12,7 +12,7 @@ columns or an unknown label is reported with its file and line. A task of your o
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import csv
 import dataclasses
@@ -26,13 +26,13 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
-import input_pipeline
-import metrics
-import modeling
-import script_flags
-import tokenization
-import training
+from bert_tf2 import checkpoints
+from bert_tf2 import input_pipeline
+from bert_tf2 import metrics
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
+from bert_tf2 import tokenization
+from bert_tf2 import training
 
 FLAGS = flags.FLAGS
 script_flags.define_fine_tuning_flags()

@@ -6,7 +6,7 @@ command after an interruption resumes from the last checkpoint in --output_dir.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import json
 import os
@@ -15,11 +15,11 @@ import tensorflow as tf
 from absl import flags
 from absl import logging
 
-import checkpoints
-import input_pipeline
-import modeling
-import script_flags
-import training
+from bert_tf2 import checkpoints
+from bert_tf2 import input_pipeline
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
+from bert_tf2 import training
 
 FLAGS = flags.FLAGS
 

@@ -11,7 +11,7 @@ with `evaluate_squad.py` when the predict file has answers.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
-import fileio  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
 import dataclasses
@@ -25,13 +25,13 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-import checkpoints
-import input_pipeline
-import metrics
-import modeling
-import script_flags
-import tokenization
-import training
+from bert_tf2 import checkpoints
+from bert_tf2 import input_pipeline
+from bert_tf2 import metrics
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
+from bert_tf2 import tokenization
+from bert_tf2 import training
 
 FLAGS = flags.FLAGS
 script_flags.define_fine_tuning_flags(("train", "predict"), max_seq_length=384, min_seq_length=5)

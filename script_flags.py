@@ -243,7 +243,7 @@ def define_dynamic_padding_flag():
 
 def strategy():
   """The tf.distribute strategy named by --distribution_strategy / --use_tpu."""
-  import training
+  from bert_tf2 import training
   return training.make_strategy(
       "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
       num_cpu_devices=FLAGS.num_cpu_devices, tpu=FLAGS.tpu_name or FLAGS.master,
@@ -252,7 +252,7 @@ def strategy():
 
 def compute_dtype():
   """--mixed_precision as the dtype of the model's matrix work."""
-  import training
+  from bert_tf2 import training
   return training.COMPUTE_DTYPES[FLAGS.mixed_precision]
 
 
@@ -265,7 +265,7 @@ def dynamic_padding(strategy_):
 
 def optimizer(learning_rate, num_train_steps, num_warmup_steps):
   """--optimizer with --lr_schedule; fp16 (--mixed_precision) also scales the loss."""
-  import optimization
+  from bert_tf2 import optimization
   loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
   return optimization.create_optimizer(
       learning_rate, num_train_steps, num_warmup_steps, optimizer=FLAGS.optimizer,
@@ -275,7 +275,7 @@ def optimizer(learning_rate, num_train_steps, num_warmup_steps):
 def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
   """A fine-tuning script's model (built by `build_model` under the strategy's scope), its
   optimizer and the Trainer, as the flags say. Returns (model, optimizer, trainer)."""
-  import training
+  from bert_tf2 import training
   with strategy_.scope():
     model = build_model()
     opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)

@@ -16,7 +16,7 @@ import unicodedata
 
 from absl import logging
 
-import fileio
+from bert_tf2 import fileio
 
 # Every script builds its inputs from these, so a vocab without them fails at load time with the
 # file's name rather than as a KeyError deep inside feature conversion.

@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import checkpoints
-import fileio
+from bert_tf2 import checkpoints
+from bert_tf2 import fileio
 
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.

@@ -27,8 +27,9 @@ import time
 
 from absl import flags
 
-# The project root first on the path: `import modeling` works from benchmarks/, and
-# `import tokenization` finds the project's module, not benchmarks/tokenization.py.
+# The project root first on the path, so that `from bert_tf2 import modeling` works from
+# benchmarks/ (the root's bert_tf2.py makes the checkout the package bert_tf2); the package
+# prefix also keeps benchmarks/tokenization.py from standing in for the project's module.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [ROOT] + [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -325,9 +326,9 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
   dataset cycling through `features` ([num_batches, batch, ...] numpy arrays) via
   Trainer.distribute, and one timed `_train_loop` call of `steps_per_loop` steps."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
-  import optimization  # pylint: disable=g-import-not-at-top
-  import training  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = parse_variant(variant)
   tf.random.set_seed(0)

@@ -35,8 +35,8 @@ def _batches():
 def ours(variant):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
-  import training  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = common.parse_variant(variant)
 

@@ -44,15 +44,15 @@ def _batches(task):
 
 def ours(task_variant):
   task, _, variant = task_variant.partition(".")
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   data = _batches(task)
   if task == "classifier":
-    import run_classifier  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
     make_model = lambda config, dtype: modeling.BertClassifier(config, _NUM_LABELS, dtype)
     loss_fn = run_classifier.classifier_losses(is_regression=False)
     names = ("label_ids", "is_real_example")
   else:
-    import run_squad  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_squad  # pylint: disable=g-import-not-at-top
     make_model = modeling.BertSpanLabeler
     loss_fn = run_squad.squad_losses
     names = ("start_positions", "end_positions")

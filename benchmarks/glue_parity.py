@@ -128,8 +128,8 @@ def _features(task):
   the label list and whether the task is a regression."""
   path = os.path.join(FLAGS.work_dir, "features", f"{task}-seq{FLAGS.seq_length}.npz")
   if not os.path.exists(path):
-    import run_classifier  # pylint: disable=g-import-not-at-top
-    import tokenization  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
     processor = run_classifier.get_processor(task)
     labels = processor.get_labels()
     tokenizer = tokenization.FullTokenizer(os.path.join(_model_dir(), "vocab.txt"), True)
@@ -231,7 +231,7 @@ def ours_result(log, output_dir, seconds=None):
 def _hf(task, seed):
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  import metrics  # pylint: disable=g-import-not-at-top  (numpy only)
+  from bert_tf2 import metrics  # pylint: disable=g-import-not-at-top  (numpy only)
   if FLAGS.threads:
     torch.set_num_threads(FLAGS.threads)
   data = _features(task)

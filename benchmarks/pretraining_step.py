@@ -47,7 +47,7 @@ def _batches():
 
 
 def ours(variant):
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   features = {k: v for k, v in _batches().items() if k in _FEATURES}
   return common.ours_training_rate(modeling.BertPretrainer, modeling.pretraining_losses,
                                    features, variant, FLAGS.steps_per_loop, FLAGS.batch_size)

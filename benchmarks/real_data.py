@@ -100,10 +100,10 @@ def _count(task):
 def ours(variant):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import input_pipeline  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
-  import tokenization  # pylint: disable=g-import-not-at-top
-  import training  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import input_pipeline  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   task, _, precision = variant.partition(":")
   dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[precision]
@@ -135,7 +135,7 @@ def ours(variant):
     return {k: input_pipeline.unsort(_stacked(v[:n]), order) for k, v in outputs.items()}
 
   if task in _GLUE:
-    import run_classifier  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
     with strategy.scope():
       model = modeling.BertClassifier(config, 2, dtype)
     trainer = training.Trainer(strategy, model, loss_fn=None)
@@ -151,7 +151,7 @@ def ours(variant):
       return tf.nn.softmax(logits).numpy()
 
   elif task == "features":
-    import run_classifier  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
 
     class LastLayer(tf.Module):
 
@@ -180,7 +180,7 @@ def ours(variant):
       return [v[:int(m.sum())] for v, m in zip(last, arrays["input_mask"])]
 
   else:
-    import run_squad  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import run_squad  # pylint: disable=g-import-not-at-top
     with strategy.scope():
       model = modeling.BertSpanLabeler(config, dtype)
     trainer = training.Trainer(strategy, model, loss_fn=None)

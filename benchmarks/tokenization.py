@@ -57,7 +57,7 @@ def load_texts(name):
 
 
 def _fresh_tokenizer():
-  import tokenization  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
   # The Unicode cleaning table is filled on demand and kept by the module; a cold pass pays for
   # it as a new process would.
   tokenization._CLEAN_TABLE.clear()  # pylint: disable=protected-access

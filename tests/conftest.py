@@ -40,10 +40,10 @@ def run_ok(args, env=None, timeout=600, **kw):
 
 
 def import_script(name):
-  """Imports a top-level script into the test process (the shared flags are defined once, in
-  script_flags, so scripts import side by side); the functions the tests call take arguments and
-  read no flag."""
-  return importlib.import_module(name)
+  """Imports a top-level script into the test process as bert_tf2.NAME, as the project's modules
+  import each other (the shared flags are defined once, in script_flags, so scripts import side by
+  side); the functions the tests call take arguments and read no flag."""
+  return importlib.import_module("bert_tf2." + name)
 
 
 def minilm_dir():

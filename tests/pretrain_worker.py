@@ -29,10 +29,10 @@ def main():
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
   else:
     strategy = tf.distribute.get_strategy()
-  import input_pipeline  # pylint: disable=g-import-not-at-top
-  import modeling
-  import optimization
-  import training
+  from bert_tf2 import input_pipeline  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling
+  from bert_tf2 import optimization
+  from bert_tf2 import training
   tf.random.set_seed(7)
   config = modeling.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=64,

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
-import build_vocab
-import fileio
-import tokenization
+from bert_tf2 import build_vocab
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 

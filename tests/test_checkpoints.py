@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import fileio
-import modeling
+from bert_tf2 import checkpoints
+from bert_tf2 import fileio
+from bert_tf2 import modeling
 from conftest import SHARED, minilm_dir, requires_shared
 
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")

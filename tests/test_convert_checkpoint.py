@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
-import checkpoints
-import convert_checkpoint
-import fileio
-import modeling
+from bert_tf2 import checkpoints
+from bert_tf2 import convert_checkpoint
+from bert_tf2 import fileio
+from bert_tf2 import modeling
 
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 

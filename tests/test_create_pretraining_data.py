@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, SHARED, requires_shared
-import create_pretraining_data as cpd
-import fileio
-import tokenization
+from bert_tf2 import create_pretraining_data as cpd
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "pretraining")
 SAMPLE_TEXT = os.path.join(REFERENCE, "sample_text.txt")

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import ROOT, SHARED, requires_shared
 
-import fileio
-import metrics
+from bert_tf2 import fileio
+from bert_tf2 import metrics
 
 SQUAD = os.path.join(SHARED, "data", "squad")
 V1_DEV = os.path.join(SQUAD, "dev-v1.1.json")

@@ -15,12 +15,12 @@ import tensorflow as tf
 
 from conftest import (ENV, PYTHON, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared,
                       run_ok)
-import checkpoints
-import export_model
-import fileio
-import graph_tokenization
-import modeling
-import tokenization
+from bert_tf2 import checkpoints
+from bert_tf2 import export_model
+from bert_tf2 import fileio
+from bert_tf2 import graph_tokenization
+from bert_tf2 import modeling
+from bert_tf2 import tokenization
 
 TINY_TF1 = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")

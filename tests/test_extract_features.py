@@ -9,7 +9,7 @@ import pytest
 
 from conftest import SHARED, import_script, minilm_dir, requires_shared, run_script
 
-import tokenization
+from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
 
@@ -96,8 +96,8 @@ def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
   """A checkpoint prefix in the original format: bert_config.json is found beside it, the
   default --layers are the last four of its two layers (-3 and -4 do not exist: an error), and
   the values are that model's hidden states."""
-  import checkpoints  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   directory = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
   prefix = os.path.join(directory, "bert_model.ckpt")
   input_file = tmp_path / "input.txt"
@@ -162,9 +162,9 @@ def test_split_line_and_features(ef, tmp_path):
 @requires_shared
 def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
   """Input read a few lines at a time gives the same output as in one piece."""
-  import training  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   vocab = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
   tokenizer = tokenization.FullTokenizer(vocab, True)
   config = modeling.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2,

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 
 from conftest import VOCAB, import_script, requires_shared
-import fileio
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 
 _import_script = import_script

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import SHARED, requires_shared
 
-import metrics
+from bert_tf2 import metrics
 
 GLUE = os.path.join(SHARED, "data", "glue")
 CONLL = os.path.join(SHARED, "data", "conll2003")

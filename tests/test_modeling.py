@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import modeling
+from bert_tf2 import checkpoints
+from bert_tf2 import modeling
 from conftest import SHARED, minilm_dir, requires_shared
 
 

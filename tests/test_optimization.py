@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import optimization
+from bert_tf2 import optimization
 
 
 def _reference_adamw_step(params, grads, m, v, lr, decay_names, wd=0.01, b1=0.9, b2=0.999,

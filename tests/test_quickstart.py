@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT
-import quickstart
-import tokenization
+from bert_tf2 import quickstart
+from bert_tf2 import tokenization
 
 
 def _png_pixels(path):
@@ -121,18 +121,20 @@ def test_loss_plot_draws_each_panel_in_its_color(tmp_path):
 
 
 def test_pip_install_gives_the_console_commands(tmp_path):
-  """pyproject.toml: every flat module is packaged and each script has its bert-* command."""
+  """pyproject.toml: the top-level modules install as the one package bert_tf2 (no generic
+  top-level names in site-packages) and each script has its bert-* command."""
   import glob  # pylint: disable=g-import-not-at-top
   import shutil  # pylint: disable=g-import-not-at-top
   tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11+")
   with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
     project = tomllib.load(f)
   modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
-  assert sorted(project["tool"]["setuptools"]["py-modules"]) == modules
+  assert project["tool"]["setuptools"]["packages"] == ["bert_tf2"]
+  assert project["tool"]["setuptools"]["package-dir"] == {"bert_tf2": "."}
   scripts = project["project"]["scripts"]
   for name in ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
                "extract_features", "export_model", "build_vocab", "convert_checkpoint"):
-    assert scripts["bert-" + name.replace("_", "-")] == f"commands:{name}"
+    assert scripts["bert-" + name.replace("_", "-")] == f"bert_tf2.commands:{name}"
   # Build and install the wheel (offline: no build isolation, no dependencies) from a copy, so the
   # checkout gets no build/ or egg-info.
   source = tmp_path / "source"
@@ -148,6 +150,9 @@ def test_pip_install_gives_the_console_commands(tmp_path):
   subprocess.run(pip + ["install", "--no-deps", "--prefix", str(tmp_path / "prefix"), str(wheel)],
                  check=True, capture_output=True, timeout=300)
   site = glob.glob(str(tmp_path / "prefix" / "lib" / "python*" / "site-packages"))[0]
+  assert sorted(p for p in os.listdir(site) if not p.endswith(".dist-info")) == ["bert_tf2"]
+  installed = os.listdir(os.path.join(site, "bert_tf2"))
+  assert not [m for m in modules if f"{m}.py" not in installed]
   env = dict(os.environ, PYTHONPATH=site, TF_CPP_MIN_LOG_LEVEL="3")
   for command in scripts:
     assert os.access(tmp_path / "prefix" / "bin" / command, os.X_OK), command

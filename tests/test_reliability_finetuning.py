@@ -123,8 +123,8 @@ def _with_head(directory, script):
   """The tiny checkpoint's encoder with a (random) output layer of `script`'s task, as a TF1
   checkpoint with its config and vocab beside it: evaluating needs a model that has the task's
   output layer (from the pre-trained encoder alone the scripts refuse)."""
-  import checkpoints  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   config = modeling.BertConfig.from_json_file(os.path.join(TINY, "bert_config.json"))
   model = {"run_ner.py": lambda: modeling.BertTokenClassifier(config, 9),
            "run_swag.py": lambda: modeling.BertMultipleChoice(config),

@@ -8,9 +8,9 @@ import tensorflow as tf
 
 from conftest import SHARED, VOCAB, import_script, requires_shared
 
-import fileio
-import input_pipeline
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import input_pipeline
+from bert_tf2 import tokenization
 
 
 _import_script = import_script

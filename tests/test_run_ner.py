@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared
 
-import fileio
-import metrics
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import metrics
+from bert_tf2 import tokenization
 
 
 _import_script = import_script

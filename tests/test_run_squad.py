@@ -15,9 +15,9 @@ import tensorflow as tf
 
 from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok
 
-import fileio
-import metrics
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import metrics
+from bert_tf2 import tokenization
 
 
 _import_script = import_script
@@ -350,8 +350,8 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
   config.write_text(TINY_CONFIG, encoding="utf-8")
   # Predicting needs weights to predict with, the span head's included: a randomly initialised
   # model's, saved first.
-  import checkpoints  # pylint: disable=g-import-not-at-top
-  import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   encoder = tmp_path / "random" / "bert_model.ckpt"
   checkpoints.export_tf1_checkpoint(
       modeling.BertSpanLabeler(modeling.BertConfig.from_json_file(str(config))), str(encoder))

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from conftest import ENV, ROOT, VOCAB, import_script, minilm_dir, requires_shared
 
-import fileio
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 
 _import_script = import_script

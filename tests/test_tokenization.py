@@ -13,8 +13,8 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from conftest import SHARED, requires_shared
-import fileio
-import tokenization
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
 VOCAB = os.path.join(PRETRAINING, "vocab_uncased.txt")

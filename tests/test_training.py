@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input_pipeline
-import modeling
-import optimization
-import training
+from bert_tf2 import input_pipeline
+from bert_tf2 import modeling
+from bert_tf2 import optimization
+from bert_tf2 import training
 from conftest import SHARED, requires_shared
 
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
@@ -134,7 +134,7 @@ def test_evaluating_with_no_checkpoint_nor_init_is_an_error(tmp_path):
 
 def _mrpc_records(tmp_path, count=64):
   from conftest import import_script  # pylint: disable=g-import-not-at-top
-  import tokenization  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
   run_classifier = import_script("run_classifier")
   processor = run_classifier.get_processor("mrpc")
   examples = processor.get_train_examples(os.path.join(SHARED, "data", "glue", "MRPC"))[:count]
