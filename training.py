@@ -372,6 +372,16 @@ class Trainer:
         ds = ds.padded_batch(stack, drop_remainder=True)
       if skip_batches:
         ds = ds.skip(skip_batches)
+      if not stack:
+        # A finite dataset (evaluation, prediction) without tf.data's autotuning: with it, the
+        # read past the last batch often waited for the autotuner's next wake-up (its period
+        # doubles from 10 ms; measured, MRPC dev predictions ended exactly 10.26 s after the
+        # iterator started in 6 runs of 10, 6.3 s of work), a stall every evaluation,
+        # prediction and extract_features chunk paid. The pipeline's parallel stages then use
+        # every core, and prefetching stays on.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        ds = ds.with_options(options)
       return ds.prefetch(tf.data.AUTOTUNE)
 
     return self.strategy.distribute_datasets_from_function(fn)
