@@ -51,8 +51,11 @@ flags.DEFINE_bool("use_one_hot_embeddings", False,
                   "The original's TPU switch; accepted and ignored (the lookup is a gather).")
 
 # Input lines per chunk, in batches: enough to keep the model busy, few enough that the
-# tokenized chunk is small next to one batch of outputs.
+# tokenized chunk is small next to the outputs held.
 _BATCHES_PER_CHUNK = 64
+# Output values held at once (256 MiB of float32): lines run sorted by length within a window of
+# that many values and are written back in input order, so memory does not grow with the input.
+_MAX_HELD_VALUES = 64 * 2**20
 
 
 @dataclasses.dataclass
@@ -164,43 +167,70 @@ def _chunks(iterable, size):
     yield chunk
 
 
+def _windows(features, max_tokens):
+  """Consecutive runs of `features` of at most `max_tokens` real tokens (at least one line each):
+  the lines whose outputs are held at once to be written back in input order."""
+  window, tokens = [], 0
+  for feature in features:
+    if window and tokens + len(feature.tokens) > max_tokens:
+      yield window
+      window, tokens = [], 0
+    window.append(feature)
+    tokens += len(feature.tokens)
+  if window:
+    yield window
+
+
+def _layer_values(trainer, window, seq_length, batch_size, pad_to_longest):
+  """{unique_id: float32 [layers, tokens, hidden]} of the lines in `window`: run sorted by length
+  when `pad_to_longest` (each batch then holds lines of about one length and runs only up to its
+  longest, input_pipeline.trim_to_longest), in input order otherwise."""
+  # No larger than the lines need (a short input under a huge --batch_size).
+  per_replica_batch_size, global_batch = training.prediction_batch_size(
+      batch_size, len(window), trainer.strategy, "batch_size")
+  order = (input_pipeline.length_order([len(f.tokens) for f in window]) if pad_to_longest
+           else np.arange(len(window)))
+  # Zero rows (id -1) fill the last batch: one batch shape, one compiled function.
+  pad = -len(window) % global_batch
+  rows = [window[i] for i in order]
+  arrays = {
+      "unique_ids": np.array([f.unique_id for f in rows] + [-1] * pad, np.int64),
+      "input_ids": np.array([f.input_ids for f in rows] + [[0] * seq_length] * pad, np.int32),
+      "input_mask": np.array([f.input_mask for f in rows] + [[0] * seq_length] * pad, np.int32),
+      "input_type_ids": np.array([f.input_type_ids for f in rows] + [[0] * seq_length] * pad,
+                                 np.int32),
+  }
+  dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica_batch_size,
+                                                             drop_remainder=True)
+  if pad_to_longest:
+    multiple = input_pipeline.length_multiple(seq_length)
+    dataset = dataset.map(lambda batch: input_pipeline.trim_to_longest(batch, multiple))
+  lengths = {f.unique_id: len(f.tokens) for f in window}
+  values = {}
+  for outputs in trainer.predict(lambda ctx: dataset, ["layers"]):
+    for unique_id, layers in zip(outputs["unique_ids"].tolist(), outputs["layers"]):
+      if unique_id >= 0:
+        values[unique_id] = np.array(layers[:, :lengths[unique_id]])  # a copy, not the batch
+  return values
+
+
 def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, batch_size,
             pad_to_longest=False):
-  """Streams `input_file` through the model into `writer` (a text file). Returns line count.
-  `pad_to_longest` runs each batch only up to its longest line (input_pipeline.trim_to_longest)."""
+  """Streams `input_file` through the model into `writer` (a text file), lines in input order.
+  Returns the line count. `pad_to_longest` runs the lines of each window sorted by length, each
+  batch only up to its longest line: on real text (WikiText) about half the model time of
+  batches in input order."""
   count = 0
-  multiple = input_pipeline.length_multiple(seq_length)
+  hidden_size = trainer.model.bert.config.hidden_size
+  max_tokens = max(1, _MAX_HELD_VALUES // (len(layer_indexes) * hidden_size))
   lines = ((number - 1, line) for number, line in fileio.read_lines(input_file))
   for chunk in _chunks(lines, batch_size * _BATCHES_PER_CHUNK):
-    features = convert_lines_to_features(chunk, seq_length, tokenizer)
-    by_id = {f.unique_id: f for f in features}
-    # No larger than the lines need (a short input under a huge --batch_size).
-    per_replica_batch_size, global_batch = training.prediction_batch_size(
-        batch_size, len(features), trainer.strategy, "batch_size")
-    # Zero rows (id -1) fill the last batch: one batch shape, one compiled function.
-    pad = -len(features) % global_batch
-    arrays = {
-        "unique_ids": np.array([f.unique_id for f in features] + [-1] * pad, np.int64),
-        "input_ids": np.array([f.input_ids for f in features] + [[0] * seq_length] * pad,
-                              np.int32),
-        "input_mask": np.array([f.input_mask for f in features] + [[0] * seq_length] * pad,
-                               np.int32),
-        "input_type_ids": np.array([f.input_type_ids for f in features] +
-                                   [[0] * seq_length] * pad, np.int32),
-    }
-    dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica_batch_size,
-                                                               drop_remainder=True)
-    if pad_to_longest:
-      dataset = dataset.map(lambda batch: input_pipeline.trim_to_longest(batch, multiple))
-    for outputs in trainer.predict(lambda ctx, d=dataset: d, ["layers"]):
-      # Replicas return their parts of a step one after the other: order by line again.
-      for row in np.argsort(outputs["unique_ids"], kind="stable"):
-        unique_id = int(outputs["unique_ids"][row])
-        if unique_id < 0:
-          continue
-        writer.write(feature_json(by_id[unique_id], outputs["layers"][row], layer_indexes))
+    for window in _windows(convert_lines_to_features(chunk, seq_length, tokenizer), max_tokens):
+      values = _layer_values(trainer, window, seq_length, batch_size, pad_to_longest)
+      for feature in window:
+        writer.write(feature_json(feature, values[feature.unique_id], layer_indexes))
         writer.write("\n")
-        count += 1
+      count += len(window)
     logging.info("%d lines done", count)
   return count
 

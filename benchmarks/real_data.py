@@ -13,10 +13,10 @@ run of a script has):
 
 Ours is the path the scripts take, in memory instead of through their TFRecord files: the task's
 reader and feature conversion (run_classifier / run_squad), batches sorted by length and cut to
-their longest (input_pipeline.length_order / trim_to_longest; SQuAD keeps full windows, as
-run_squad does), training.Trainer.predict, and run_squad.write_predictions for the answers. The
-peer is HF transformers as its users write it: BertTokenizerFast, pad-to-longest batches in input
-order (DataCollatorWithPadding's rule), BertForSequenceClassification / BertForQuestionAnswering /
+their longest (input_pipeline.length_order / trim_to_longest, as every script's prediction and
+extract_features do), training.Trainer.predict, and run_squad.write_predictions for the answers.
+The peer is HF transformers as its users write it: BertTokenizerFast, pad-to-longest batches in
+input order (DataCollatorWithPadding's rule), BertForSequenceClassification / BertForQuestionAnswering /
 BertModel under torch.inference_mode, fp32 or bf16 autocast, and for SQuAD the common offset-based
 post-processing (the best start/end pair within the context of each window). Both sides use
 BERT-base-shaped random weights (--layers etc.) and the same batch size. Both sides run every
@@ -112,12 +112,11 @@ def ours(variant):
   strategy = tf.distribute.get_strategy()
   batch = FLAGS.predict_batch
 
-  def predict(trainer, arrays, seq_length, keys, by_length=True):
-    """Model outputs `keys` for the feature arrays in input order: batched by length when
-    `by_length`, each batch cut to its longest (per-token outputs padded back with zeros)."""
+  def predict(trainer, arrays, seq_length, keys):
+    """Model outputs `keys` for the feature arrays in input order: batched by length, each batch
+    cut to its longest (per-token outputs padded back with zeros)."""
     n = len(arrays["input_ids"])
-    order = (input_pipeline.length_order(arrays["input_mask"].sum(1)) if by_length
-             else np.arange(n))
+    order = input_pipeline.length_order(arrays["input_mask"].sum(1))
     pad = -n % batch
     sorted_arrays = {k: np.concatenate([v[order], np.zeros((pad,) + v.shape[1:], v.dtype)])
                      for k, v in arrays.items()}
@@ -175,8 +174,9 @@ def ours(variant):
       tokenizer = tokenization.FullTokenizer(VOCAB, True)
       features = run_classifier.convert_examples_to_features(examples, ["0"], 128, tokenizer)
       arrays = _arrays(features, ("input_ids", "input_mask", "segment_ids"))
-      # extract_features batches in input order; here too, cut to each batch's longest.
-      last = predict(trainer, arrays, 128, ["last"], by_length=False)["last"]
+      # As extract_features: sorted by length (its window of held outputs takes these 2,000
+      # lines of last-layer vectors whole), each batch cut to its longest.
+      last = predict(trainer, arrays, 128, ["last"])["last"]
       return [v[:int(m.sum())] for v, m in zip(last, arrays["input_mask"])]
 
   else:

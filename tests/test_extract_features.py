@@ -184,18 +184,48 @@ def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
     return convert(lines, *args)
 
   monkeypatch.setattr(ef, "convert_lines_to_features", spy)
-  outputs = {}
-  for batches_per_chunk in (1, 64):
+  run_orders = []  # the line ids of each window, in the order the model ran them
+  predict = trainer.predict
+
+  def predict_spy(*args):
+    run_orders.append([])
+    for outputs in predict(*args):
+      run_orders[-1].extend(i for i in outputs["unique_ids"].tolist() if i >= 0)
+      yield outputs
+
+  monkeypatch.setattr(trainer, "predict", predict_spy)
+  outputs, orders = {}, {}
+  # (lines per chunk in batches, values held at once, batches sorted by length and cut): two
+  # lines per chunk, or 96 values = three tokens of 2 layers x 16 per window, i.e. one line each.
+  for setting in ((1, 2**20, False), (64, 2**20, False), (64, 2**20, True), (64, 96, True)):
+    batches_per_chunk, held, pad_to_longest = setting
     monkeypatch.setattr(ef, "_BATCHES_PER_CHUNK", batches_per_chunk)
-    path = tmp_path / f"out{batches_per_chunk}.jsonl"
+    monkeypatch.setattr(ef, "_MAX_HELD_VALUES", held)
+    path = tmp_path / "out.jsonl"
     with open(path, "w", encoding="utf-8") as writer:
-      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, 16, 2) == 5
-    outputs[batches_per_chunk] = path.read_text(encoding="utf-8")
-  assert chunk_sizes == [2, 2, 1, 5]
-  assert outputs[1] == outputs[64]
-  lines = [json.loads(line) for line in outputs[1].splitlines()]
+      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, 16, 2,
+                        pad_to_longest=pad_to_longest) == 5
+    outputs[setting] = path.read_text(encoding="utf-8")
+    orders[setting], run_orders[:] = list(run_orders), []
+  assert chunk_sizes == [2, 2, 1, 5, 5, 5]
+  # The lines have 9, 8, 2, 5 and 4 tokens.
+  assert orders[(1, 2**20, False)] == [[0, 1], [2, 3], [4]]
+  assert orders[(64, 2**20, False)] == [[0, 1, 2, 3, 4]]
+  assert orders[(64, 2**20, True)] == [[2, 4, 3, 1, 0]]
+  assert orders[(64, 96, True)] == [[0], [1], [2], [3], [4]]
+  assert outputs[(1, 2**20, False)] == outputs[(64, 2**20, False)]
+  lines = [json.loads(line) for line in outputs[(1, 2**20, False)].splitlines()]
   assert [line["linex_index"] for line in lines] == [0, 1, 2, 3, 4]
-  assert [f["token"] for f in lines[2]["features"]] == ["[CLS]", "[SEP]"]
+  # Written back in input order whatever the window and the order they ran in: the same tokens, values equal up to the float error of shorter batches.
+  for setting in ((64, 2**20, True), (64, 96, True)):
+    other = [json.loads(line) for line in outputs[setting].splitlines()]
+    assert [line["linex_index"] for line in other] == [0, 1, 2, 3, 4]
+    for line, line_other in zip(lines, other):
+      assert [f["token"] for f in line["features"]] == [f["token"] for f in line_other["features"]]
+      np.testing.assert_allclose(
+          [[layer["values"] for layer in f["layers"]] for f in line["features"]],
+          [[layer["values"] for layer in f["layers"]] for f in line_other["features"]],
+          atol=1e-5)
   assert len(lines[0]["features"][0]["layers"][1]["values"]) == 16
 
 
