@@ -198,8 +198,8 @@ def trim_to_longest(batch, multiple, mask_key="input_mask"):
   """Cuts the per-token features of a batch (those shaped like `batch[mask_key]`: ids, mask,
   segments, token labels) after the batch's last real token, rounded up to `multiple`."""
   mask = batch[mask_key]
-  full = mask.shape[-1]
-  positions = tf.range(1, tf.shape(mask)[-1] + 1, dtype=tf.int32)
+  full = tf.shape(mask)[-1]  # the padded length (cut already by the pipeline, when in a step)
+  positions = tf.range(1, full + 1, dtype=tf.int32)
   # The last position whose mask is set, wherever it is (not the count of set positions).
   longest = tf.reduce_max(tf.where(tf.cast(mask, tf.bool), positions, 0))
   length = tf.minimum(tf.maximum(1, (longest + multiple - 1) // multiple) * multiple, full)
