@@ -16,7 +16,6 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import csv
 import dataclasses
-import glob
 import math
 import os
 import re
@@ -27,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
@@ -661,11 +661,8 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
     tokens.extend([*second, "[SEP]"])
     segment_ids.extend([1] * (len(second) + 1))
 
-  filler = [0] * (max_seq_length - len(tokens))
-  input_ids = tokenizer.convert_tokens_to_ids(tokens) + filler
-  input_mask = [1] * len(tokens) + filler
-  segment_ids = segment_ids + filler
-  assert len(input_ids) == len(input_mask) == len(segment_ids) == max_seq_length
+  input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
+                                                              max_seq_length)
 
   if is_regression:
     label_id = float(example.label)
@@ -701,23 +698,13 @@ def write_features(features, output_file, is_regression=False, count=None):
   """Writes InputFeatures (an iterable) as records to a TFRecord file atomically; returns how
   many (`count`, when known, is only for the progress lines)."""
   label_feature = input_pipeline.float_list_feature if is_regression else input_pipeline.int64_list_feature
-  written = 0
-  with fileio.atomic_path(output_file) as tmp_file, tf.io.TFRecordWriter(tmp_file) as writer:
-    for feature in features:
-      if written % 10000 == 0:
-        logging.info("%s: %d of %s examples written", output_file, written, count or "the")
-      fields = {
-          "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
-          "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
-          "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
-          "label_ids": label_feature([feature.label_id]),
-          "is_real_example": input_pipeline.int64_list_feature([int(feature.is_real_example)]),
-      }
-      record = tf.train.Example(features=tf.train.Features(feature=fields))
-      # Deterministic: the same examples give the same bytes in every run (map fields included).
-      writer.write(record.SerializeToString(deterministic=True))
-      written += 1
-  return written
+  return fine_tuning.write_records(output_file, ({
+      "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
+      "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
+      "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
+      "label_ids": label_feature([feature.label_id]),
+      "is_real_example": input_pipeline.int64_list_feature([int(feature.is_real_example)]),
+  } for feature in features), count)
 
 
 def feature_spec(seq_length, is_regression=False):
@@ -729,28 +716,6 @@ def feature_spec(seq_length, is_regression=False):
       "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
-
-
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder,
-                                is_regression=False, seed=None, pad_to_longest=False, shuffle_buffer=1000):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext` of
-  `strategy.distribute_datasets_from_function`, as for `input_pipeline.tfrecord_dataset`, which
-  does the reading (sharding per input pipeline; shuffling and repeating when training). Integer
-  features come out int32 [batch] or [batch, seq_length]; label_ids is float32 for regression.
-  """
-  spec = feature_spec(seq_length, is_regression)
-  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
-
-  def input_fn(batch_size, input_context=None):
-    return input_pipeline.tfrecord_dataset(input_files, spec, batch_size, is_training,
-                                           input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder,
-                                           pad_to_longest=pad_to_longest,
-                                           shuffle_buffer=shuffle_buffer)
-
-  return input_fn
 
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
@@ -784,24 +749,8 @@ def _padding(count, batch_size, max_seq_length, is_regression):
   return [feature] * (-count % batch_size)
 
 
-def _predictions(trainer, input_file, batch_size, is_regression, order):
-  """Runs the model over a feature file written in `order` (see main's `records`); returns the
-  probabilities (or scores) of its real examples in input order."""
-  input_fn = file_based_input_fn_builder(
-      input_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      is_regression=is_regression,
-      pad_to_longest=script_flags.dynamic_padding(trainer.strategy))
-  outputs, real = [], []
-  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
-    logits = batch["logits"]
-    outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
-    real.append(batch["is_real_example"].astype(bool))
-  return input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
-
-
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-_RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
-_OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
+_OUTPUTS = ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
             "test_results.tsv", "task.json")
 
 
@@ -836,7 +785,7 @@ def _label_list(processor, has_checkpoint):
   return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
-def _records_key(processor, split, label_list, vocab_file, padded_to, order):
+def _records_key(processor, split, label_list, vocab_file, order):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   task = {name: FLAGS[name].value for name in ("task_name", "xnli_language", "text_a_column",
                                                "text_b_column", "label_column", "skip_header",
@@ -844,123 +793,98 @@ def _records_key(processor, split, label_list, vocab_file, padded_to, order):
   return {"script": "run_classifier", "split": split, "task": task,
           "input": fileio.file_signature(processor.split_file(FLAGS.data_dir, split)),
           "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to,
-          "order": order}
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "order": order}
 
 
-def main(argv):
-  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
-  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
-    _main(argv)
+def main(_):
+  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
+  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir)  # required: after the hub module
 
 
-def _main(_):
-  tf.random.set_seed(FLAGS.seed)
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
+def _main():
   vocab_file = FLAGS.vocab_file
   if FLAGS.hub_module_handle:
     config, vocab_file = checkpoints.fine_tuning_setup(
         FLAGS.hub_module_handle, FLAGS.bert_config_file, vocab_file, FLAGS.do_lower_case,
         FLAGS.init_checkpoint, FLAGS.max_seq_length)
-  for name, value in (("data_dir", FLAGS.data_dir), ("task_name", FLAGS.task_name),
-                      ("vocab_file", vocab_file), ("output_dir", FLAGS.output_dir)):
-    if not value:
-      raise fileio.InputError(f"--{name} is required")
+  fine_tuning.check_required(data_dir=FLAGS.data_dir, task_name=FLAGS.task_name,
+                             vocab_file=vocab_file, output_dir=FLAGS.output_dir)
   processor = processor_from_flags()
   _check_flags(processor)
   out = FLAGS.output_dir
   init_checkpoint = FLAGS.init_checkpoint
-  fileio.check_outputs(
-      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
-      inputs=[("data_dir", processor.data_files(FLAGS.data_dir)), ("vocab_file", vocab_file),
-              ("bert_config_file", FLAGS.bert_config_file),
-              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
-               if init_checkpoint else None),
-              ("hub_module_handle", FLAGS.hub_module_handle)],
-      directories=[("output_dir", out)])
-  has_checkpoint = bool(training.checkpoint_numbers(out))
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  if not FLAGS.hub_module_handle:
-    config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                          FLAGS.max_seq_length)
-  config_source = (FLAGS.bert_config_file or FLAGS.hub_module_handle
-                   or f"the config beside --init_checkpoint={init_checkpoint}")
-  tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
-  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config, vocab_file,
-                                config_source)
-  if processor.is_pair and config.type_vocab_size < 2:
-    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
-                            f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 "
-                            "and 1)")
+  has_checkpoint = fine_tuning.check_files(
+      out, _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir)),
+                      ("hub_module_handle", FLAGS.hub_module_handle)],
+      vocab_file, FLAGS.bert_config_file, init_checkpoint)
+  pairs = (f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 and 1)"
+           if processor.is_pair else None)
+  if FLAGS.hub_module_handle:
+    tokenizer = fine_tuning.tokenizer_for(config, FLAGS.bert_config_file or FLAGS.hub_module_handle,
+                                          vocab_file, FLAGS.do_lower_case, pairs)
+  else:
+    config, tokenizer = fine_tuning.load_config_and_tokenizer(
+        FLAGS.bert_config_file, init_checkpoint, vocab_file, FLAGS.do_lower_case,
+        FLAGS.max_seq_length, pairs)
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 
   strategy = script_flags.strategy()
-  # The batch sizes of every phase asked for are checked before any feature writing or training.
-  if FLAGS.do_train:
-    train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
-                                                  "train_batch_size",
-                                                  FLAGS.gradient_accumulation_steps)
-  if FLAGS.do_eval:
-    eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
-                                                 "eval_batch_size")
-  if FLAGS.do_predict:
-    predict_batch = training.per_replica_batch_size(FLAGS.predict_batch_size, strategy,
-                                                    "predict_batch_size")
-  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
-  if FLAGS.do_train:
-    train_examples = processor.get_train_examples(FLAGS.data_dir)
-    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
-        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
+  # The batch sizes of every phase asked for are checked before any feature writing or training
+  # (the training batch with the steps, below).
+  for mode in ("eval", "predict"):
+    if FLAGS[f"do_{mode}"].value:
+      training.per_replica_batch_size(FLAGS[f"{mode}_batch_size"].value, strategy,
+                                      f"{mode}_batch_size")
+  train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
+  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
-      # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertClassifier(
-          config, processor.num_labels(), script_flags.compute_dtype())),
+      strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
+                                                script_flags.compute_dtype()),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
   if FLAGS.hub_module_handle:
     init_fn = lambda: checkpoints.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
 
-  def records(name, split, examples):
-    """The training records, in input order (the training pipeline shuffles them)."""
-    path = os.path.join(out, f"{name}.tf_record")
-    fileio.build_unless_current(
-        path, _records_key(processor, split, label_list, vocab_file, None, "input"),
-        lambda: file_based_convert_examples_to_features(
-            examples, label_list, FLAGS.max_seq_length, tokenizer, path, is_regression))
-    return path
-
-  def prediction_records(name, split, examples, padded_to):
-    """Evaluation or prediction records and the order they are written in: by length with
-    dynamic padding (each batch then holds texts of about one length), then padding examples up
-    to a multiple of the batch size. Returns (path, order)."""
+  def model_outputs(name, split, examples):
+    """The probabilities (or scores) of `examples` (of `split`) in input order, with
+    --{name}_batch_size: the records go by length with dynamic padding (each batch then holds
+    texts of about one length), then padding examples up to a multiple of the batch size."""
     path = os.path.join(out, f"{name}.tf_record")
     features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
                                             tokenizer, is_regression)
     by_length = script_flags.dynamic_padding(strategy)
     order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
              else np.arange(len(features)))
-    fileio.build_unless_current(
-        path, _records_key(processor, split, label_list, vocab_file, padded_to,
-                           "length" if by_length else "input"),
-        lambda: write_features([features[i] for i in order] + _padding(
-            len(features), padded_to, FLAGS.max_seq_length, is_regression), path, is_regression))
-    return path, order
+    write = lambda padded_to: write_features([features[i] for i in order] + _padding(
+        len(features), padded_to, FLAGS.max_seq_length, is_regression), path, is_regression)
+    key = _records_key(processor, split, label_list, vocab_file, "length" if by_length else "input")
+    outputs, real = [], []
+    for batch in fine_tuning.predict(trainer, path, key, write, len(features),
+                                     feature_spec(FLAGS.max_seq_length, is_regression),
+                                     FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size",
+                                     by_length):
+      logits = batch["logits"]
+      outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
+      real.append(batch["is_real_example"].astype(bool))
+    return input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
 
   if FLAGS.do_train:
-    train_file = records("train", "train", train_examples)
+    train_file = os.path.join(out, "train.tf_record")
+    fileio.build_unless_current(
+        train_file, _records_key(processor, "train", label_list, vocab_file, "input"),
+        lambda: file_based_convert_examples_to_features(
+            train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
+            is_regression))
     # Evaluating or predicting later without --labels reads the labels of this model here.
     training.write_task_record(out, _task(), None if is_regression else label_list)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(
-        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True,
-        is_regression=is_regression, seed=FLAGS.seed,
-        pad_to_longest=script_flags.dynamic_padding(strategy),
-        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    script_flags.train(trainer, input_fn, train_batch, num_train_steps, init_fn)
+    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, is_regression),
+                       batch, num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+                       training.fine_tuning_shuffle_buffer(len(train_examples)))
   else:
     if FLAGS.hub_module_handle and not has_checkpoint:
       raise fileio.InputError(
@@ -971,10 +895,7 @@ def _main(_):
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    eval_batch, padded_to = training.prediction_batch_size(FLAGS.eval_batch_size, len(examples),
-                                                           strategy, "eval_batch_size")
-    eval_file, order = prediction_records("eval", "dev", examples, padded_to)
-    outputs = _predictions(trainer, eval_file, eval_batch, is_regression, order)
+    outputs = model_outputs("eval", "dev", examples)
     labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
                        for e in examples])
     if is_regression:
@@ -990,10 +911,7 @@ def _main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    predict_batch, padded_to = training.prediction_batch_size(
-        FLAGS.predict_batch_size, len(examples), strategy, "predict_batch_size")
-    predict_file, order = prediction_records("predict", "test", examples, padded_to)
-    outputs = _predictions(trainer, predict_file, predict_batch, is_regression, order)
+    outputs = model_outputs("predict", "test", examples)
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:
       for row in outputs:

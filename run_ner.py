@@ -12,9 +12,7 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
-import collections
 import dataclasses
-import glob
 import os
 
 from absl import flags
@@ -22,7 +20,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_tf2 import checkpoints
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
@@ -194,15 +192,10 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
       label_ids.append(0)
       label_weights.append(0.0)
 
-      input_ids = tokenizer.convert_tokens_to_ids(tokens)
-      input_mask = [1] * len(input_ids)
-      segment_ids = [0] * len(input_ids)
-      padding = max_seq_length - len(input_ids)
-      input_ids += [0] * padding
-      input_mask += [0] * padding
-      segment_ids += [0] * padding
-      label_ids += [0] * padding
-      label_weights += [0.0] * padding
+      input_ids, input_mask, segment_ids = fine_tuning.padded_ids(
+          tokenizer, tokens, [0] * len(tokens), max_seq_length)
+      label_ids += [0] * (max_seq_length - len(tokens))
+      label_weights += [0.0] * (max_seq_length - len(tokens))
 
       if example_index < 5:
         logging.info("Features of sentence %s:", example.guid)
@@ -242,18 +235,13 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def write_features(features, max_seq_length, output_file, pad_to_multiple=1):
   """Writes InputFeatures (then padding records, see above) to a TFRecord file atomically."""
   padding = [_padding_feature(max_seq_length)] * (-len(features) % pad_to_multiple)
-  with fileio.atomic_path(output_file) as tmp_file:
-    with tf.io.TFRecordWriter(tmp_file) as writer:
-      for feature in features + padding:
-        record = collections.OrderedDict()
-        record["input_ids"] = input_pipeline.int64_list_feature(feature.input_ids)
-        record["input_mask"] = input_pipeline.int64_list_feature(feature.input_mask)
-        record["segment_ids"] = input_pipeline.int64_list_feature(feature.segment_ids)
-        record["label_ids"] = input_pipeline.int64_list_feature(feature.label_ids)
-        record["label_weights"] = input_pipeline.float_list_feature(feature.label_weights)
-        # Deterministic: the same features give the same bytes in every run.
-        writer.write(tf.train.Example(
-            features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))
+  fine_tuning.write_records(output_file, ({
+      "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
+      "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
+      "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
+      "label_ids": input_pipeline.int64_list_feature(feature.label_ids),
+      "label_weights": input_pipeline.float_list_feature(feature.label_weights),
+  } for feature in features + padding), len(features))
 
 
 def feature_spec(seq_length):
@@ -265,28 +253,6 @@ def feature_spec(seq_length):
       "label_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "label_weights": tf.io.FixedLenFeature([seq_length], tf.float32),
   }
-
-
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
-                                pad_to_longest=False, shuffle_buffer=1000):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
-  `input_pipeline.tfrecord_dataset`, which does the reading (training data shuffled and repeated).
-  input_ids, input_mask, segment_ids, label_ids come out int32 [batch, seq_length];
-  label_weights float32.
-  """
-  name_to_features = feature_spec(seq_length)
-  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
-
-  def input_fn(batch_size, input_context=None):
-    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
-                                           input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder,
-                                           pad_to_longest=pad_to_longest,
-                                           shuffle_buffer=shuffle_buffer)
-
-  return input_fn
 
 
 def word_predictions(examples, features, predicted_ids, label_list):
@@ -325,30 +291,24 @@ def ner_losses(features, outputs):
   return {"ner_loss": (nll, count), "accuracy": (correct, count)}
 
 
-def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
+def _tag(trainer, examples, name, split, label_list, tokenizer):
   """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
   tag per word per sentence, mean cross-entropy over the labelled words)."""
-  flag_name = f"{name}_batch_size"
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
   # The features are needed in memory to map predictions back to words, records or not.
   features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length, tokenizer)
-  batch_size, global_batch = training.prediction_batch_size(
-      FLAGS[flag_name].value, len(features), trainer.strategy, flag_name)
   # With dynamic padding the records go by length, so that each batch holds sentences of about
   # one length; the predictions are put back in input order below.
   by_length = script_flags.dynamic_padding(trainer.strategy)
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else np.arange(len(features)))
-  fileio.build_unless_current(
-      record_file, _records_key(split, label_list, vocab_file, global_batch,
-                                "length" if by_length else "input"),
-      lambda: write_features([features[i] for i in order], FLAGS.max_seq_length, record_file,
-                             global_batch))
-  input_fn = file_based_input_fn_builder(
-      record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      pad_to_longest=by_length)
+  write = lambda padded_to: write_features([features[i] for i in order], FLAGS.max_seq_length,
+                                           record_file, padded_to)
   predicted, nll, count = [], 0.0, 0.0
-  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
+  for batch in fine_tuning.predict(
+      trainer, record_file, _records_key(split, label_list, "length" if by_length else "input"),
+      write, len(features), feature_spec(FLAGS.max_seq_length),
+      FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size", by_length):
     logits = batch["logits"]
     # A batch cut to its longest sentence (--dynamic_padding) gets its padding back.
     predicted.append(np.pad(logits.argmax(-1),
@@ -363,19 +323,12 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   return tags, nll / max(count, 1.0)
 
 
-# What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-_RECORDS = ("train.tf_record", "eval.tf_record", "predict.tf_record")
-_OUTPUTS = (*_RECORDS, *(f"{name}.key.json" for name in _RECORDS), "eval_results.txt",
-            "test_predictions.txt", "task.json")
-
-
-def _records_key(split, label_list, vocab_file, padded_to, order="input"):
+def _records_key(split, label_list, order="input"):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   return {"script": "run_ner", "split": split,
           "input": fileio.file_signature(ConllProcessor.split_file(FLAGS.data_dir, split)),
-          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "padded_to": padded_to,
-          "order": order}
+          "vocab": fileio.file_signature(FLAGS.vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "order": order}
 
 
 def _label_list(has_checkpoint):
@@ -393,59 +346,42 @@ def _label_list(has_checkpoint):
   return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
 
 
-def main(argv):
-  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
-  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
-    _main(argv)
+def main(_):
+  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
+  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
+                  vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
 
 
-def _main(_):
-  tf.random.set_seed(FLAGS.seed)
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
-  for name in ("data_dir", "vocab_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+def _main():
   out, data_dir, init_checkpoint = FLAGS.output_dir, FLAGS.data_dir, FLAGS.init_checkpoint
-  fileio.check_outputs(
-      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
-      inputs=[("data_dir", [os.path.join(data_dir, name)
-                            for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")]),
-              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
-              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
-               if init_checkpoint else None)],
-      directories=[("output_dir", out)])
-  has_checkpoint = bool(training.checkpoint_numbers(out))
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                        FLAGS.max_seq_length)
+  # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
+  has_checkpoint = fine_tuning.check_files(
+      out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+            "test_predictions.txt", "task.json"),
+      [("data_dir", [os.path.join(data_dir, name)
+                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])],
+      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
+  config, tokenizer = fine_tuning.load_config_and_tokenizer(
+      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
+      FLAGS.max_seq_length)
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  tokenization.check_vocab_fits(
-      max(tokenizer.vocab.values(), default=-1) + 1, config, FLAGS.vocab_file,
-      FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}")
 
   strategy = script_flags.strategy()
-  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
-  if FLAGS.do_train:
-    train_examples = processor.get_train_examples(data_dir)
-    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
-        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
+  train_examples = processor.get_train_examples(data_dir) if FLAGS.do_train else None
+  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
-      # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: checkpoints.check_checkpoint_matches(out, modeling.BertTokenClassifier(
-          config, len(label_list), script_flags.compute_dtype())),
+      strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
+                                                     script_flags.compute_dtype()),
       ner_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
-    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
-                                            FLAGS.gradient_accumulation_steps)
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
-        train_file, _records_key("train", label_list, FLAGS.vocab_file, None),
+        train_file, _records_key("train", label_list),
         lambda: file_based_convert_examples_to_features(train_examples, label_list,
                                                         FLAGS.max_seq_length, tokenizer,
                                                         train_file))
@@ -453,17 +389,15 @@ def _main(_):
     training.write_task_record(out, "run_ner", label_list)
     logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(
-        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
-        pad_to_longest=script_flags.dynamic_padding(strategy),
-        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
+    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
+                       num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+                       training.fine_tuning_shuffle_buffer(len(train_examples)))
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(data_dir)
-    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, FLAGS.vocab_file)
+    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer)
     result = metrics.conll_evaluate([e.labels for e in examples], tags)
     logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
     summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
@@ -473,7 +407,7 @@ def _main(_):
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(data_dir)
-    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer, FLAGS.vocab_file)
+    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer)
     output_file = os.path.join(out, "test_predictions.txt")
     write_conll_predictions(output_file, examples, tags)
     logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)

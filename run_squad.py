@@ -15,7 +15,6 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -25,7 +24,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from bert_tf2 import checkpoints
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
@@ -398,19 +397,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       tokens.append("[SEP]")
       segment_ids.append(1)
 
-      input_ids = tokenizer.convert_tokens_to_ids(tokens)
-
-      # Attention sees the real tokens (mask 1), never the zero padding (mask 0).
-      input_mask = [1] * len(input_ids)
-
-      padding = max_seq_length - len(input_ids)
-      input_ids += [0] * padding
-      input_mask += [0] * padding
-      segment_ids += [0] * padding
-
-      assert len(input_ids) == max_seq_length
-      assert len(input_mask) == max_seq_length
-      assert len(segment_ids) == max_seq_length
+      input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
+                                                                  max_seq_length)
 
       start_position = None
       end_position = None
@@ -584,28 +572,6 @@ def feature_spec(seq_length, is_training):
     name_to_features["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
     name_to_features["is_impossible"] = tf.io.FixedLenFeature([], tf.int64)
   return name_to_features
-
-
-def input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
-                     pad_to_longest=False):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  `batch_size` is per replica and `input_context` the `tf.distribute.InputContext`, as for
-  `input_pipeline.tfrecord_dataset`, which does the reading (training data shuffled and repeated).
-  Features come out int32: unique_ids, input_ids, input_mask, segment_ids, and in training
-  start_positions, end_positions, is_impossible. `pad_to_longest` cuts each batch after its
-  longest window (prediction only: the training loss's softmax covers every position).
-  """
-  name_to_features = feature_spec(seq_length, is_training)
-  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
-
-  def input_fn(batch_size, input_context=None):
-    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
-                                           input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder,
-                                           pad_to_longest=pad_to_longest)
-
-  return input_fn
 
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
@@ -858,23 +824,13 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
   for (i, tok_index) in tok_ns_to_s_map.items():
     tok_s_to_ns_map[tok_index] = i
 
-  orig_start_position = None
-  if start_position in tok_s_to_ns_map:
-    ns_start_position = tok_s_to_ns_map[start_position]
-    if ns_start_position in orig_ns_to_s_map:
-      orig_start_position = orig_ns_to_s_map[ns_start_position]
-
+  orig_start_position = orig_ns_to_s_map.get(tok_s_to_ns_map.get(start_position))
   if orig_start_position is None:
     if verbose_logging:
       logging.info("the prediction's first character has no place in the context")
     return orig_text
 
-  orig_end_position = None
-  if end_position in tok_s_to_ns_map:
-    ns_end_position = tok_s_to_ns_map[end_position]
-    if ns_end_position in orig_ns_to_s_map:
-      orig_end_position = orig_ns_to_s_map[ns_end_position]
-
+  orig_end_position = orig_ns_to_s_map.get(tok_s_to_ns_map.get(end_position))
   if orig_end_position is None:
     if verbose_logging:
       logging.info("the prediction's last character has no place in the context")
@@ -934,17 +890,12 @@ def _has_answers(dataset):
 
 
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-_OUTPUTS = ("train.tf_record", "train.tf_record.key.json", "eval.tf_record",
-            "eval.tf_record.key.json", "predictions.json", "nbest_predictions.json",
+_OUTPUTS = ("train.tf_record", "eval.tf_record", "predictions.json", "nbest_predictions.json",
             "null_odds.json", "eval_results.txt", "task.json")
 
 
 def _validate_flags():
-  if not (FLAGS.do_train or FLAGS.do_predict):
-    raise fileio.InputError("at least one of --do_train, --do_predict must be set")
-  for name in ("vocab_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+  """Flag values absl's bounds cannot judge alone."""
   if FLAGS.do_train and not FLAGS.train_file:
     raise fileio.InputError("--do_train needs --train_file")
   if FLAGS.do_predict and not FLAGS.predict_file:
@@ -963,77 +914,56 @@ def _validate_flags():
                             "give a number")
 
 
-def _records_key(input_file, vocab_file, is_training, padded_to=None, order="input"):
+def _records_key(input_file, is_training, order="input"):
   """What a feature file is made from: reused only when all of it is unchanged."""
   return {"script": "run_squad", "input": fileio.file_signature(input_file),
-          "vocab": fileio.file_signature(vocab_file), "is_training": is_training,
+          "vocab": fileio.file_signature(FLAGS.vocab_file), "is_training": is_training,
           **{name: FLAGS[name].value for name in ("do_lower_case", "max_seq_length", "doc_stride",
                                                   "max_query_length", "version_2_with_negative")},
           # Training questions are shuffled with the seed; prediction records are padded.
-          "seed": FLAGS.seed if is_training else None,
-          "padded_to": padded_to, "order": order}
+          "seed": FLAGS.seed if is_training else None, "order": order}
 
 
-def main(argv):
-  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
-  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
-    _main(argv)
+def main(_):
+  modes = {"do_train": FLAGS.do_train, "do_predict": FLAGS.do_predict}
+  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
+                  output_dir=FLAGS.output_dir)
 
 
-def _main(_):
-  tf.random.set_seed(FLAGS.seed)
+def _main():
   _validate_flags()
-  out = FLAGS.output_dir
-  init_checkpoint = FLAGS.init_checkpoint
-  fileio.check_outputs(
-      files=[("output_dir", [os.path.join(out, name) for name in _OUTPUTS])],
-      inputs=[("train_file", FLAGS.train_file if FLAGS.do_train else None),
-              ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None),
-              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
-              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
-               if init_checkpoint else None)],
-      directories=[("output_dir", out)])
-  has_checkpoint = bool(training.checkpoint_numbers(out))
+  out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
+  has_checkpoint = fine_tuning.check_files(
+      out, _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
+                      ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None)],
+      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
   training.task_record(out, "run_squad", has_checkpoint)
-  training.init_task_record(FLAGS.init_checkpoint, "run_squad",
-                            not FLAGS.do_train and not has_checkpoint)
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                        FLAGS.max_seq_length)
-  config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
-                                FLAGS.vocab_file, config_source)
-  if config.type_vocab_size < 2:
-    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but "
-                            "SQuAD windows are pairs (question: segment 0, context: segment 1)")
+  training.init_task_record(init_checkpoint, "run_squad", not FLAGS.do_train and not has_checkpoint)
+  config, tokenizer = fine_tuning.load_config_and_tokenizer(
+      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
+      FLAGS.max_seq_length, "SQuAD windows are pairs (question: segment 0, context: segment 1)")
 
   strategy = script_flags.strategy()
-  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
+  train_examples = None
   if FLAGS.do_train:
     train_examples = read_squad_examples(FLAGS.train_file, is_training=True,
                                          version_2_with_negative=FLAGS.version_2_with_negative)
-    # The steps count questions, not windows, as in the original.
-    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
-        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
     # The record file is read through a 1000-record shuffle buffer; shuffling the questions first
     # mixes articles that a big file keeps far apart.
     random.Random(FLAGS.seed).shuffle(train_examples)
+  # The steps count questions, not windows, as in the original.
+  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
   if FLAGS.do_predict:
     # Read before any training, so that a bad predict file does not cost a training run.
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
-      # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: checkpoints.check_checkpoint_matches(
-          out, modeling.BertSpanLabeler(config, script_flags.compute_dtype())),
+      strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
       squad_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
-    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
-                                            FLAGS.gradient_accumulation_steps)
     train_file = os.path.join(out, "train.tf_record")
 
     def write_train_records():
@@ -1043,17 +973,19 @@ def _main(_):
                                      output_fn=writer.process_feature)
       logging.info("%s: %d windows", train_file, writer.num_features)
 
-    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, FLAGS.vocab_file, True),
+    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True),
                                 write_train_records)
     training.write_task_record(out, "run_squad")
     logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     del train_examples
-    input_fn = input_fn_builder(train_file, FLAGS.max_seq_length, is_training=True,
-                                drop_remainder=True, seed=FLAGS.seed)
-    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
+    # Full-length batches: the span softmax of the training loss runs over every position.
+    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, True), batch,
+                       num_train_steps, training.init_fn_for(model, init_checkpoint),
+                       pad_to_longest=False, shuffle_buffer=1000)
   else:
-    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
+    trainer.restore_or_initialize(training.init_fn_for(model, init_checkpoint),
+                                  unused=("bert/pooler/",))
 
   if FLAGS.do_predict:
     predict(trainer, tokenizer, int(optimizer.iterations.numpy()), predict_examples)
@@ -1067,8 +999,6 @@ def predict(trainer, tokenizer, global_step, examples):
   convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
                                FLAGS.max_query_length, is_training=False,
                                output_fn=features.append)
-  batch, global_batch = training.prediction_batch_size(
-      FLAGS.predict_batch_size, len(features), trainer.strategy, "predict_batch_size")
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
   # With dynamic padding the windows are written shortest first, and each batch is cut after its
   # longest: a question over a short paragraph no longer costs max_seq_length positions.
@@ -1076,25 +1006,20 @@ def predict(trainer, tokenizer, global_step, examples):
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else range(len(features)))
 
-  def write_records():
+  def write_records(padded_to):
     with FeatureWriter(predict_file, is_training=False) as writer:
       for i in order:
         writer.process_feature(features[i])
-      for _ in range(-len(features) % global_batch):
+      for _ in range(-len(features) % padded_to):
         writer.process_feature(_padding_feature(FLAGS.max_seq_length))
 
-  fileio.build_unless_current(predict_file,
-                              _records_key(FLAGS.predict_file, FLAGS.vocab_file, False,
-                                           global_batch, "length" if by_length else "input"),
-                              write_records)
-  logging.info("Predicting %d questions (%d windows), batch %d", len(examples), len(features),
-               global_batch)
-
-  input_fn = input_fn_builder(predict_file, FLAGS.max_seq_length, is_training=False,
-                              drop_remainder=True, pad_to_longest=by_length)
+  logging.info("Predicting %d questions (%d windows)", len(examples), len(features))
   results = []
-  for outputs in trainer.predict(lambda ctx: input_fn(batch, ctx),
-                                 ["start_logits", "end_logits"]):
+  for outputs in fine_tuning.predict(
+      trainer, predict_file, _records_key(FLAGS.predict_file, False,
+                                          "length" if by_length else "input"),
+      write_records, len(features), feature_spec(FLAGS.max_seq_length, False),
+      FLAGS.predict_batch_size, "predict_batch_size", by_length, ["start_logits", "end_logits"]):
     for unique_id, start, end, mask in zip(outputs["unique_ids"], outputs["start_logits"],
                                            outputs["end_logits"], outputs["input_mask"]):
       if unique_id:

@@ -11,10 +11,9 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
-import collections
 import csv
 import dataclasses
-import glob
+import itertools
 import os
 
 from absl import flags
@@ -22,7 +21,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_tf2 import checkpoints
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
@@ -158,17 +157,8 @@ def convert_single_example(ex_index, example, max_seq_length, tokenizer):
 
     tokens = ["[CLS]"] + context_tokens_choice + ["[SEP]"] + ending_tokens + ["[SEP]"]
     choice_segment_ids = [0] * (len(context_tokens_choice) + 2) + [1] * (len(ending_tokens) + 1)
-    choice_input_ids = tokenizer.convert_tokens_to_ids(tokens)
-    choice_input_mask = [1] * len(choice_input_ids)
-
-    padding = max_seq_length - len(choice_input_ids)
-    choice_input_ids += [0] * padding
-    choice_input_mask += [0] * padding
-    choice_segment_ids += [0] * padding
-
-    assert len(choice_input_ids) == max_seq_length
-    assert len(choice_input_mask) == max_seq_length
-    assert len(choice_segment_ids) == max_seq_length
+    choice_input_ids, choice_input_mask, choice_segment_ids = fine_tuning.padded_ids(
+        tokenizer, tokens, choice_segment_ids, max_seq_length)
 
     input_ids.append(choice_input_ids)
     input_mask.append(choice_input_mask)
@@ -207,31 +197,23 @@ def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer,
   multiple of it, so evaluation batches all have one shape without dropping an example; the
   count returned is of the real records.
   """
-  padding = -len(examples) % pad_to_multiple
-  with fileio.atomic_path(output_file) as tmp_file:
-    with tf.io.TFRecordWriter(tmp_file) as writer:
-      for ex_index in range(len(examples) + padding):
-        if ex_index % 10000 == 0:
-          logging.info("%s: %d of %d examples written", output_file, ex_index, len(examples))
-        if ex_index < len(examples):
-          feature = convert_single_example(ex_index, examples[ex_index], max_seq_length,
-                                           tokenizer)
-        else:
-          feature = _padding_feature(max_seq_length)
-        record = collections.OrderedDict()
-        record["input_ids"] = input_pipeline.int64_list_feature(sum(feature.input_ids, []))
-        record["input_mask"] = input_pipeline.int64_list_feature(sum(feature.input_mask, []))
-        record["segment_ids"] = input_pipeline.int64_list_feature(sum(feature.segment_ids, []))
-        record["label_ids"] = input_pipeline.int64_list_feature([feature.label])
-        record["is_real_example"] = input_pipeline.int64_list_feature([int(feature.is_real_example)])
-        # Deterministic: the same examples give the same bytes in every run.
-        writer.write(tf.train.Example(
-            features=tf.train.Features(feature=record)).SerializeToString(deterministic=True))
+  features = itertools.chain(
+      (convert_single_example(i, example, max_seq_length, tokenizer)
+       for i, example in enumerate(examples)),
+      [_padding_feature(max_seq_length)] * (-len(examples) % pad_to_multiple))
+  fine_tuning.write_records(output_file, ({
+      "input_ids": input_pipeline.int64_list_feature(sum(feature.input_ids, [])),
+      "input_mask": input_pipeline.int64_list_feature(sum(feature.input_mask, [])),
+      "segment_ids": input_pipeline.int64_list_feature(sum(feature.segment_ids, [])),
+      "label_ids": input_pipeline.int64_list_feature([feature.label]),
+      "is_real_example": input_pipeline.int64_list_feature([int(feature.is_real_example)]),
+  } for feature in features), len(examples))
   return len(examples)
 
 
 def feature_spec(seq_length):
-  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes."""
+  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes:
+  input_ids, input_mask, segment_ids come out [NUM_CHOICES, seq_length] per example."""
   return {
       "input_ids": tf.io.FixedLenFeature([NUM_CHOICES, seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([NUM_CHOICES, seq_length], tf.int64),
@@ -239,28 +221,6 @@ def feature_spec(seq_length):
       "label_ids": tf.io.FixedLenFeature([], tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
-
-
-def file_based_input_fn_builder(input_file, seq_length, is_training, drop_remainder, seed=None,
-                                pad_to_longest=False, shuffle_buffer=1000):
-  """Returns `input_fn(batch_size, input_context=None)` -> tf.data.Dataset of feature dicts.
-
-  input_ids, input_mask, segment_ids come out int32 [batch, NUM_CHOICES, seq_length]; label_ids
-  and is_real_example int32 [batch]. `batch_size` is per replica and `input_context` the
-  `tf.distribute.InputContext`, as for `input_pipeline.tfrecord_dataset`, which does the reading
-  (training data shuffled and repeated).
-  """
-  name_to_features = feature_spec(seq_length)
-  input_files = [input_file] if isinstance(input_file, str) else list(input_file)
-
-  def input_fn(batch_size, input_context=None):
-    return input_pipeline.tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
-                                           input_context=input_context, seed=seed,
-                                           drop_remainder=drop_remainder,
-                                           pad_to_longest=pad_to_longest,
-                                           shuffle_buffer=shuffle_buffer)
-
-  return input_fn
 
 
 def swag_losses(features, outputs):
@@ -272,106 +232,72 @@ def swag_losses(features, outputs):
   return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}
 
 
-def _records_key(split, padded_to):
+def _records_key(split):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   path = os.path.join(FLAGS.data_dir, SwagProcessor.FILES[split])
   return {"script": "run_swag", "split": split, "input": fileio.file_signature(path),
           "vocab": fileio.file_signature(FLAGS.vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "padded_to": padded_to}
+          "max_seq_length": FLAGS.max_seq_length}
 
 
 def _probabilities(trainer, examples, name, split, tokenizer):
   """Choice probabilities [len(examples), NUM_CHOICES] of `examples` (of `split`) with
   --{name}_batch_size."""
-  flag_name = f"{name}_batch_size"
-  batch_size, global_batch = training.prediction_batch_size(
-      FLAGS[flag_name].value, len(examples), trainer.strategy, flag_name)
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
-  fileio.build_unless_current(
-      record_file, _records_key(split, global_batch),
-      lambda: file_based_convert_examples_to_features(examples, FLAGS.max_seq_length, tokenizer,
-                                                      record_file, pad_to_multiple=global_batch))
-  input_fn = file_based_input_fn_builder(
-      record_file, FLAGS.max_seq_length, is_training=False, drop_remainder=True,
-      pad_to_longest=script_flags.dynamic_padding(trainer.strategy))
+  write = lambda padded_to: file_based_convert_examples_to_features(
+      examples, FLAGS.max_seq_length, tokenizer, record_file, pad_to_multiple=padded_to)
   probabilities, real = [], []
-  for batch in trainer.predict(lambda ctx: input_fn(batch_size, ctx), ["logits"]):
+  for batch in fine_tuning.predict(trainer, record_file, _records_key(split), write, len(examples),
+                                   feature_spec(FLAGS.max_seq_length),
+                                   FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size",
+                                   script_flags.dynamic_padding(trainer.strategy)):
     probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
     real.append(batch["is_real_example"].astype(bool))
   return np.concatenate(probabilities)[np.concatenate(real)]
 
 
-def main(argv):
-  # A run that fails before writing leaves no empty output_dir behind (check_outputs makes it).
-  with fileio.no_new_empty_directories(*[FLAGS.output_dir] if FLAGS.output_dir else []):
-    _main(argv)
+def main(_):
+  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
+  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
+                  vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
 
 
-def _main(_):
-  tf.random.set_seed(FLAGS.seed)
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-    raise fileio.InputError("at least one of --do_train, --do_eval, --do_predict must be set")
-  for name in ("data_dir", "vocab_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+def _main():
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  records = ("train.tf_record", "eval.tf_record", "predict.tf_record")
-  fileio.check_outputs(
-      files=[("output_dir", [os.path.join(out, name) for name in (
-          *records, *(f"{r}.key.json" for r in records), "eval_results.txt", "test_results.tsv",
-          "task.json")])],
-      inputs=[("data_dir", [os.path.join(FLAGS.data_dir, name)
-                            for name in SwagProcessor.FILES.values()]),
-              ("vocab_file", FLAGS.vocab_file), ("bert_config_file", FLAGS.bert_config_file),
-              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
-               if init_checkpoint else None)],
-      directories=[("output_dir", out)])
-  has_checkpoint = bool(training.checkpoint_numbers(out))
+  has_checkpoint = fine_tuning.check_files(
+      out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+            "test_results.tsv", "task.json"),
+      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()])],
+      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
   training.task_record(out, "run_swag", has_checkpoint)
-  training.init_task_record(FLAGS.init_checkpoint, "run_swag",
-                            not FLAGS.do_train and not has_checkpoint)
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, init_checkpoint)
-  config = checkpoints.load_bert_config(FLAGS.bert_config_file, init_checkpoint,
-                                        FLAGS.max_seq_length)
-  config_source = FLAGS.bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
+  training.init_task_record(init_checkpoint, "run_swag", not FLAGS.do_train and not has_checkpoint)
+  config, tokenizer = fine_tuning.load_config_and_tokenizer(
+      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
+      FLAGS.max_seq_length, pairs="SWAG choices are pairs (context: segment 0, ending: segment 1)")
   processor = SwagProcessor()
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
-                                FLAGS.vocab_file, config_source)
-  if config.type_vocab_size < 2:
-    raise fileio.InputError(f"{config_source}: type_vocab_size={config.type_vocab_size}, but SWAG "
-                            "choices are pairs (context: segment 0, ending: segment 1)")
 
   strategy = script_flags.strategy()
-  num_train_steps, num_warmup_steps, train_examples = 1, 0, None
-  if FLAGS.do_train:
-    train_examples = processor.get_train_examples(FLAGS.data_dir)
-    num_train_steps, num_warmup_steps = training.fine_tuning_steps(
-        len(train_examples), FLAGS.train_batch_size, FLAGS.num_train_epochs,
-        FLAGS.warmup_proportion)
+  train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
+  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
-      # Checked as soon as it is built: before the trainer restores or records are written.
-      strategy, lambda: checkpoints.check_checkpoint_matches(
-          out, modeling.BertMultipleChoice(config, script_flags.compute_dtype())),
+      strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
       swag_losses, num_train_steps, num_warmup_steps)
   init_fn = training.init_fn_for(model, init_checkpoint)
 
   if FLAGS.do_train:
-    batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy, "train_batch_size",
-                                            FLAGS.gradient_accumulation_steps)
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
-        train_file, _records_key("train", None),
+        train_file, _records_key("train"),
         lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
                                                         tokenizer, train_file))
     training.write_task_record(out, "run_swag")
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    input_fn = file_based_input_fn_builder(
-        train_file, FLAGS.max_seq_length, is_training=True, drop_remainder=True, seed=FLAGS.seed,
-        pad_to_longest=script_flags.dynamic_padding(strategy),
-        shuffle_buffer=training.fine_tuning_shuffle_buffer(len(train_examples)))
-    script_flags.train(trainer, input_fn, batch, num_train_steps, init_fn)
+    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
+                       num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+                       training.fine_tuning_shuffle_buffer(len(train_examples)))
   else:
     trainer.restore_or_initialize(init_fn)
 

@@ -273,24 +273,24 @@ def optimizer(learning_rate, num_train_steps, num_warmup_steps):
 
 
 def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
-  """A fine-tuning script's model (built by `build_model` under the strategy's scope), its
-  optimizer and the Trainer, as the flags say. Returns (model, optimizer, trainer)."""
-  from bert_tf2 import training
+  """(model, optimizer, Trainer) as the flags say; the model must match output_dir's checkpoint."""
+  from bert_tf2 import checkpoints, training
   with strategy_.scope():
-    model = build_model()
+    model = checkpoints.check_checkpoint_matches(FLAGS.output_dir, build_model())
     opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
-  trainer = training.Trainer(strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir,
-                             use_xla=FLAGS.use_xla,
-                             gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
-  return model, opt, trainer
+  return model, opt, training.Trainer(
+      strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+      keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
 
 
-def train(trainer, input_fn, per_replica_batch, num_train_steps, init_fn):
-  """`trainer.train` over `input_fn(batch, input_context)` with the loop flags."""
-  return trainer.train(lambda ctx: input_fn(per_replica_batch, ctx), num_train_steps,
-                       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                       steps_per_loop=FLAGS.iterations_per_loop,
-                       examples_per_step=FLAGS.train_batch_size, init_fn=init_fn,
-                       summary_dir=os.path.join(FLAGS.output_dir, "train"),
-                       max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+def train(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest, shuffle_buffer):
+  """`trainer.train` for `steps` on the records of `train_file` with the seed and loop flags."""
+  from bert_tf2 import fine_tuning
+  input_fn = fine_tuning.input_fn_builder(train_file, spec, True, True, FLAGS.seed, pad_to_longest,
+                                          shuffle_buffer)
+  return trainer.train(
+      lambda ctx: input_fn(batch, ctx), steps, init_fn=init_fn,
+      save_checkpoints_steps=FLAGS.save_checkpoints_steps, steps_per_loop=FLAGS.iterations_per_loop,
+      examples_per_step=FLAGS.train_batch_size, max_nonfinite_loops=FLAGS.max_nonfinite_loops,
+      summary_dir=os.path.join(FLAGS.output_dir, "train"))

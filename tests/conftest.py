@@ -2,6 +2,7 @@
 
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,8 @@ PYTHON = sys.executable
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 # The uncased WordPiece vocab of the original's pre-training reference (BERT-base's).
 VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
+WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
+SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 
 
 def run_script(args, env=None, timeout=600, **kw):
@@ -44,6 +47,26 @@ def import_script(name):
   import each other (the shared flags are defined once, in script_flags, so scripts import side by
   side); the functions the tests call take arguments and read no flag."""
   return importlib.import_module("bert_tf2." + name)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  """The uncased WordPiece tokenizer of VOCAB."""
+  from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
+  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+def corpus_texts():
+  """Every WikiText-2 line, and every SQuAD v1.1 dev context and question: real text to compare
+  tokenizers on."""
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  texts = [line for _, line in fileio.read_lines(WIKITEXT)]
+  with open(SQUAD, encoding="utf-8") as f:
+    for article in json.load(f)["data"]:
+      for paragraph in article["paragraphs"]:
+        texts.append(paragraph["context"])
+        texts.extend(qa["question"] for qa in paragraph["qas"])
+  return texts
 
 
 def minilm_dir():

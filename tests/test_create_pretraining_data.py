@@ -48,11 +48,6 @@ def options(tmp_path, name="out.tfrecord", **kwargs):
   return cpd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
-
-
 # --- Exact mode: the original's records. -------------------------------------------------------
 
 

@@ -6,24 +6,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SHARED, VOCAB, import_script, requires_shared
+from conftest import SHARED, import_script, requires_shared
 
 from bert_tf2 import fileio
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import tokenization
 
 
-_import_script = import_script
-
-
-run_classifier = _import_script("run_classifier")
+run_classifier = import_script("run_classifier")
 
 GLUE = os.path.join(SHARED, "data", "glue")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
 
 
 # task, directory, (train, dev, test) counts from ../shared/data/README.md, labels.
@@ -172,8 +165,8 @@ def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
   assert count == 408 and os.path.exists(output_file)
   assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary left over
 
-  input_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
-                                                        drop_remainder=False)
+  spec = run_classifier.feature_spec(128)
+  input_fn = fine_tuning.input_fn_builder(output_file, spec, False, drop_remainder=False)
   batches = list(input_fn(batch_size=100))
   assert [int(b["input_ids"].shape[0]) for b in batches] == [100, 100, 100, 100, 8]
   first = batches[0]
@@ -195,8 +188,7 @@ def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
   np.testing.assert_array_equal(shard[0]["label_ids"].numpy()[:3], labels[1:6:2])
 
   # Training: shuffled, repeated, fixed batch shape.
-  train_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=True,
-                                                        drop_remainder=True, seed=1)
+  train_fn = fine_tuning.input_fn_builder(output_file, spec, is_training=True, seed=1)
   for batch in train_fn(batch_size=256).take(3):
     assert batch["input_ids"].shape == (256, 128)
 
@@ -210,10 +202,9 @@ def test_dynamic_padding_cuts_batches_after_their_longest_pair(tokenizer, tmp_pa
   output_file = str(tmp_path / "eval.tf_record")
   run_classifier.file_based_convert_examples_to_features(
       examples, processor.get_labels(), 128, tokenizer, output_file)
-  full_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
-                                                       drop_remainder=False)
-  cut_fn = run_classifier.file_based_input_fn_builder(output_file, 128, is_training=False,
-                                                      drop_remainder=False, pad_to_longest=True)
+  spec = run_classifier.feature_spec(128)
+  full_fn = fine_tuning.input_fn_builder(output_file, spec, False, drop_remainder=False)
+  cut_fn = fine_tuning.input_fn_builder(output_file, spec, False, False, pad_to_longest=True)
   cut_batches = cut_fn(batch_size=8)
   assert cut_batches.element_spec["input_ids"].shape.as_list() == [None, None]
   lengths = []
@@ -240,8 +231,8 @@ def test_regression_features_are_float(tokenizer, tmp_path):
   run_classifier.file_based_convert_examples_to_features(examples, processor.get_labels(), 64,
                                                          tokenizer, output_file,
                                                          is_regression=True)
-  input_fn = run_classifier.file_based_input_fn_builder(output_file, 64, False, False,
-                                                        is_regression=True)
+  input_fn = fine_tuning.input_fn_builder(
+      output_file, run_classifier.feature_spec(64, is_regression=True), False, False)
   batch = next(iter(input_fn(batch_size=20)))
   assert batch["label_ids"].dtype == tf.float32
   np.testing.assert_allclose(batch["label_ids"].numpy(), [e.label for e in examples], rtol=1e-6)

@@ -9,24 +9,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, SHARED, import_script, minilm_dir, requires_shared
 
 from bert_tf2 import fileio
+from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
-from bert_tf2 import tokenization
 
 
-_import_script = import_script
-
-
-run_ner = _import_script("run_ner")
+run_ner = import_script("run_ner")
 
 CONLL = os.path.join(SHARED, "data", "conll2003")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +105,7 @@ def test_tfrecord_round_trip(tokenizer, dev, tmp_path):
   output = str(tmp_path / "dev.tf_record")
   features = run_ner.file_based_convert_examples_to_features(dev[:40], run_ner.CONLL2003_LABELS,
                                                              64, tokenizer, output)
-  input_fn = run_ner.file_based_input_fn_builder(output, 64, is_training=False,
-                                                 drop_remainder=False)
+  input_fn = fine_tuning.input_fn_builder(output, run_ner.feature_spec(64), False, False)
   batch = next(iter(input_fn(batch_size=len(features))))
   assert set(batch) == {"input_ids", "input_mask", "segment_ids", "label_ids", "label_weights"}
   assert batch["label_ids"].dtype == tf.int32 and batch["label_weights"].dtype == tf.float32

@@ -16,23 +16,16 @@ import tensorflow as tf
 from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok
 
 from bert_tf2 import fileio
+from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
 from bert_tf2 import tokenization
 
 
-_import_script = import_script
-
-
-run_squad = _import_script("run_squad")
+run_squad = import_script("run_squad")
 
 SQUAD = os.path.join(SHARED, "data", "squad")
 V1_DEV = os.path.join(SQUAD, "dev-v1.1.json")
 V2_DEV = os.path.join(SQUAD, "dev-v2.0.Normans_subset.json")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
 
 
 @pytest.fixture(scope="module")
@@ -90,19 +83,24 @@ def test_answer_spans_recovered_from_features(v1_training_data):
   assert recovered == 10533
 
 
+def _ideal_results(features):
+  """RawResults whose logits put the model's mass on each window's labelled start and end."""
+  results = []
+  for feature in features:
+    start_logits, end_logits = np.zeros(384, np.float32), np.zeros(384, np.float32)
+    start_logits[feature.start_position] += 10.0
+    end_logits[feature.end_position] += 10.0
+    results.append(run_squad.RawResult(feature.unique_id, start_logits, end_logits))
+  return results
+
+
 @requires_shared
 def test_write_predictions_from_ideal_logits(v1_training_data, tmp_path):
   """Logits that put the model's mass on the labelled start/end give back the gold answers."""
   examples, features, _, _ = v1_training_data
   examples = examples[:1000]
   features = [f for f in features if f.example_index < 1000]
-  results = []
-  for feature in features:
-    start_logits = np.zeros(384, np.float32)
-    end_logits = np.zeros(384, np.float32)
-    start_logits[feature.start_position] += 10.0
-    end_logits[feature.end_position] += 10.0
-    results.append(run_squad.RawResult(feature.unique_id, start_logits, end_logits))
+  results = _ideal_results(features)
   prediction_file = str(tmp_path / "predictions.json")
   nbest_file = str(tmp_path / "nbest_predictions.json")
   predictions, nbest, _ = run_squad.write_predictions(
@@ -157,9 +155,10 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
     for feature in features:
       writer.process_feature(feature)
   assert writer.num_features == len(features)
-  input_fn = run_squad.input_fn_builder(writer_file, 384, is_training=False, drop_remainder=False)
+  input_fn = fine_tuning.input_fn_builder(writer_file, run_squad.feature_spec(384, False), False,
+                                          drop_remainder=False)
   # Training records also hold the positions (read here through a training-mode pipeline).
-  train_fn = run_squad.input_fn_builder(writer_file, 384, is_training=True, drop_remainder=True)
+  train_fn = fine_tuning.input_fn_builder(writer_file, run_squad.feature_spec(384, True), True)
   batch = next(iter(train_fn(batch_size=8)))
   assert set(batch) == {"unique_ids", "input_ids", "input_mask", "segment_ids",
                         "start_positions", "end_positions", "is_impossible"}
@@ -168,13 +167,7 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
   np.testing.assert_array_equal(first["input_ids"].numpy()[5], features[5].input_ids)
 
   # Logits shaped like the training targets: [CLS] for no answer, the span otherwise.
-  results = []
-  for feature in features:
-    start_logits = np.zeros(384, np.float32)
-    end_logits = np.zeros(384, np.float32)
-    start_logits[feature.start_position] += 10.0
-    end_logits[feature.end_position] += 10.0
-    results.append(run_squad.RawResult(feature.unique_id, start_logits, end_logits))
+  results = _ideal_results(features)
   odds_file = str(tmp_path / "null_odds.json")
   predictions, _, score_diffs = run_squad.write_predictions(
       examples, features, results, 20, 30, True, str(tmp_path / "predictions.json"),

@@ -8,16 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, ROOT, VOCAB, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, import_script, minilm_dir, requires_shared
 
 from bert_tf2 import fileio
-from bert_tf2 import tokenization
+from bert_tf2 import fine_tuning
 
 
-_import_script = import_script
-
-
-run_swag = _import_script("run_swag")
+run_swag = import_script("run_swag")
 
 
 # SWAG's layout: an unnamed index column, then video-id, fold-ind, startphrase, sent1, sent2,
@@ -48,11 +45,6 @@ def swag_dir(tmp_path):
   test_rows = [row[:row.rstrip("\n").rfind(",")] + "\n" for row in ROWS[:2]]
   (tmp_path / "test.csv").write_text(test_header + "".join(test_rows), encoding="utf-8")
   return tmp_path
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
 
 
 def test_reads_swag_rows(swag_dir):
@@ -96,8 +88,7 @@ def test_four_choice_features(swag_dir, tokenizer, tmp_path):
   output = str(tmp_path / "train.tf_record")
   examples = run_swag.SwagProcessor().get_train_examples(str(swag_dir))
   assert run_swag.file_based_convert_examples_to_features(examples, 32, tokenizer, output) == 3
-  input_fn = run_swag.file_based_input_fn_builder(output, 32, is_training=False,
-                                                  drop_remainder=False)
+  input_fn = fine_tuning.input_fn_builder(output, run_swag.feature_spec(32), False, False)
   batch = next(iter(input_fn(batch_size=3)))
   assert batch["input_ids"].shape == (3, 4, 32) and batch["input_ids"].dtype == tf.int32
   np.testing.assert_array_equal(batch["input_ids"].numpy()[0], feature.input_ids)

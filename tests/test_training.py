@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
 from bert_tf2 import optimization
@@ -55,13 +56,16 @@ def _train(steps, accumulation, loss_fn, compute_dtype=tf.float32, use_xla=False
   return model, np.array(losses)
 
 
+def _assert_same(first, second, rtol, atol):
+  """Two _train runs, (model, losses) each, took the same steps: the losses, then the variables."""
+  np.testing.assert_allclose(second[1], first[1], rtol=rtol)
+  for a, b in zip(first[0].variables, second[0].variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=atol, err_msg=a.name)
+
+
 @requires_shared
 def test_gradient_accumulation_equals_one_big_batch():
-  big, big_losses = _train(3, 1, _next_sentence_only)
-  acc, acc_losses = _train(3, 2, _next_sentence_only)
-  np.testing.assert_allclose(big_losses, acc_losses, rtol=1e-5)
-  for a, b in zip(big.variables, acc.variables):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg=a.name)
+  _assert_same(_train(3, 1, _next_sentence_only), _train(3, 2, _next_sentence_only), 1e-5, 2e-6)
 
 
 @requires_shared
@@ -74,11 +78,8 @@ def test_mixed_precision_training_tracks_float32(dtype):
 
 @requires_shared
 def test_xla_gives_the_same_steps():
-  plain_model, plain = _train(3, 1, modeling.pretraining_losses)
-  xla_model, xla = _train(3, 1, modeling.pretraining_losses, use_xla=True)
-  np.testing.assert_allclose(xla, plain, rtol=1e-5)
-  for a, b in zip(plain_model.variables, xla_model.variables):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.name)
+  _assert_same(_train(3, 1, modeling.pretraining_losses),
+               _train(3, 1, modeling.pretraining_losses, use_xla=True), 1e-5, 1e-5)
 
 
 @requires_shared
@@ -154,8 +155,8 @@ def _train_classifier(run_classifier, path, pad_to_longest, accumulation, head_d
   trainer = training.Trainer(tf.distribute.get_strategy(), model,
                              run_classifier.classifier_losses(False), optimizer,
                              gradient_accumulation_steps=accumulation)
-  input_fn = run_classifier.file_based_input_fn_builder(
-      path, 128, is_training=True, drop_remainder=True, seed=3, pad_to_longest=pad_to_longest)
+  input_fn = fine_tuning.input_fn_builder(path, run_classifier.feature_spec(128), is_training=True,
+                                          seed=3, pad_to_longest=pad_to_longest)
   iterator = iter(trainer.distribute(lambda ctx: input_fn(16 // accumulation, ctx),
                                      stack=accumulation))
   losses = [training.metrics_from_stats(trainer._train_loop(iterator, tf.constant(1)))["loss"]
@@ -171,8 +172,6 @@ def test_dynamic_padding_trains_as_full_length(tmp_path):
   dropout: two micro-batches draw other masks than one batch, by design)."""
   run_classifier, path = _mrpc_records(tmp_path)
   for accumulation, head_dropout in ((1, 0.1), (2, 0.0)):
-    full_model, full = _train_classifier(run_classifier, path, False, 1, head_dropout)
-    model, losses = _train_classifier(run_classifier, path, True, accumulation, head_dropout)
-    np.testing.assert_allclose(losses, full, rtol=1e-5)
-    for a, b in zip(full_model.variables, model.variables):
-      np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg=a.name)
+    _assert_same(_train_classifier(run_classifier, path, False, 1, head_dropout),
+                 _train_classifier(run_classifier, path, True, accumulation, head_dropout),
+                 1e-5, 2e-6)
