@@ -54,6 +54,16 @@ def _variables():
   return [kernel, bias, gamma]
 
 
+def _assert_unscaled_steps(opt, scale, variables, plain, plain_vars, steps):
+  """`steps` updates of `opt` on gradients times the loss `scale` equal `plain`'s, unscaled."""
+  g = [tf.ones_like(v) * 0.01 for v in variables]
+  for _ in range(steps):
+    opt.apply_gradients([x * scale.scale for x in g], variables)
+    plain.apply_gradients(g, plain_vars)
+  for a, b in zip(variables, plain_vars):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("grad_scale", [0.1, 10.0])  # below and above the clipping norm
 def test_adamw_step_matches_hand_computation(grad_scale):
   variables = _variables()
@@ -122,12 +132,7 @@ def test_adamw_keeps_the_shared_guards():
   assert not bool(applied) and opt.iterations.numpy() == 0 and scale.scale.numpy() == 512.0
   for b, v in zip(before, variables):
     np.testing.assert_array_equal(b, v.numpy())
-  g = [tf.ones_like(v) * 0.01 for v in variables]
-  for step in range(3):
-    opt.apply_gradients([x * scale.scale for x in g], variables)
-    plain.apply_gradients(g, plain_vars)
-  for a, b in zip(variables, plain_vars):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+  _assert_unscaled_steps(opt, scale, variables, plain, plain_vars, 3)
   assert opt.iterations.numpy() == plain.iterations.numpy() == 3
 
 
@@ -200,12 +205,7 @@ def test_fp16_loss_scale_halves_on_overflow_and_unscales():
   plain_vars = _variables()  # same seed: same names (decay exclusions) and values
   plain = optimization.AdamWeightDecay(optimization.LinearWarmupLinearDecay(1e-3, 10))
   plain.iterations.assign(opt.iterations)
-  g = [tf.ones_like(v) * 0.01 for v in variables]
-  for _ in range(2):
-    opt.apply_gradients([x * scale.scale for x in g], variables)
-    plain.apply_gradients(g, plain_vars)
-  for a, b in zip(variables, plain_vars):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+  _assert_unscaled_steps(opt, scale, variables, plain, plain_vars, 2)
   assert scale.scale.numpy() == 1024.0  # doubled after growth_interval finite steps
 
 

@@ -51,6 +51,12 @@ def _error_line(result):
   return last
 
 
+def _assert_messages(cases, results):
+  for (_, message), result in zip(cases, results):
+    line = _error_line(result)
+    assert message in line, (message, line)
+
+
 def _hashes(*tops):
   """{path: sha256} of every file under the given files or directories."""
   found = {}
@@ -186,9 +192,7 @@ def test_outputs_that_are_inputs_or_not_directories_are_refused_before_any_work(
        f"{a_file} is not a directory"),
   ]
   results = concurrently([functools.partial(_run, *args) for args, _ in cases])
-  for (_, message), result in zip(cases, results):
-    line = _error_line(result)
-    assert message in line, (message, line)
+  _assert_messages(cases, results)
   assert _hashes(tmp_path) == before
   assert sorted(os.listdir(out)) == ["predictions.json"]
   assert sorted(os.listdir(tmp_path / "linked_out")) == ["eval_results.txt"]
@@ -324,9 +328,7 @@ def test_bad_flag_values_and_configs_are_one_error_line(tmp_path):
        f"{one_segment}: type_vocab_size=1, but SWAG choices are pairs"),
   ]
   results = concurrently([functools.partial(_run, *args) for args, _ in cases])
-  for (_, message), result in zip(cases, results):
-    line = _error_line(result)
-    assert message in line, (message, line)
+  _assert_messages(cases, results)
   assert _hashes(tmp_path) == before
   assert not os.path.exists(out)  # nor an empty output_dir left behind
 
@@ -446,9 +448,7 @@ def test_a_checkpoint_without_the_task_head_or_with_other_labels_is_not_evaluate
   ]
   results = concurrently([functools.partial(_run, *args, f"--output_dir={out}{i}")
                           for i, (args, _) in enumerate(cases)])
-  for (_, message), result in zip(cases, results):
-    line = _error_line(result)
-    assert message in line, (message, line)
+  _assert_messages(cases, results)
   assert _hashes(tmp_path) == before
   # The labels it was trained with evaluate; a batch size far above the 4 dev pairs is cut to
   # what they need (instead of padding 10^8 examples).
