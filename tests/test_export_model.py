@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (ENV, PYTHON, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared,
-                      run_ok)
+from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, VOCAB, corpus_texts, import_script,
+                      minilm_dir, requires_shared, run_ok)
 from bert_tf2 import checkpoints
 from bert_tf2 import export_model
 from bert_tf2 import fileio
@@ -23,8 +23,6 @@ from bert_tf2 import modeling
 from bert_tf2 import tokenization
 
 TINY_TF1 = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
-WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
-SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 GLUE = os.path.join(SHARED, "data", "glue")
 SMALL_CONFIG = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
@@ -55,13 +53,7 @@ def _import_hub():
 
 def _real_texts():
   """Every WikiText-2 line, every SQuAD v1.1 dev context and question, and the edge texts."""
-  texts = [line for _, line in fileio.read_lines(WIKITEXT)]
-  with open(SQUAD, encoding="utf-8") as f:
-    for article in json.load(f)["data"]:
-      for paragraph in article["paragraphs"]:
-        texts.append(paragraph["context"])
-        texts.extend(qa["question"] for qa in paragraph["qas"])
-  return texts + EDGE_TEXTS
+  return corpus_texts() + EDGE_TEXTS
 
 
 def _random_texts(count, seed):

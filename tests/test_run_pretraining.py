@@ -1,5 +1,6 @@
 """run_pretraining.py: learning from scratch, strategies that agree, and resume after SIGKILL."""
 
+import itertools
 import os
 import signal
 import socket
@@ -175,15 +176,9 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
   of post-LayerNorm Transformers; 0.2 leaves it within a few hundred, so the test uses that.
   """
   corpus = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
-  docs, current = [], []
-  for line in open(corpus, encoding="utf-8"):
-    if line.strip():
-      current.append(line)
-    elif current:
-      docs.append(current)
-      current = []
-  if current:
-    docs.append(current)
+  with open(corpus, encoding="utf-8") as f:  # documents: the runs of lines between blank ones
+    docs = [list(run) for nonblank, run in itertools.groupby(f, key=lambda l: bool(l.strip()))
+            if nonblank]
   for name, part in (("train", docs[:50]), ("eval", docs[50:])):
     (tmp_path / f"{name}.txt").write_text("\n".join("".join(d) for d in part), encoding="utf-8")
     run_ok(["create_pretraining_data.py", f"--input_file={tmp_path / name}.txt",

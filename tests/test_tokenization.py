@@ -5,21 +5,18 @@ tokenization.py; the strongest check is that the reference TFRecords written by 
 create_pretraining_data.py are reproduced segment by segment.
 """
 
-import json
 import os
 import unicodedata
 
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from conftest import SHARED, requires_shared
+from conftest import SHARED, WIKITEXT, corpus_texts, requires_shared
 from bert_tf2 import fileio
 from bert_tf2 import tokenization
 
 PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
 VOCAB = os.path.join(PRETRAINING, "vocab_uncased.txt")
-WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
-SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 CONLL = os.path.join(SHARED, "data", "conll2003", "valid.txt")
 
 # Characters whose handling differs between tokenizers: dropped (NUL, U+FFFD, controls, format
@@ -243,12 +240,7 @@ def test_reproduces_reference_pretraining_records(uncased):
 
 
 def _real_texts():
-  texts = [line for _, line in fileio.read_lines(WIKITEXT)]
-  with open(SQUAD, encoding="utf-8") as f:
-    for article in json.load(f)["data"]:
-      for paragraph in article["paragraphs"]:
-        texts.append(paragraph["context"])
-        texts.extend(qa["question"] for qa in paragraph["qas"])
+  texts = corpus_texts()
   sentence = []
   for _, line in fileio.read_lines(CONLL):
     if line.strip():
