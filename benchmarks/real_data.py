@@ -113,8 +113,9 @@ def ours(variant):
   batch = FLAGS.predict_batch
 
   def predict(trainer, arrays, seq_length, keys):
-    """Model outputs `keys` for the feature arrays in input order: batched by length, each batch
-    cut to its longest (per-token outputs padded back with zeros)."""
+    """Model outputs `keys` for the feature arrays, a row per example in input order: batched by
+    length, each batch cut to its longest, so a per-token row is as long as its batch's longest
+    example (each script keeps only an example's own tokens, as the callers below do)."""
     n = len(arrays["input_ids"])
     order = input_pipeline.length_order(arrays["input_mask"].sum(1))
     pad = -n % batch
@@ -126,12 +127,12 @@ def ours(variant):
     outputs = {k: [] for k in keys}
     for out in trainer.predict(lambda ctx: dataset, keys):
       for k in keys:
-        value = out[k]
-        if value.ndim > 1 and value.shape[1] < seq_length:
-          value = np.pad(value, [(0, 0), (0, seq_length - value.shape[1])] +
-                         [(0, 0)] * (value.ndim - 2))
-        outputs[k].extend(value)
-    return {k: input_pipeline.unsort(_stacked(v[:n]), order) for k, v in outputs.items()}
+        outputs[k].extend(out[k])
+    rows = {k: [None] * n for k in keys}
+    for k in keys:
+      for position, example in enumerate(order):
+        rows[k][example] = outputs[k][position]
+    return rows
 
   if task in _GLUE:
     from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
@@ -146,7 +147,7 @@ def ours(variant):
       features = run_classifier.convert_examples_to_features(examples, processor.get_labels(),
                                                              128, tokenizer)
       arrays = _arrays(features, ("input_ids", "input_mask", "segment_ids"))
-      logits = predict(trainer, arrays, 128, ["logits"])["logits"]
+      logits = np.stack(predict(trainer, arrays, 128, ["logits"])["logits"])
       return tf.nn.softmax(logits).numpy()
 
   elif task == "features":
@@ -209,11 +210,6 @@ def ours(variant):
 def _arrays(features, names):
   import numpy as np  # pylint: disable=g-import-not-at-top
   return {name: np.array([getattr(f, name) for f in features], np.int32) for name in names}
-
-
-def _stacked(rows):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  return np.stack(rows)
 
 
 def _measure(run, task):
