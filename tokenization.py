@@ -454,6 +454,11 @@ class FullTokenizer:
   def _word_ids(self, word):
     tokens = self._token_cache.get(word)
     if tokens is None:
+      if word.isascii() and word.isalnum():
+        # The common new word, a whole vocab entry (_word_tokens' first case), without the lists.
+        token_id = self.vocab.get(word.lower() if self.do_lower_case else word)
+        if token_id is not None:
+          return [token_id]
       tokens = self._word_tokens(word)
     return convert_by_vocab(self.vocab, tokens)
 
