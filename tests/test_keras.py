@@ -1,0 +1,165 @@
+"""The exported SavedModels from Keras: Keras 3 (TensorFlow 2.21's `keras`) through
+keras.layers.TFSMLayer and a thin keras.Model that fine-tunes the encoder, and tf-keras through
+hub.KerasLayer, on real MRPC pairs and the real MiniLM checkpoint (the README's Keras section)."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import SHARED, import_script, minilm_dir, requires_shared
+from bert_tf2 import export_model
+from bert_tf2 import modeling
+from bert_tf2 import tokenization
+
+MRPC = os.path.join(SHARED, "data", "glue", "MRPC")
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+  return export_model.export("encoder", str(tmp_path_factory.mktemp("keras") / "encoder"),
+                             init_checkpoint=minilm_dir(), do_lower_case=True)
+
+
+def _mrpc(count, seq_length=64):
+  """The first `count` MRPC training pairs: (encoder inputs as numpy, labels, text pairs)."""
+  run_classifier = import_script("run_classifier")
+  examples = run_classifier.get_processor("mrpc").get_train_examples(MRPC)[:count]
+  tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir(), "vocab.txt"), True)
+  features = [run_classifier.convert_single_example(i, e, ["0", "1"], seq_length, tokenizer)
+              for i, e in enumerate(examples)]
+  inputs = {"input_word_ids": np.array([f.input_ids for f in features], np.int32),
+            "input_mask": np.array([f.input_mask for f in features], np.int32),
+            "input_type_ids": np.array([f.segment_ids for f in features], np.int32)}
+  labels = np.array([f.label_id for f in features], np.int32)
+  return inputs, labels, examples
+
+
+class EncoderClassifier:
+  """The README's Keras 3 model, built on first use (keras is imported by the tests only)."""
+
+  @staticmethod
+  def build(encoder_dir, num_labels):
+    import keras  # pylint: disable=g-import-not-at-top
+
+    class Model(keras.Model):
+      """A classifier on the exported encoder's pooled output that fine-tunes the encoder too:
+      Keras 3 tracks only its own variables, so train_step adds the SavedModel's."""
+
+      def __init__(self):
+        super().__init__()
+        self.encoder = tf.saved_model.load(encoder_dir)
+        self.head = keras.layers.Dense(num_labels)
+
+      def call(self, inputs, training=False):
+        return self.head(self.encoder(inputs, training=training)["pooled_output"])
+
+      def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+          y_pred = self(x, training=True)
+          loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        variables = self.trainable_variables + list(self.encoder.trainable_variables)
+        self.optimizer.apply(tape.gradient(loss, variables), variables)
+        for metric in self.metrics:  # Keras 3's pattern for a train_step of one's own
+          if metric.name == "loss":
+            metric.update_state(loss)
+          else:
+            metric.update_state(y, y_pred)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    return Model()
+
+
+@requires_shared
+def test_keras3_tfsmlayer_serves_the_encoder_and_the_classifier(encoder_dir, tmp_path):
+  import keras  # pylint: disable=g-import-not-at-top
+  assert keras.__version__.startswith("3.")
+  inputs, _, examples = _mrpc(16)
+  loaded = tf.saved_model.load(encoder_dir)
+  want = loaded.serve({k: tf.constant(v) for k, v in inputs.items()})
+  layer = keras.layers.TFSMLayer(encoder_dir, call_endpoint="serve")
+  symbolic = {k: keras.Input((None,), dtype="int32", name=k) for k in inputs}
+  model = keras.Model(symbolic, layer(symbolic)["sequence_output"])
+  real = inputs["input_mask"].astype(bool)
+  np.testing.assert_allclose(model.predict(inputs, verbose=0)[real],
+                             want["sequence_output"].numpy()[real], atol=1e-5, rtol=0)
+  # The pooled output of the first MRPC pair is not the zero vector a broken load would give.
+  assert np.abs(want["pooled_output"].numpy()).max() > 0.1
+
+  # A classifier on raw text: string inputs in a Keras 3 model, outputs as the signature's.
+  tf.random.set_seed(1)
+  classifier = modeling.BertClassifier(modeling.BertConfig.from_json_file(
+      os.path.join(minilm_dir(), "config.json")), 2)
+  directory = tmp_path / "mrpc"
+  tf.train.Checkpoint(model=classifier).write(str(directory / "ckpt-1"))
+  (directory / "bert_config.json").write_text(classifier.bert.config.to_json_string(),
+                                              encoding="utf-8")
+  path = export_model.export("classifier", str(tmp_path / "served"),
+                             init_checkpoint=str(directory / "ckpt-1"),
+                             vocab_file=os.path.join(minilm_dir(), "vocab.txt"),
+                             max_seq_length=64, labels=["different", "paraphrase"],
+                             text_pairs=True)
+  text_a = keras.Input((), dtype="string", name="text_a")
+  text_b = keras.Input((), dtype="string", name="text_b")
+  # The `pairs` function (text_a, text_b); signatures take keyword arguments only, and a Keras
+  # layer is called with its input first.
+  served = keras.layers.TFSMLayer(path, call_endpoint="pairs")
+  texts = {"text_a": np.array([e.text_a for e in examples], dtype=object),
+           "text_b": np.array([e.text_b for e in examples], dtype=object)}
+  got = keras.Model([text_a, text_b],
+                    served(text_a, text_b=text_b)["probabilities"]).predict(
+                        texts, verbose=0)
+  signature = tf.saved_model.load(path).signatures["serving_default"](
+      text_a=tf.constant(texts["text_a"]), text_b=tf.constant(texts["text_b"]))
+  np.testing.assert_allclose(got, signature["probabilities"].numpy(), atol=1e-6, rtol=0)
+  np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+
+
+@requires_shared
+def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir):
+  import keras  # pylint: disable=g-import-not-at-top
+  inputs, labels, _ = _mrpc(64)
+  keras.utils.set_random_seed(0)
+  model = EncoderClassifier.build(encoder_dir, 2)
+  model.compile(optimizer=keras.optimizers.Adam(1e-4),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"])
+  encoder_before = {v.name: v.numpy().copy() for v in model.encoder.trainable_variables}
+  history = model.fit(inputs, labels, batch_size=16, epochs=3, shuffle=False, verbose=0)
+  # Learning: the training loss falls epoch after epoch on the same 64 pairs.
+  losses = history.history["loss"]
+  assert losses[2] < losses[1] < losses[0], losses
+  # The encoder itself was fine-tuned, every layer of it, not just the new head.
+  changed = {name for name, value in encoder_before.items()
+             if not np.allclose(value, model.encoder.variables[
+                 [v.name for v in model.encoder.variables].index(name)].numpy())}
+  for layer in range(6):
+    assert f"bert/encoder/layer_{layer}/attention/self/query/kernel:0" in changed
+  assert "bert/embeddings/word_embeddings:0" in changed
+  # Inference is deterministic (dropout only when training) and the predictions are the model's.
+  logits = model.predict(inputs, verbose=0)
+  np.testing.assert_allclose(logits, model.predict(inputs, verbose=0), atol=1e-6)
+  assert logits.shape == (64, 2)
+
+
+@requires_shared
+def test_tf_keras_hub_keraslayer_fine_tunes_the_exported_encoder(encoder_dir):
+  import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  inputs, labels, _ = _mrpc(64)
+  tf.random.set_seed(0)
+  encoder = hub.KerasLayer(encoder_dir, trainable=True)
+  symbolic = {k: tf_keras.Input((None,), dtype=tf.int32, name=k) for k in inputs}
+  model = tf_keras.Model(symbolic, tf_keras.layers.Dense(2)(encoder(symbolic)["pooled_output"]))
+  model.compile(optimizer=tf_keras.optimizers.Adam(1e-4),
+                loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  before = {v.name: v.numpy().copy() for v in encoder.trainable_weights}
+  losses = model.fit(inputs, labels, batch_size=16, epochs=3, shuffle=False,
+                     verbose=0).history["loss"]
+  assert losses[2] < losses[1] < losses[0], losses
+  changed = {v.name for v in encoder.trainable_weights
+             if not np.allclose(v.numpy(), before[v.name])}
+  for layer in range(6):
+    assert f"bert/encoder/layer_{layer}/attention/self/query/kernel:0" in changed
