@@ -384,6 +384,8 @@ class EncoderHolder(tf.Module):
 
 def load_tokenization_info(handle):
   """(vocab file path, do_lower_case) of an exported SavedModel (as TF Hub BERT models carry)."""
+  if not os.path.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
+    raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
   loaded = tf.saved_model.load(handle)
   if not hasattr(loaded, "vocab_file") or not hasattr(loaded, "do_lower_case"):
     raise fileio.InputError(f"{handle}: the SavedModel has no vocab_file / do_lower_case")

@@ -56,16 +56,44 @@ def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_
   return bool(training.checkpoint_numbers(output_dir))
 
 
+def hub_module_vocab(hub_module_handle, vocab_file):
+  """--vocab_file, or the vocab an exported encoder (--hub_module_handle) carries."""
+  if hub_module_handle and not vocab_file:
+    return checkpoints.load_tokenization_info(hub_module_handle)[0]
+  return vocab_file
+
+
 def load_config_and_tokenizer(bert_config_file, init_checkpoint, vocab_file, do_lower_case,
-                              max_seq_length, pairs=None):
+                              max_seq_length, pairs=None, hub_module_handle=None):
   """(BertConfig, FullTokenizer): the config of `bert_config_file` or the one beside
-  `init_checkpoint` (checkpoints.load_bert_config, which checks max_seq_length against the
-  position embeddings) and the tokenizer of `vocab_file` checked against it (`tokenizer_for`);
-  InputError when do_lower_case contradicts a Google checkpoint's name."""
+  `init_checkpoint` or in the encoder SavedModel `hub_module_handle` (checkpoints.load_bert_config
+  and fine_tuning_setup check max_seq_length against the position embeddings) and the tokenizer
+  of `vocab_file` (default: the SavedModel's) checked against it (`tokenizer_for`); InputError
+  when do_lower_case contradicts a Google checkpoint's name or the SavedModel's casing."""
+  if hub_module_handle:
+    config, vocab_file = checkpoints.fine_tuning_setup(
+        hub_module_handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
+        max_seq_length)
+    return config, tokenizer_for(config, bert_config_file or hub_module_handle, vocab_file,
+                                 do_lower_case, pairs)
   tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
   config = checkpoints.load_bert_config(bert_config_file, init_checkpoint, max_seq_length)
   config_source = bert_config_file or f"the config beside --init_checkpoint={init_checkpoint}"
   return config, tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs)
+
+
+def init_fn(model, init_checkpoint, hub_module_handle, do_train, has_checkpoint, output_dir):
+  """What starts `model` (its encoder as `model.bert`) when output_dir has no checkpoint: the
+  weights of `init_checkpoint` or of the encoder SavedModel `hub_module_handle`, or None.
+  InputError when only an encoder SavedModel would be evaluated: it has no task output layer."""
+  if not hub_module_handle:
+    return training.init_fn_for(model, init_checkpoint)
+  if not do_train and not has_checkpoint:
+    raise fileio.InputError(
+        f"--hub_module_handle={hub_module_handle} is an encoder without this task's output "
+        f"layer, and --output_dir={output_dir} holds no fine-tuned model: train first "
+        "(--do_train)")
+  return lambda: checkpoints.load_encoder_weights(model.bert, hub_module_handle)
 
 
 def tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs=None):

@@ -25,7 +25,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_tf2 import checkpoints
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
@@ -74,13 +73,6 @@ flags.DEFINE_bool(
     "skip_header", True,
     "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
     "numeric columns set --noskip_header for files without one.")
-
-flags.DEFINE_string(
-    "hub_module_handle", None,
-    "Instead of --init_checkpoint: an encoder SavedModel written by export_model.py (as the "
-    "original's run_classifier_with_tfhub.py). Its weights start the encoder; its config, vocab "
-    "and casing are used unless --bert_config_file / --vocab_file are given.")
-
 
 @dataclasses.dataclass
 class InputExample:
@@ -802,11 +794,7 @@ def main(_):
 
 
 def _main():
-  vocab_file = FLAGS.vocab_file
-  if FLAGS.hub_module_handle:
-    config, vocab_file = checkpoints.fine_tuning_setup(
-        FLAGS.hub_module_handle, FLAGS.bert_config_file, vocab_file, FLAGS.do_lower_case,
-        FLAGS.init_checkpoint, FLAGS.max_seq_length)
+  vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
   fine_tuning.check_required(data_dir=FLAGS.data_dir, task_name=FLAGS.task_name,
                              vocab_file=vocab_file, output_dir=FLAGS.output_dir)
   processor = processor_from_flags()
@@ -819,13 +807,9 @@ def _main():
       vocab_file, FLAGS.bert_config_file, init_checkpoint)
   pairs = (f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 and 1)"
            if processor.is_pair else None)
-  if FLAGS.hub_module_handle:
-    tokenizer = fine_tuning.tokenizer_for(config, FLAGS.bert_config_file or FLAGS.hub_module_handle,
-                                          vocab_file, FLAGS.do_lower_case, pairs)
-  else:
-    config, tokenizer = fine_tuning.load_config_and_tokenizer(
-        FLAGS.bert_config_file, init_checkpoint, vocab_file, FLAGS.do_lower_case,
-        FLAGS.max_seq_length, pairs)
+  config, tokenizer = fine_tuning.load_config_and_tokenizer(
+      FLAGS.bert_config_file, init_checkpoint, vocab_file, FLAGS.do_lower_case,
+      FLAGS.max_seq_length, pairs, FLAGS.hub_module_handle)
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 
@@ -844,9 +828,8 @@ def _main():
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),
       classifier_losses(is_regression), num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, init_checkpoint)
-  if FLAGS.hub_module_handle:
-    init_fn = lambda: checkpoints.load_encoder_weights(model.bert, FLAGS.hub_module_handle)
+  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
+                                has_checkpoint, out)
 
   def model_outputs(name, split, examples):
     """The probabilities (or scores) of `examples` (of `split`) in input order, with
@@ -886,11 +869,6 @@ def _main():
                        batch, num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
                        training.fine_tuning_shuffle_buffer(len(train_examples)))
   else:
-    if FLAGS.hub_module_handle and not has_checkpoint:
-      raise fileio.InputError(
-          f"--hub_module_handle={FLAGS.hub_module_handle} is an encoder without this task's "
-          f"output layer, and --output_dir={out} holds no fine-tuned model: train first "
-          "(--do_train)")
     trainer.restore_or_initialize(init_fn)
 
   if FLAGS.do_eval:

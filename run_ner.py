@@ -348,6 +348,8 @@ def _label_list(has_checkpoint):
 
 def main(_):
   modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
+  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
+  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
   fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
                   vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
 
@@ -359,11 +361,12 @@ def _main():
       out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
             "test_predictions.txt", "task.json"),
       [("data_dir", [os.path.join(data_dir, name)
-                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])],
+                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")]),
+       ("hub_module_handle", FLAGS.hub_module_handle)],
       FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
   config, tokenizer = fine_tuning.load_config_and_tokenizer(
       FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length)
+      FLAGS.max_seq_length, hub_module_handle=FLAGS.hub_module_handle)
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
 
@@ -376,7 +379,8 @@ def _main():
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                                      script_flags.compute_dtype()),
       ner_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, init_checkpoint)
+  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
+                                has_checkpoint, out)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -926,6 +926,8 @@ def _records_key(input_file, is_training, order="input"):
 
 def main(_):
   modes = {"do_train": FLAGS.do_train, "do_predict": FLAGS.do_predict}
+  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
+  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
   fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
                   output_dir=FLAGS.output_dir)
 
@@ -935,13 +937,15 @@ def _main():
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
   has_checkpoint = fine_tuning.check_files(
       out, _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
-                      ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None)],
+                      ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None),
+                      ("hub_module_handle", FLAGS.hub_module_handle)],
       FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
   training.task_record(out, "run_squad", has_checkpoint)
   training.init_task_record(init_checkpoint, "run_squad", not FLAGS.do_train and not has_checkpoint)
   config, tokenizer = fine_tuning.load_config_and_tokenizer(
       FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, "SQuAD windows are pairs (question: segment 0, context: segment 1)")
+      FLAGS.max_seq_length, "SQuAD windows are pairs (question: segment 0, context: segment 1)",
+      FLAGS.hub_module_handle)
 
   strategy = script_flags.strategy()
   train_examples = None
@@ -962,6 +966,8 @@ def _main():
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
       squad_losses, num_train_steps, num_warmup_steps)
+  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
+                                has_checkpoint, out)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
@@ -981,11 +987,9 @@ def _main():
     del train_examples
     # Full-length batches: the span softmax of the training loss runs over every position.
     script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, True), batch,
-                       num_train_steps, training.init_fn_for(model, init_checkpoint),
-                       pad_to_longest=False, shuffle_buffer=1000)
+                       num_train_steps, init_fn, pad_to_longest=False, shuffle_buffer=1000)
   else:
-    trainer.restore_or_initialize(training.init_fn_for(model, init_checkpoint),
-                                  unused=("bert/pooler/",))
+    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_predict:
     predict(trainer, tokenizer, int(optimizer.iterations.numpy()), predict_examples)

@@ -258,6 +258,8 @@ def _probabilities(trainer, examples, name, split, tokenizer):
 
 def main(_):
   modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
+  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
+  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
   fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
                   vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
 
@@ -267,13 +269,15 @@ def _main():
   has_checkpoint = fine_tuning.check_files(
       out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
             "test_results.tsv", "task.json"),
-      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()])],
+      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()]),
+       ("hub_module_handle", FLAGS.hub_module_handle)],
       FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
   training.task_record(out, "run_swag", has_checkpoint)
   training.init_task_record(init_checkpoint, "run_swag", not FLAGS.do_train and not has_checkpoint)
   config, tokenizer = fine_tuning.load_config_and_tokenizer(
       FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, pairs="SWAG choices are pairs (context: segment 0, ending: segment 1)")
+      FLAGS.max_seq_length, pairs="SWAG choices are pairs (context: segment 0, ending: segment 1)",
+      hub_module_handle=FLAGS.hub_module_handle)
   processor = SwagProcessor()
 
   strategy = script_flags.strategy()
@@ -284,7 +288,8 @@ def _main():
   model, optimizer, trainer = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
       swag_losses, num_train_steps, num_warmup_steps)
-  init_fn = training.init_fn_for(model, init_checkpoint)
+  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
+                                has_checkpoint, out)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

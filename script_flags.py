@@ -159,6 +159,10 @@ def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=
   _define(flags.DEFINE_float, "warmup_proportion", 0.1,
           "Fraction of training steps with a linear learning-rate warm-up.",
           lower_bound=0.0, upper_bound=1.0)
+  _define(flags.DEFINE_string, "hub_module_handle", None,
+          "Instead of --init_checkpoint: an encoder SavedModel written by export_model.py (as the "
+          "original's run_classifier_with_tfhub.py). Its weights start the encoder; its config, "
+          "vocab and casing are used unless --bert_config_file / --vocab_file are given.")
   define_dynamic_padding_flag()
 
 

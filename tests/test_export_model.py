@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, VOCAB, corpus_texts, import_script,
-                      minilm_dir, requires_shared, run_ok)
+                      minilm_dir, requires_shared, run_ok, run_script)
 from bert_tf2 import checkpoints
 from bert_tf2 import export_model
 from bert_tf2 import fileio
@@ -426,6 +426,56 @@ def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
   result = subprocess.run([PYTHON] + common + ["--nodo_lower_case"], cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=300)
   assert result.returncode == 2 and "does not match the casing" in result.stderr
+
+
+@requires_shared
+@pytest.mark.parametrize("script", ["run_squad", "run_swag"])
+def test_every_fine_tuning_script_starts_from_an_exported_encoder(script, tmp_path):
+  """--hub_module_handle in run_squad and run_swag as in run_classifier (run_ner's test trains
+  on CoNLL from one): the encoder's weights, config and vocab come from the SavedModel, and
+  predicting with only an encoder (no task layer) is refused."""
+  tf.random.set_seed(4)
+  holder = checkpoints.EncoderHolder(modeling.BertConfig(**SMALL_CONFIG), name="holder")
+  encoder = export_model.export("encoder", str(tmp_path / "encoder"),
+                                init_checkpoint=_fine_tuned(tmp_path, holder, "pretrained"),
+                                vocab_file=VOCAB)
+  data = tmp_path / "data"
+  data.mkdir()
+  if script == "run_squad":
+    with open(SQUAD, encoding="utf-8") as f:
+      article = json.load(f)["data"][0]
+    article["paragraphs"] = article["paragraphs"][:2]
+    (data / "squad.json").write_text(json.dumps({"version": "1.1", "data": [article]}),
+                                     encoding="utf-8")
+    task = [f"--train_file={data / 'squad.json'}", f"--predict_file={data / 'squad.json'}",
+            "--max_seq_length=96", "--doc_stride=32", "--max_query_length=24"]
+    outputs = ["predictions.json", "nbest_predictions.json"]
+  else:
+    header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+    row = ('0,v,1,"A man is on a ladder. He","A man is on a ladder.",He,gold,'
+           "paints the wall.,jumps into a pool.,eats a cake.,drives away.")
+    for name, label in (("train.csv", ",0"), ("val.csv", ",0"), ("test.csv", "")):
+      (data / name).write_text(f"{header}{',label' if label else ''}\n" +
+                               "".join(f"{row}{label}\n" for _ in range(4)), encoding="utf-8")
+    task = [f"--data_dir={data}", "--max_seq_length=32", "--do_eval"]
+    outputs = ["eval_results.txt", "test_results.tsv"]
+  out = tmp_path / "out"
+  common = [f"{script}.py", f"--hub_module_handle={encoder}", f"--output_dir={out}",
+            "--train_batch_size=4", "--predict_batch_size=4", "--num_train_epochs=1",
+            "--learning_rate=1e-30", "--do_predict", *task]
+  refused = run_script(common)  # no --do_train: the encoder alone has no task layer
+  assert refused.returncode == 2
+  assert "is an encoder without this task's output layer" in refused.stderr.strip().splitlines()[-1]
+  run_ok(common + ["--do_train"])
+  for name in outputs:
+    assert (out / name).stat().st_size > 0
+  # With a negligible learning rate (zero is refused) the fine-tuned encoder is the module's.
+  trained = checkpoints.EncoderHolder(modeling.BertConfig(**SMALL_CONFIG), name="holder")
+  report = checkpoints.init_from_checkpoint(trained, str(out))
+  assert not [n for n in report.missing if not n.startswith("bert/pooler/")]
+  for mine, theirs in zip(trained.bert.variables, holder.bert.variables):
+    assert mine.name == theirs.name
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-20)
 
 
 # --- errors and atomic outputs ----------------------------------------------------------------
