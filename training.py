@@ -512,10 +512,11 @@ class Trainer:
     pipeline already cuts (its sequence length is None), so --nodynamic_padding runs full length.
     """
     dataset = self.distribute(dataset_fn, stack=0)
-    mask = dataset.element_spec.get("input_mask") if isinstance(dataset.element_spec,
-                                                                dict) else None
-    cut = (mask is not None and mask.shape[-1] is None and not self._use_xla
-           and self.strategy.num_replicas_in_sync == 1)
+    spec = dataset.element_spec
+    mask = spec.get("input_mask") if isinstance(spec, dict) else None
+    # (Several replicas' specs are PerReplicaSpecs, with no shape: checked first.)
+    cut = (not self._use_xla and self.strategy.num_replicas_in_sync == 1
+           and isinstance(mask, tf.TensorSpec) and mask.shape[-1] is None)
     return dataset, cut
 
   @tf.function(reduce_retracing=True)
