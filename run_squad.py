@@ -925,11 +925,7 @@ def _records_key(input_file, is_training, order="input"):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_predict": FLAGS.do_predict}
-  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
-                  output_dir=FLAGS.output_dir)
+  script_flags.run_fine_tuning(_main, ("train", "predict"))
 
 
 def _main():

@@ -257,11 +257,7 @@ def _probabilities(trainer, examples, name, split, tokenizer):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
-  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
-                  vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
+  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
 
 
 def _main():

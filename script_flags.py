@@ -276,6 +276,17 @@ def optimizer(learning_rate, num_train_steps, num_warmup_steps):
       loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
 
 
+def run_fine_tuning(main, modes, **required):
+  """Runs a fine-tuning script's `main` (fine_tuning.run): one of --do_<modes> set, the `required`
+  flags (name=value), then --vocab_file and --output_dir given, --seed. With an exported encoder
+  (--hub_module_handle), --vocab_file defaults to the vocab it carries."""
+  from bert_tf2 import fine_tuning
+  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
+  fine_tuning.run(main, FLAGS.seed, {f"do_{mode}": FLAGS[f"do_{mode}"].value for mode in modes},
+                  FLAGS.output_dir, **required, vocab_file=FLAGS.vocab_file,
+                  output_dir=FLAGS.output_dir)
+
+
 def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
   """(model, optimizer, Trainer) as the flags say; the model must match output_dir's checkpoint."""
   from bert_tf2 import checkpoints, training
