@@ -371,12 +371,10 @@ def _main():
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
       FLAGS.num_train_epochs, FLAGS.warmup_proportion)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                                      script_flags.compute_dtype()),
-      ner_losses, num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -959,11 +959,9 @@ def _main():
     # Read before any training, so that a bad predict file does not cost a training run.
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
-      squad_losses, num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

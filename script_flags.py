@@ -287,16 +287,22 @@ def run_fine_tuning(main, modes, **required):
                   output_dir=FLAGS.output_dir)
 
 
-def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
-  """(model, optimizer, Trainer) as the flags say; the model must match output_dir's checkpoint."""
-  from bert_tf2 import checkpoints, training
+def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps,
+                        has_checkpoint):
+  """(model, optimizer, Trainer, init_fn) as the flags say; the model must match output_dir's
+  checkpoint, and init_fn starts it from --init_checkpoint or --hub_module_handle
+  (fine_tuning.init_fn; `has_checkpoint`: output_dir holds one)."""
+  from bert_tf2 import checkpoints, fine_tuning, training
   with strategy_.scope():
     model = checkpoints.check_checkpoint_matches(FLAGS.output_dir, build_model())
     opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
-  return model, opt, training.Trainer(
+  trainer = training.Trainer(
       strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
       gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
       keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  return model, opt, trainer, fine_tuning.init_fn(
+      model, FLAGS.init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train, has_checkpoint,
+      FLAGS.output_dir)
 
 
 def train(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest, shuffle_buffer):
