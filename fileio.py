@@ -13,6 +13,7 @@ non-zero exit instead of a traceback.
 """
 
 import contextlib
+import csv
 import errno
 import fcntl
 import glob
@@ -53,6 +54,28 @@ def check_distinct(values, flag, what="value"):
     if value in values[:i]:
       raise InputError(f"--{flag}: {value!r} is given twice")
   return values
+
+
+def read_delimited(path, delimiter=",", quotechar='"', what="file"):
+  """Rows of a quoted delimited file (csv module rules, strict) as (line number, fields) pairs,
+  the line a row starts on; blank rows skipped. InputError naming the file and line for a
+  malformed row, the byte for invalid UTF-8."""
+  check_file(path, what)
+  rows = []
+  try:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+      reader = csv.reader(f, delimiter=delimiter, quotechar=quotechar, strict=True)
+      start = 1
+      for fields in reader:
+        if fields:
+          rows.append((start, fields))
+        start = reader.line_num + 1
+  except csv.Error as e:
+    raise InputError(f"{path}:{start}: malformed row ({e})") from None
+  except UnicodeDecodeError as e:
+    raise InputError(f"{path}: invalid UTF-8 at byte {e.start}; re-encode the file as "
+                     "UTF-8") from None
+  return rows
 
 
 def check_file(path, what="file"):

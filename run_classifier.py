@@ -14,7 +14,6 @@ columns or an unknown label is reported with its file and line. A task of your o
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
-import csv
 import dataclasses
 import math
 import os
@@ -157,27 +156,7 @@ class DataProcessor:
     """
     if quotechar is None:
       return [(number, line.split("\t")) for number, line in fileio.read_lines(input_file) if line]
-    return _read_delimited(input_file, "\t", quotechar)
-
-
-def _read_delimited(input_file, delimiter, quotechar='"'):
-  """Rows of a quoted delimited file (csv module rules) with the line each row starts on."""
-  fileio.check_file(input_file)
-  rows = []
-  try:
-    with open(input_file, encoding="utf-8-sig", newline="") as f:
-      reader = csv.reader(f, delimiter=delimiter, quotechar=quotechar, strict=True)
-      start = 1
-      for fields in reader:
-        if fields:
-          rows.append((start, fields))
-        start = reader.line_num + 1
-  except csv.Error as e:
-    raise fileio.InputError(f"{input_file}:{start}: malformed row ({e})") from None
-  except UnicodeDecodeError as e:
-    raise fileio.InputError(f"{input_file}: invalid UTF-8 at byte {e.start}; re-encode the file "
-                            f"as UTF-8") from None
-  return rows
+    return fileio.read_delimited(input_file, "\t", quotechar)
 
 
 def _regression_label(input_file, line, text):
@@ -529,7 +508,7 @@ class DelimitedProcessor(DataProcessor):
   def _read_rows(self, input_file):
     if self.extension == "tsv":
       return self._read_tsv(input_file)
-    return _read_delimited(input_file, ",")
+    return fileio.read_delimited(input_file, ",")
 
   def _create_examples(self, input_file, set_type, labels, read_label=True):
     rows = self._read_rows(input_file)
@@ -824,12 +803,10 @@ def _main():
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
       FLAGS.num_train_epochs, FLAGS.warmup_proportion)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),
-      classifier_losses(is_regression), num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      classifier_losses(is_regression), num_train_steps, num_warmup_steps, has_checkpoint)
 
   def model_outputs(name, split, examples):
     """The probabilities (or scores) of `examples` (of `split`) in input order, with

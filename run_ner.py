@@ -347,11 +347,7 @@ def _label_list(has_checkpoint):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
-  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
-                  vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
+  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
 
 
 def _main():
@@ -375,12 +371,10 @@ def _main():
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
       FLAGS.num_train_epochs, FLAGS.warmup_proportion)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                                      script_flags.compute_dtype()),
-      ner_losses, num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -925,11 +925,7 @@ def _records_key(input_file, is_training, order="input"):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_predict": FLAGS.do_predict}
-  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
-                  output_dir=FLAGS.output_dir)
+  script_flags.run_fine_tuning(_main, ("train", "predict"))
 
 
 def _main():
@@ -963,11 +959,9 @@ def _main():
     # Read before any training, so that a bad predict file does not cost a training run.
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
-      squad_losses, num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

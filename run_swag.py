@@ -11,7 +11,6 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
-import csv
 import dataclasses
 import itertools
 import os
@@ -78,20 +77,7 @@ def read_swag_examples(input_file, is_training=True):
   label is required for training and read when present otherwise (the test file has none). A row
   with the wrong number of fields or a label outside 0..3 is an error naming file and line.
   """
-  fileio.check_file(input_file, "SWAG file")
-  rows = []
-  try:
-    with open(input_file, encoding="utf-8-sig", newline="") as f:
-      reader = csv.reader(f, strict=True)
-      line = 1
-      for fields in reader:
-        if fields:
-          rows.append((line, fields))
-        line = reader.line_num + 1
-  except csv.Error as e:
-    raise fileio.InputError(f"{input_file}:{line}: malformed CSV row ({e})") from None
-  except UnicodeDecodeError as e:
-    raise fileio.InputError(f"{input_file}: not UTF-8 (byte {e.start})") from None
+  rows = fileio.read_delimited(input_file, what="SWAG file")
   if not rows:
     raise fileio.InputError(f"{input_file}: the file is empty")
 
@@ -257,11 +243,7 @@ def _probabilities(trainer, examples, name, split, tokenizer):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
-  # With an exported encoder (--hub_module_handle), --vocab_file defaults to the vocab it carries.
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir, data_dir=FLAGS.data_dir,
-                  vocab_file=FLAGS.vocab_file, output_dir=FLAGS.output_dir)
+  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
 
 
 def _main():
@@ -285,11 +267,9 @@ def _main():
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
       FLAGS.num_train_epochs, FLAGS.warmup_proportion)
-  model, optimizer, trainer = script_flags.fine_tuning_trainer(
+  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
-      swag_losses, num_train_steps, num_warmup_steps)
-  init_fn = fine_tuning.init_fn(model, init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train,
-                                has_checkpoint, out)
+      swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -276,16 +276,33 @@ def optimizer(learning_rate, num_train_steps, num_warmup_steps):
       loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
 
 
-def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps):
-  """(model, optimizer, Trainer) as the flags say; the model must match output_dir's checkpoint."""
-  from bert_tf2 import checkpoints, training
+def run_fine_tuning(main, modes, **required):
+  """Runs a fine-tuning script's `main` (fine_tuning.run): one of --do_<modes> set, the `required`
+  flags (name=value), then --vocab_file and --output_dir given, --seed. With an exported encoder
+  (--hub_module_handle), --vocab_file defaults to the vocab it carries."""
+  from bert_tf2 import fine_tuning
+  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
+  fine_tuning.run(main, FLAGS.seed, {f"do_{mode}": FLAGS[f"do_{mode}"].value for mode in modes},
+                  FLAGS.output_dir, **required, vocab_file=FLAGS.vocab_file,
+                  output_dir=FLAGS.output_dir)
+
+
+def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps,
+                        has_checkpoint):
+  """(model, optimizer, Trainer, init_fn) as the flags say; the model must match output_dir's
+  checkpoint, and init_fn starts it from --init_checkpoint or --hub_module_handle
+  (fine_tuning.init_fn; `has_checkpoint`: output_dir holds one)."""
+  from bert_tf2 import checkpoints, fine_tuning, training
   with strategy_.scope():
     model = checkpoints.check_checkpoint_matches(FLAGS.output_dir, build_model())
     opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
-  return model, opt, training.Trainer(
+  trainer = training.Trainer(
       strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
       gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
       keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  return model, opt, trainer, fine_tuning.init_fn(
+      model, FLAGS.init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train, has_checkpoint,
+      FLAGS.output_dir)
 
 
 def train(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest, shuffle_buffer):

@@ -136,6 +136,15 @@ def _conll_slice(source, target, sentences):
   target.write_text("".join(kept), encoding="utf-8")
 
 
+def _training_slice(tmp_path):
+  """A CoNLL directory of the first 1200 training, 400 validation and 50 test sentences."""
+  data_dir = tmp_path / "conll"
+  data_dir.mkdir()
+  for name, sentences in (("train.txt", 1200), ("valid.txt", 400), ("test.txt", 50)):
+    _conll_slice(os.path.join(CONLL, name), data_dir / name, sentences)
+  return data_dir
+
+
 def _eval_results(path):
   with open(path, encoding="utf-8") as f:
     return {k: float(v) for k, v in (line.split(" = ") for line in f.read().splitlines())}
@@ -150,11 +159,7 @@ def test_fine_tune_minilm_on_a_conll_slice(tmp_path):
   MiniLM (6 layers, uncased; ~120 CPU-seconds): dev F1 0.715 (PER 0.88, LOC 0.74, ORG 0.58,
   MISC 0.45), test-slice F1 0.77. The bar is F1 0.5 on both."""
   model_dir = minilm_dir()
-  data_dir = tmp_path / "conll"
-  data_dir.mkdir()
-  _conll_slice(os.path.join(CONLL, "train.txt"), data_dir / "train.txt", 1200)
-  _conll_slice(os.path.join(CONLL, "valid.txt"), data_dir / "valid.txt", 400)
-  _conll_slice(os.path.join(CONLL, "test.txt"), data_dir / "test.txt", 50)
+  data_dir = _training_slice(tmp_path)
   output_dir = tmp_path / "out"
   result = subprocess.run(
       [sys.executable, "run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
@@ -195,11 +200,7 @@ def test_fine_tunes_from_an_exported_encoder(tmp_path):
   from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
   encoder = export_model.export("encoder", str(tmp_path / "encoder"),
                                 init_checkpoint=minilm_dir(), do_lower_case=True)
-  data_dir = tmp_path / "conll"
-  data_dir.mkdir()
-  _conll_slice(os.path.join(CONLL, "train.txt"), data_dir / "train.txt", 1200)
-  _conll_slice(os.path.join(CONLL, "valid.txt"), data_dir / "valid.txt", 400)
-  _conll_slice(os.path.join(CONLL, "test.txt"), data_dir / "test.txt", 50)
+  data_dir = _training_slice(tmp_path)
   output_dir = tmp_path / "out"
   result = subprocess.run(
       [sys.executable, "run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
