@@ -10,6 +10,7 @@ Every model variable is named as in the original (see modeling.py), so:
 `init_from_checkpoint` tells the formats apart and logs what was and was not initialised.
 """
 
+import functools
 import json
 import os
 import re
@@ -382,8 +383,11 @@ class EncoderHolder(tf.Module):
 # --- Encoders exported by export_model.py (--hub_module_handle) ---------------------------------
 
 
+@functools.lru_cache(maxsize=8)
 def load_tokenization_info(handle):
-  """(vocab file path, do_lower_case) of an exported SavedModel (as TF Hub BERT models carry)."""
+  """(vocab file path, do_lower_case) of an exported SavedModel (as TF Hub BERT models carry).
+  Kept per handle: a fine-tuning run asks twice (the default --vocab_file, then the casing check),
+  and each load reads the whole SavedModel."""
   if not os.path.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
     raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
   loaded = tf.saved_model.load(handle)
