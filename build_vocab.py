@@ -1,7 +1,7 @@
 """Learns a vocabulary from a corpus: a WordPiece vocab.txt or a SentencePiece model.
 
 The corpus is in the pre-training text format (one sentence per line, blank lines between
-documents; only the text matters here). Two kinds, chosen with --model_type:
+documents; only the text matters here). Two kinds, chosen with --vocab_type:
 
 * wordpiece: a BERT `vocab.txt` for tokenization.FullTokenizer. Words are split exactly as the
   tokenizer will split them later (tokenization.BasicTokenizer: cleaning, CJK, punctuation, and
@@ -44,16 +44,13 @@ FLAGS = flags.FLAGS
 
 def define_flags():
   script_flags.define_input_file_flag()
-  flags.DEFINE_string("output_dir", None,
-                      "Where vocab.txt (wordpiece) or spm.model / spm.vocab (sentencepiece) go.")
-  flags.DEFINE_string("vocab_file", None,
-                      "wordpiece: the output vocab file (default: OUTPUT_DIR/vocab.txt).")
-  flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"],
-                    "WordPiece vocab.txt or SentencePiece unigram model.")
+  script_flags.define_output_dir_flag()
+  flags.DEFINE_enum("vocab_type", "wordpiece", ["wordpiece", "sentencepiece"],
+                    "WordPiece OUTPUT_DIR/vocab.txt or SentencePiece unigram model "
+                    "OUTPUT_DIR/spm.model (+ spm.vocab).")
   flags.DEFINE_integer("vocab_size", 30522, "Largest vocabulary size, special tokens included.",
                        lower_bound=len(tokenization.SPECIAL_TOKENS) + 1, upper_bound=10**7)
-  flags.DEFINE_bool("do_lower_case", True,
-                    "Lower-case and strip accents first, as for uncased models.")
+  script_flags.define_lower_case_flag()
   flags.DEFINE_integer("num_unused", 0,
                        "wordpiece: [unused0] ... slots after the special tokens, to fill later.",
                        lower_bound=0)
@@ -265,12 +262,12 @@ def _main(_):
     if not FLAGS[name].value:
       raise fileio.InputError(f"--{name} is required")
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
-  vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.output_dir, "vocab.txt")
-  if FLAGS.model_type == "sentencepiece":
+  vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
+  if FLAGS.vocab_type == "sentencepiece":
     outputs = [("output_dir", os.path.join(FLAGS.output_dir, f"spm.{extension}"))
                for extension in ("model", "vocab")]
   else:
-    outputs = [("vocab_file" if FLAGS.vocab_file else "output_dir", vocab_file)]
+    outputs = [("output_dir", vocab_file)]
     reserved = len(tokenization.SPECIAL_TOKENS) + FLAGS.num_unused
     if FLAGS.vocab_size <= reserved:
       raise fileio.InputError(f"--vocab_size={FLAGS.vocab_size} leaves no room beside the "
@@ -278,7 +275,7 @@ def _main(_):
   # Only the named files are written: an --output_dir holding the corpus is fine, a corpus file
   # named like an output is refused.
   fileio.check_outputs(files=outputs, inputs=[("input_file", input_files)])
-  if FLAGS.model_type == "sentencepiece":
+  if FLAGS.vocab_type == "sentencepiece":
     path = build_sentencepiece(input_files, FLAGS.output_dir, FLAGS.vocab_size,
                                FLAGS.do_lower_case, FLAGS.max_sentences)
     print(f"SentencePiece model: {path}")

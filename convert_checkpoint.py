@@ -47,9 +47,8 @@ def define_flags():
                       "DIR/model.safetensors, project: DIR/ckpt-0) or, for tf1, a prefix "
                       "ending in .ckpt.")
   flags.DEFINE_enum("output_format", None, list(FORMATS), "Format to write.")
-  flags.DEFINE_string("bert_config_file", None,
-                      "Config of the input; default: bert_config.json / config.json beside it.")
-  flags.DEFINE_string("vocab_file", None, "Vocab to copy along; default: vocab.txt beside it.")
+  script_flags.define_config_flag()  # of --input
+  script_flags.define_vocab_flag()  # copied along
   script_flags.define_overwrite_flag()
 
 

@@ -63,9 +63,7 @@ def define_runtime_flags():
 def define_training_flags():
   """The training loop and its optimizer (run_pretraining and the fine-tuning scripts)."""
   define_runtime_flags()
-  _define(flags.DEFINE_string, "output_dir", None,
-          "Directory for checkpoints (training resumes from the latest), TensorBoard logs under "
-          "train/, the script's feature records and its results (eval_results.txt, predictions).")
+  define_output_dir_flag()
   _define(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.",
           lower_bound=1)
   _define(flags.DEFINE_integer, "eval_batch_size", 8, "Global batch size for evaluation.",
@@ -106,23 +104,47 @@ def define_mode_flags(*modes):
     _define(flags.DEFINE_bool, f"do_{mode}", False, texts[mode])
 
 
+def define_output_dir_flag():
+  """--output_dir: the directory a script writes into."""
+  _define(flags.DEFINE_string, "output_dir", None,
+          "Directory the script writes to: checkpoints (training resumes from the latest), "
+          "TensorBoard logs under train/, feature records and results (eval_results.txt, "
+          "predictions); build_vocab: vocab.txt, or spm.model and spm.vocab.")
+
+
+def define_config_flag():
+  """--bert_config_file: the shape of the model."""
+  _define(flags.DEFINE_string, "bert_config_file", None,
+          "bert_config.json (or HF config.json) of the model; the fine-tuning, feature and "
+          "conversion scripts default to the one beside the checkpoint.")
+
+
 def define_checkpoint_flags():
   """--bert_config_file and --init_checkpoint: the pre-trained model a script starts from."""
-  _define(flags.DEFINE_string, "bert_config_file", None,
-          "bert_config.json (or HF config.json); the fine-tuning and feature scripts default to "
-          "the one beside --init_checkpoint.")
+  define_config_flag()
   _define(flags.DEFINE_string, "init_checkpoint", None,
           "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, or "
           "one of this project's checkpoints (a prefix, or a directory for its latest).")
 
 
+def define_vocab_flag():
+  """--vocab_file: the WordPiece vocabulary of a model."""
+  _define(flags.DEFINE_string, "vocab_file", None,
+          "WordPiece vocabulary (vocab.txt) of the model; export_model and convert_checkpoint "
+          "default to the one beside the checkpoint.")
+
+
+def define_lower_case_flag():
+  """--do_lower_case: the casing of a model's text."""
+  _define(flags.DEFINE_bool, "do_lower_case", True,
+          "Lower-case (and strip accents from) the text before splitting it into word pieces: "
+          "True for uncased models, False for cased ones.")
+
+
 def define_text_flags():
   """The vocabulary and casing of a script that tokenizes text for a model."""
-  _define(flags.DEFINE_string, "vocab_file", None,
-          "WordPiece vocabulary (vocab.txt) of the model.")
-  _define(flags.DEFINE_bool, "do_lower_case", True,
-          "Lower-case (and strip accents from) the text before WordPiece: True for uncased "
-          "models, False for cased ones.")
+  define_vocab_flag()
+  define_lower_case_flag()
 
 
 def define_max_seq_length(default, minimum=3):
