@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, VOCAB, requires_shared
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
 from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "pretraining")
 SAMPLE_TEXT = os.path.join(REFERENCE, "sample_text.txt")
-VOCAB = os.path.join(REFERENCE, "vocab_uncased.txt")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 
 # The flag sets in ../shared/reference/pretraining/FLAGS.txt (all with --do_lower_case=True).

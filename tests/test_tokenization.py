@@ -11,12 +11,11 @@ import unicodedata
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from conftest import SHARED, WIKITEXT, corpus_texts, requires_shared
+from conftest import SHARED, VOCAB, WIKITEXT, corpus_texts, requires_shared
 from bert_tf2 import fileio
 from bert_tf2 import tokenization
 
 PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
-VOCAB = os.path.join(PRETRAINING, "vocab_uncased.txt")
 CONLL = os.path.join(SHARED, "data", "conll2003", "valid.txt")
 
 # Characters whose handling differs between tokenizers: dropped (NUL, U+FFFD, controls, format
