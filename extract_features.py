@@ -200,14 +200,20 @@ def _layer_values(trainer, window, seq_length, batch_size, pad_to_longest):
       "input_type_ids": np.array([f.input_type_ids for f in rows] + [[0] * seq_length] * pad,
                                  np.int32),
   }
-  dataset = tf.data.Dataset.from_tensor_slices(arrays).batch(per_replica_batch_size,
-                                                             drop_remainder=True)
-  if pad_to_longest:
-    multiple = input_pipeline.length_multiple(seq_length)
-    dataset = dataset.map(lambda batch: input_pipeline.trim_to_longest(batch, multiple))
+
+  def dataset_fn(ctx):
+    # Several workers each take every num_workers-th line (Trainer.predict puts them back).
+    dataset = tf.data.Dataset.from_tensor_slices(arrays).shard(ctx.num_input_pipelines,
+                                                               ctx.input_pipeline_id)
+    dataset = dataset.batch(per_replica_batch_size, drop_remainder=True)
+    if pad_to_longest:
+      multiple = input_pipeline.length_multiple(seq_length)
+      dataset = dataset.map(lambda batch: input_pipeline.trim_to_longest(batch, multiple))
+    return dataset
+
   lengths = {f.unique_id: len(f.tokens) for f in window}
   values = {}
-  for outputs in trainer.predict(lambda ctx: dataset, ["layers"]):
+  for outputs in trainer.predict(dataset_fn, ["layers"]):
     for unique_id, layers in zip(outputs["unique_ids"].tolist(), outputs["layers"]):
       if unique_id >= 0:
         values[unique_id] = np.array(layers[:, :lengths[unique_id]])  # a copy, not the batch
@@ -271,7 +277,11 @@ def main(_):
                             f"{', '.join(missing)}")
   trainer = training.Trainer(strategy, model, loss_fn=None, use_xla=FLAGS.use_xla)
 
-  with fileio.naming_output(FLAGS.output_file), fileio.open_atomic(FLAGS.output_file) as writer:
+  # Under multi_worker_mirrored every worker computes its share and gets all outputs; the
+  # chief writes them.
+  output = (fileio.open_atomic(FLAGS.output_file) if trainer.is_chief
+            else open(os.devnull, "w", encoding="utf-8"))
+  with fileio.naming_output(FLAGS.output_file), output as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
                     FLAGS.max_seq_length, FLAGS.batch_size,
                     pad_to_longest=script_flags.dynamic_padding(strategy))

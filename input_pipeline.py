@@ -207,6 +207,17 @@ def trim_to_longest(batch, multiple, mask_key="input_mask"):
   return {k: v[..., :length] if v.shape.as_list() == per_token else v for k, v in batch.items()}
 
 
+def pad_to_length(batch, length, mask_key="input_mask"):
+  """The per-token features of a batch (shaped like `batch[mask_key]`) padded with zeros to
+  `length` tokens (not cut: `length` is at least theirs); the padding is masked out."""
+  per_token = batch[mask_key].shape.as_list()
+  padding = length - tf.shape(batch[mask_key])[-1]
+
+  def pad(v):
+    return tf.pad(v, [[0, 0]] * (v.shape.rank - 1) + [[0, padding]])
+  return {k: pad(v) if v.shape.as_list() == per_token else v for k, v in batch.items()}
+
+
 def length_order(lengths):
   """The order (indices) that sorts examples by length, stable: written in this order,
   prediction batches cut to their longest (trim_to_longest) each hold texts of about one length.

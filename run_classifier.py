@@ -862,11 +862,13 @@ def _main():
     summary = {f"eval_{k}": float(v) for k, v in task_metrics.items()}
     summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
                    eval_examples=len(examples))
-    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
+      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
     outputs = model_outputs("predict", "test", examples)
+  if FLAGS.do_predict and trainer.is_chief:
     output_path = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_path) as f:
       for row in outputs:

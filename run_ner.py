@@ -401,11 +401,13 @@ def _main():
     summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
     summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
                    eval_examples=len(examples))
-    training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
+    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
+      training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(data_dir)
     tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer)
+  if FLAGS.do_predict and trainer.is_chief:
     output_file = os.path.join(out, "test_predictions.txt")
     write_conll_predictions(output_file, examples, tags)
     logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)

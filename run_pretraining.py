@@ -142,7 +142,8 @@ def main(_):
                                                       drop_remainder=True, value_limits=limits),
           max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
-    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
+    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the metrics)
+      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
 
 
 if __name__ == "__main__":

@@ -1028,7 +1028,8 @@ def predict(trainer, tokenizer, global_step, examples):
         # Python floats: the n-best probabilities are then computed in double precision.
         results.append(RawResult(int(unique_id), start[:length].tolist(), end[:length].tolist()))
 
-  output = lambda name: os.path.join(FLAGS.output_dir, name)
+  # Under multi_worker_mirrored every worker has the results; the chief writes them.
+  output = lambda name: os.path.join(FLAGS.output_dir, name) if trainer.is_chief else None
   predictions, _, scores_diff = write_predictions(
       examples, features, results, FLAGS.n_best_size, FLAGS.max_answer_length,
       FLAGS.do_lower_case, output("predictions.json"), output("nbest_predictions.json"),
@@ -1046,7 +1047,8 @@ def predict(trainer, tokenizer, global_step, examples):
     scores = metrics.evaluate_v1(dataset, predictions)
   summary = {k: float(v) for k, v in scores.items()}
   summary.update(global_step=global_step, eval_examples=len(examples))
-  training.write_eval_results(output("eval_results.txt"), summary)
+  if trainer.is_chief:
+    training.write_eval_results(output("eval_results.txt"), summary)
   return scores
 
 

@@ -294,11 +294,13 @@ def _main():
     summary = {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
                "eval_loss": loss, "loss": loss,
                "global_step": int(optimizer.iterations.numpy()), "eval_examples": len(examples)}
-    training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
+      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
     probabilities = _probabilities(trainer, examples, "predict", "test", tokenizer)
+  if FLAGS.do_predict and trainer.is_chief:
     output_file = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_file) as f:
       for row in probabilities:

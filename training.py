@@ -241,13 +241,18 @@ class Trainer:
     self.manager = None
     self.last_checkpoint = None  # the newest checkpoint known to be whole
     self._initialized = False
+    self._output_dir = output_dir
     if output_dir and self.checkpoint is not None:
-      directory = output_dir if _is_chief(strategy) else os.path.join(
-          output_dir, f".worker_tmp_{strategy.cluster_resolver.task_id}")
-      fileio.check_outputs(directories=[("output_dir", directory)])
-      _lock(directory)
-      _remove_partial_saves(directory)
-      _repair_checkpoint_state(directory)
+      if _is_chief(strategy):
+        directory = output_dir
+        fileio.check_outputs(directories=[("output_dir", directory)])
+        _lock(directory)
+        _remove_partial_saves(directory)
+        _repair_checkpoint_state(directory)
+      else:
+        # The other workers take part in every save (it is collective) into a scratch
+        # directory, made by the save and removed after it.
+        directory = os.path.join(output_dir, f".worker_tmp_{strategy.cluster_resolver.task_id}")
       self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                 max_to_keep=keep_checkpoint_max,
                                                 step_counter=optimizer.iterations)
@@ -311,7 +316,9 @@ class Trainer:
     path (None when there is none). One whose .index or .data file is missing, truncated or
     damaged is skipped with a warning naming it; InputError when none can be read, or when one
     does not fit the model (another config or task)."""
-    directory = self.manager.directory
+    # Every worker restores the chief's checkpoints: the others save only to a scratch
+    # directory they remove (the save is collective), so theirs hold nothing to resume from.
+    directory = self._output_dir
     damaged, error = [], None
     for number in checkpoint_numbers(directory):
       path = os.path.join(directory, f"ckpt-{number}")
@@ -543,27 +550,66 @@ class Trainer:
       raise fileio.InputError("the evaluation data produced no batch")
     return metrics_from_stats(totals)
 
+  @property
+  def num_workers(self):
+    """How many processes (workers) share the replicas: 1 but under multi_worker_mirrored."""
+    resolver = getattr(self.strategy, "cluster_resolver", None)
+    if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy) or not resolver:
+      return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
+
+  @property
+  def is_chief(self):
+    """Whether this process writes the outputs (one worker writes: the chief, or worker 0)."""
+    return _is_chief(self.strategy)
+
   @tf.function(reduce_retracing=True)
   def _predict_step(self, features, output_keys, cut):
+    gather = self.strategy.num_replicas_in_sync > 1
+
     def replica_fn(features):
+      context = tf.distribute.get_replica_context()
       if cut:
         features = input_pipeline.trim_to_longest(features, 1)
+      if gather:
+        # Each replica's batch was cut to its own longest sequence by the pipeline: all take the
+        # longest of them, so that the outputs can be stacked.
+        # (tf.identity: a tensor straight from the input has no device, and a collective
+        # all-gather must know where a value lives.)
+        length = tf.reduce_max(context.all_gather(
+            tf.identity(tf.shape(features["input_mask"])[-1:]), 0))
+        features = input_pipeline.pad_to_length(features, length)
       outputs = self._predict_forward(features)
       kept = {k: outputs[k] for k in output_keys}
       kept.update({k: v for k, v in features.items() if k not in kept})
+      if gather:
+        kept = {k: context.all_gather(tf.identity(v), axis=0) for k, v in kept.items()}
       return kept
     return self.strategy.run(replica_fn, args=(features,))
 
   def predict(self, dataset_fn, output_keys):
     """Yields dicts of numpy arrays (the model outputs named in `output_keys` plus the input
     features, both cut to the batch's longest sequence where the input pipeline cuts batches) for
-    each batch of a finite dataset, in input order per replica."""
+    each batch of a finite dataset, in input order.
+
+    With several replicas each replica's outputs are gathered (all-gather) to every replica
+    and put back in input order: the replicas of one process take consecutive batches of its
+    pipeline; several workers (multi_worker_mirrored) each read every num_workers-th record
+    (input_pipeline.tfrecord_dataset does for one file) in batches of one size, so all take the
+    same number of steps. Every worker gets every output; the chief writes them."""
     dataset, cut = self._finite_batches(dataset_fn)
+    workers = self.num_workers
     for features in dataset:
       outputs = self._predict_step(features, tuple(output_keys), cut)
-      yield {k: np.concatenate([np.asarray(x) for x in
-                                self.strategy.experimental_local_results(v)])
-             for k, v in outputs.items()}
+      batch = {}
+      for k, v in outputs.items():
+        # Rows by worker, each worker's being consecutive records of its shard: record i of
+        # the input is row i // workers of worker i % workers.
+        rows = np.asarray(self.strategy.experimental_local_results(v)[0])
+        by_worker = rows.reshape(workers, -1, *rows.shape[1:])
+        batch[k] = np.swapaxes(by_worker, 0, 1).reshape(rows.shape)
+      yield batch
 
 
 def _duration(seconds):

@@ -42,6 +42,29 @@ def run_ok(args, env=None, timeout=600, **kw):
   return result
 
 
+def run_workers(args, count=2, timeout=600):
+  """`python ARGS` as `count` workers of one multi_worker_mirrored cluster on this machine
+  (TF_CONFIG with free local ports; "{index}" in an argument becomes the worker's index); every
+  worker must succeed. Returns their stdout+stderr."""
+  import json  # pylint: disable=g-import-not-at-top
+  import socket  # pylint: disable=g-import-not-at-top
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  workers = [f"localhost:{s.getsockname()[1]}" for s in sockets]
+  for s in sockets:
+    s.close()
+  procs = [subprocess.Popen(
+      [PYTHON, *[a.replace("{index}", str(i)) for a in args]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      env=dict(ENV, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                          "task": {"type": "worker", "index": i}})))
+           for i in range(count)]
+  outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+  for p, output in zip(procs, outputs):
+    assert p.returncode == 0, output[-3000:]
+  return outputs
+
+
 def import_script(name):
   """Imports a top-level script into the test process as bert_tf2.NAME, as the project's modules
   import each other (the shared flags are defined once, in script_flags, so scripts import side by

@@ -1,5 +1,5 @@
 """Test helper process: a few pre-training steps under a given strategy; saves losses + weights,
-and (one worker) the trained model's evaluation metrics and predictions.
+and the trained model's evaluation metrics and predictions.
 
 Run as `python tests/pretrain_worker.py STRATEGY OUT.npz` (multi_worker_mirrored reads TF_CONFIG).
 The data order is fixed (no shuffling) and dropout is off, so every strategy sees the same global
@@ -14,18 +14,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf
 
-STRATEGY, OUT = sys.argv[1], sys.argv[2]
 RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__)))), "shared", "reference", "pretraining", "default.tfrecord")
 GLOBAL_BATCH, STEPS = 16, 4
 
 
-def main():
-  if STRATEGY == "mirrored":
+def main(strategy_name, out):
+  if strategy_name == "mirrored":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-  elif STRATEGY == "multi_worker_mirrored":
+  elif strategy_name == "multi_worker_mirrored":
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
   else:
     strategy = tf.distribute.get_strategy()
@@ -60,17 +59,44 @@ def main():
     stats = trainer._train_loop(iterator, tf.constant(1))  # pylint: disable=protected-access
     losses.append(training.metrics_from_stats(stats)["loss"])
   results = {"losses": np.array(losses)}
-  if STRATEGY != "multi_worker_mirrored":  # evaluation and prediction run on one worker
-    # The trained model on the same records: metrics over all of them, and per-record outputs
-    # in record order (each batch is the replicas' results concatenated).
-    metrics = trainer.evaluate(dataset_fn)
-    results["eval"] = np.array([metrics[k] for k in sorted(metrics)])
-    predictions = list(trainer.predict(dataset_fn, ["next_sentence_log_probs"]))
-    for key in ("next_sentence_log_probs", "input_ids"):
-      results["predict." + key] = np.concatenate([p[key] for p in predictions])
-  np.savez(OUT, **results,
+  # The trained model on the same records: metrics over all of them, and per-record outputs in
+  # record order (several replicas' and workers' results gathered). Prediction batches are cut
+  # to their longest sequence, each replica's to its own, as the fine-tuning scripts' are.
+  metrics = trainer.evaluate(dataset_fn)
+  results["eval"] = np.array([metrics[k] for k in sorted(metrics)])
+  predictions = list(trainer.predict(lambda ctx: predict_fn(ctx, dataset_fn),
+                                     ["next_sentence_log_probs"]))
+  results["predict.next_sentence_log_probs"] = np.concatenate(
+      [p["next_sentence_log_probs"] for p in predictions])
+  results["predict.input_ids"] = np.concatenate(
+      [np.pad(p["input_ids"], [(0, 0), (0, 128 - p["input_ids"].shape[1])]) for p in predictions])
+  results["predict.lengths"] = np.array([p["input_ids"].shape[1] for p in predictions])
+  results["chief"] = np.array(trainer.is_chief)
+  np.savez(out, **results,
            **{v.name.split(":")[0].replace("/", "."): v.numpy() for v in model.variables})
 
 
+def predict_fn(ctx, dataset_fn):
+  """dataset_fn's records with record i cut to cut_length(i) tokens, in batches cut to their
+  longest record: the replicas' batches differ in length."""
+  from bert_tf2 import input_pipeline  # pylint: disable=g-import-not-at-top
+  ids = tf.data.Dataset.range(GLOBAL_BATCH * STEPS).shard(ctx.num_input_pipelines,
+                                                          ctx.input_pipeline_id)
+  per_replica = GLOBAL_BATCH // ctx.num_replicas_in_sync
+  lengths = ids.map(cut_length).batch(per_replica, drop_remainder=True)
+
+  def cut(batch, length):
+    keep = tf.range(128, dtype=tf.int64)[tf.newaxis] < length[:, tf.newaxis]
+    batch = {k: tf.where(keep, v, tf.zeros_like(v)) if k in ("input_ids", "input_mask",
+                                                             "segment_ids") else v
+             for k, v in batch.items()}
+    return input_pipeline.trim_to_longest(batch, 1)
+  return tf.data.Dataset.zip(dataset_fn(ctx), lengths).map(cut)
+
+
+def cut_length(i):
+  return 8 + (i * 29) % 120
+
+
 if __name__ == "__main__":
-  main()
+  main(*sys.argv[1:3])

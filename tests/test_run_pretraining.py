@@ -3,7 +3,6 @@
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -11,18 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared, run_ok
+from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared, run_ok, run_workers
+import pretrain_worker
 
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
 TINY_CONFIG = ('{"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, '
                '"num_attention_heads": 2, "intermediate_size": 64, '
                '"max_position_embeddings": 128, "type_vocab_size": 2}')
-
-
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def _record_ids():
@@ -48,10 +42,18 @@ def one_device(tmp_path_factory):
 def _assert_same_training(a, b):
   # Same global batches, different reduction order across devices: float32 round-off only.
   np.testing.assert_allclose(a["losses"], b["losses"], rtol=1e-6)
-  # Multi-worker runs save no evaluation / prediction (one worker's job); all else is there.
-  assert set(a) - set(b) <= {"eval", "predict.input_ids", "predict.next_sentence_log_probs"}
+  # Weights, evaluation metrics and predictions alike.
+  assert set(a) == set(b)
   for k in b:
-    np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=k)
+    if k != "chief":
+      np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=k)
+  # Prediction saw every record once, in order (record i cut to cut_length(i) tokens), each
+  # batch padded to its longest record (several replicas: the longest of theirs).
+  expected = np.stack([np.pad(ids[:pretrain_worker.cut_length(i)],
+                              (0, 128 - min(128, pretrain_worker.cut_length(i))))
+                       for i, ids in enumerate(_record_ids())])
+  np.testing.assert_array_equal(b["predict.input_ids"], expected)
+  assert len(set(b["predict.lengths"])) > 1
 
 
 @requires_shared
@@ -60,29 +62,17 @@ def test_mirrored_over_two_cpu_devices_matches_one_device(one_device, tmp_path):
   run_ok(["tests/pretrain_worker.py", "mirrored", out])
   mirrored = _weights(out)
   _assert_same_training(one_device, mirrored)
-  # Evaluation and prediction also saw every record once, in order, as on one device.
-  assert "eval" in mirrored
-  np.testing.assert_array_equal(mirrored["predict.input_ids"], np.stack(_record_ids()))
 
 
 @requires_shared
 def test_multi_worker_mirrored_two_processes_match_one_worker(one_device, tmp_path):
-  ports = [_free_port(), _free_port()]
-  procs = []
-  for i in range(2):
-    tf_config = ('{"cluster": {"worker": ["localhost:%d", "localhost:%d"]}, '
-                 '"task": {"type": "worker", "index": %d}}' % (ports[0], ports[1], i))
-    procs.append(subprocess.Popen(
-        [PYTHON, "tests/pretrain_worker.py", "multi_worker_mirrored", str(tmp_path / f"w{i}.npz")],
-        cwd=ROOT, env=dict(ENV, TF_CONFIG=tf_config), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True))
-  for p in procs:
-    output = p.communicate(timeout=300)[0]
-    assert p.returncode == 0, output[-3000:]
+  run_workers(["tests/pretrain_worker.py", "multi_worker_mirrored", f"{tmp_path}/w{{index}}.npz"])
   w0, w1 = _weights(tmp_path / "w0.npz"), _weights(tmp_path / "w1.npz")
   _assert_same_training(one_device, w0)
   for k in w0:
-    np.testing.assert_array_equal(w0[k], w1[k])  # the workers hold identical replicas
+    if k != "chief":  # the workers hold identical replicas, metrics and predictions
+      np.testing.assert_array_equal(w0[k], w1[k])
+  assert w0["chief"] and not w1["chief"]  # worker 0 writes the outputs
 
 
 def _pretrain_args(tmp_path, output_dir, steps, extra=()):
