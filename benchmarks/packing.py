@@ -46,7 +46,8 @@ flags.DEFINE_integer("tokens_per_batch", 4096,
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps per timed call.")
 flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data --dupe_factor.")
 flags.DEFINE_float("short_seq_prob", 0.1, "create_pretraining_data --short_seq_prob.")
-flags.DEFINE_integer("max_instances_per_pack", 3, "create_pretraining_data --max_instances_per_pack.")
+flags.DEFINE_integer("max_instances_per_pack", 3,
+                     "create_pretraining_data --max_instances_per_pack.")
 flags.DEFINE_integer("eval_documents", 10, "Documents held out for the accuracy evaluation.")
 flags.DEFINE_integer("accuracy_tokens", 2_000_000,
                      "Real tokens each accuracy run trains on (0: no accuracy runs).")
@@ -184,7 +185,8 @@ def accuracy(variant):
   # The larger initializer_range leaves the unigram plateau sooner in a model this small (see
   # tests/test_run_pretraining.py); no dropout: a short run.
   config = modeling.BertConfig(
-      vocab_size=_model_dims()["vocab_size"], hidden_size=hidden, num_hidden_layers=FLAGS.accuracy_layers,
+      vocab_size=_model_dims()["vocab_size"], hidden_size=hidden,
+      num_hidden_layers=FLAGS.accuracy_layers,
       num_attention_heads=max(1, hidden // 32), intermediate_size=4 * hidden,
       max_position_embeddings=max(512, seq), type_vocab_size=2, initializer_range=0.2,
       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

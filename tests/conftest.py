@@ -96,7 +96,8 @@ def kill_at_checkpoint(args, directory, step, timeout=300):
                           stderr=subprocess.DEVNULL)
   deadline = time.time() + timeout
   while not os.path.exists(os.path.join(directory, f"ckpt-{step}.index")):
-    assert proc.poll() is None and time.time() < deadline, f"training ended before checkpoint {step}"
+    assert proc.poll() is None and time.time() < deadline, (
+        f"training ended before checkpoint {step}")
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait()

@@ -172,11 +172,12 @@ def test_pipeline_chooses_the_positions_the_generator_would(tokenizer, whole_wor
   position (whole words: visited by key, each taken when all its pieces still fit)."""
   ids, lengths, vocab_ids = _rows(tokenizer)
   assert len(ids) > 500
-  candidate = cpd._candidates(ids, lengths, vocab_ids)  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  candidate = cpd._candidates(ids, lengths, vocab_ids)
   counts = np.minimum(cpd.num_to_predict(lengths, 0.15, 10), candidate.sum(axis=1))
   keys = np.random.default_rng(0).random(ids.shape)
   if whole_word:
-    expected, _ = cpd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)  # pylint: disable=protected-access
+    expected, _ = cpd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
   else:
     ranks = np.argsort(np.argsort(np.where(candidate, keys, 2.0), axis=1), axis=1)
     expected = candidate & (ranks < counts[:, None])
