@@ -30,11 +30,27 @@ Two modes, chosen with --mode:
 
 Beyond the original, --no_nsp writes single-segment [CLS] A [SEP] instances for MLM-only
 pre-training (next_sentence_labels is still written, as 0, so every reader keeps working).
+
+Fast mode has two more options, which run_pretraining recognizes from the records' features:
+
+* --dynamic_masking writes the instances unmasked, with what masking needs: token_kinds (per
+  token 0 = never masked: [CLS], [SEP], padding; 1 = a word's first WordPiece; 2 = a "##" piece
+  of the word before) and mask_token_id; run_pretraining masks them afresh each time it reads
+  them (RoBERTa's dynamic masking) with the same rules (input_pipeline.DynamicMasking).
+* --pack_sequences puts several instances into one max_seq_length sequence (best fit, longest
+  first, within a batch of a chunk's instances), so that short instances no longer leave most of
+  a sequence as padding. instance_ids (per token 1, 2, ... for the instances, 0 for padding)
+  keeps them apart: the model attends only within an instance and restarts positions for each.
+  next_sentence_labels and next_sentence_weights have --max_instances_per_pack slots (weight 0
+  for an unused one); masked-LM positions are in the packed sequence, at most
+  --max_predictions_per_seq for the whole pack. Packing draws no random number: the same seed
+  gives the same (masked) instances packed or not.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
+import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -84,10 +100,7 @@ def define_flags():
   script_flags.define_input_file_flag()
   script_flags.define_output_file_flag()
   script_flags.define_text_flags()
-  flags.DEFINE_bool(
-      "do_whole_word_mask", False,
-      "Whether to mask all WordPieces of a word together (the WordPieces are still predicted "
-      "one by one).")
+  script_flags.define_masking_flags()
   script_flags.define_max_seq_length(128, minimum=5)
   script_flags.define_max_predictions_flag()
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
@@ -95,8 +108,6 @@ def define_flags():
       "dupe_factor", 10,
       "Number of times to go over the input, each time with different splits and masks.",
       lower_bound=1)
-  flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].",
-                     lower_bound=0.0, upper_bound=1.0)
   flags.DEFINE_float(
       "short_seq_prob", 0.1,
       "Probability of a document aiming at a random length shorter than the maximum.",
@@ -130,6 +141,19 @@ def define_flags():
       "Number of files when --output_file is a {shard} pattern or a directory.", lower_bound=1)
   flags.DEFINE_float("progress_seconds", 30, "Seconds between progress log lines.",
                      lower_bound=0.0)
+  flags.DEFINE_bool(
+      "dynamic_masking", False,
+      "Fast mode: write unmasked instances, with the word starts whole-word masking needs; "
+      "run_pretraining masks them anew every time it reads them (with its --masked_lm_prob, "
+      "--max_predictions_per_seq and --do_whole_word_mask). Use with --dupe_factor=1.")
+  flags.DEFINE_bool(
+      "pack_sequences", False,
+      "Fast mode: pack several instances into each sequence (attention stays within an "
+      "instance; one next-sentence prediction per instance) instead of padding short ones.")
+  flags.DEFINE_integer(
+      "max_instances_per_pack", 3,
+      "With --pack_sequences: instances per sequence at most (next-sentence slots per record).",
+      lower_bound=1)
 
 
 @dataclasses.dataclass
@@ -153,6 +177,9 @@ class Options:
   shuffle_buffer_size: int = 20000
   num_output_shards: int = 8
   progress_seconds: float = 30
+  dynamic_masking: bool = False
+  pack_sequences: bool = False
+  max_instances_per_pack: int = 3
 
 
 def validate_options(options):
@@ -183,6 +210,14 @@ def validate_options(options):
         f"--shuffle_buffer_size={options.shuffle_buffer_size} must be 0 or more")
   if options.num_output_shards < 1:
     raise fileio.InputError(f"--num_output_shards={options.num_output_shards} must be at least 1")
+  for name in ("dynamic_masking", "pack_sequences"):
+    if getattr(options, name) and options.mode != "fast":
+      raise fileio.InputError(
+          f"--{name} needs --mode=fast (--mode={options.mode} writes the original's records, "
+          "which are masked once and hold one instance each)")
+  if options.max_instances_per_pack < 1:
+    raise fileio.InputError(
+        f"--max_instances_per_pack={options.max_instances_per_pack} must be at least 1")
 
 
 def resolve_output_files(output_file, num_output_shards):
@@ -636,11 +671,8 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
   n, seq = ids.shape
   preds = max_predictions_per_seq
   columns = np.arange(seq)
-  candidate = ((columns < lengths[:, None]) & (ids != vocab_ids.cls_id) &
-               (ids != vocab_ids.sep_id))
-  # np.rint rounds half to even like Python's round, on the same float64 product.
-  counts = np.minimum(preds, np.maximum(1, np.rint(lengths * masked_lm_prob).astype(np.int64)))
-  counts = np.minimum(counts, candidate.sum(axis=1))
+  candidate = _candidates(ids, lengths, vocab_ids)
+  counts = np.minimum(num_to_predict(lengths, masked_lm_prob, preds), candidate.sum(axis=1))
   keys = np_rng.random((n, seq))
   if do_whole_word_mask:
     selected, counts = _choose_whole_words(ids, candidate, counts, keys, vocab_ids)
@@ -668,6 +700,27 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
   return positions, labels, counts
 
 
+def _candidates(ids, lengths, vocab_ids):
+  """The positions masking may choose in rows of ids: the real tokens but [CLS] and [SEP]."""
+  return ((np.arange(ids.shape[1]) < lengths[:, None]) & (ids != vocab_ids.cls_id) &
+          (ids != vocab_ids.sep_id))
+
+
+def num_to_predict(lengths, masked_lm_prob, max_predictions_per_seq):
+  """Predictions per instance of `lengths` tokens, before the cap at its candidate count."""
+  # np.rint rounds half to even like Python's round, on the same float64 product.
+  return np.minimum(max_predictions_per_seq,
+                    np.maximum(1, np.rint(lengths * masked_lm_prob).astype(np.int64)))
+
+
+def _word_starts(ids, candidate, vocab_ids):
+  """The candidates that start a word: all but a "##" piece, which joins the candidate before it
+  (the row's first candidate starts a word whatever it is)."""
+  subword = np.frombuffer(bytes(vocab_ids.is_subword), np.uint8).astype(bool)[ids] & candidate
+  first_candidate = candidate & (np.cumsum(candidate, axis=1) == 1)
+  return candidate & (~subword | first_candidate)
+
+
 def _choose_whole_words(ids, candidate, counts, keys, vocab_ids):
   """Whole-word masking for a batch: which positions to predict, and how many per row.
 
@@ -677,9 +730,7 @@ def _choose_whole_words(ids, candidate, counts, keys, vocab_ids):
   """
   n, seq = ids.shape
   rows = np.arange(n)[:, None]
-  subword = np.frombuffer(bytes(vocab_ids.is_subword), np.uint8).astype(bool)[ids] & candidate
-  first_candidate = candidate & (np.cumsum(candidate, axis=1) == 1)
-  starts = candidate & (~subword | first_candidate)
+  starts = _word_starts(ids, candidate, vocab_ids)
   word = np.cumsum(starts, axis=1) - 1  # Word index of each candidate position.
   word_length = np.zeros((n, seq), np.int64)
   np.add.at(word_length, (np.broadcast_to(rows, (n, seq))[candidate], word[candidate]), 1)
@@ -703,6 +754,141 @@ def _choose_whole_words(ids, candidate, counts, keys, vocab_ids):
   word_taken[taken_row, word[taken_row, order[taken_row, taken_rank]]] = True
   selected = candidate & word_taken[rows, np.maximum(word, 0)]
   return selected, total
+
+
+# ---------------------------------------------------------------------------------------------
+# Unmasked instances (--dynamic_masking) and packed sequences (--pack_sequences).
+
+# token_kinds values (run_pretraining's input_pipeline.DynamicMasking reads them).
+NOT_MASKED, WORD_START, WORD_PIECE = 0, 1, 2
+
+
+def token_kinds(ids, lengths, vocab_ids):
+  """What masking needs to know of each position of rows of ids [N, S]: NOT_MASKED for [CLS],
+  [SEP] and padding, WORD_START for a candidate that starts a word, WORD_PIECE for a "##" piece
+  that joins the word before it (as the generator's own whole-word masking groups them)."""
+  candidate = _candidates(ids, lengths, vocab_ids)
+  starts = _word_starts(ids, candidate, vocab_ids)
+  return np.where(starts, WORD_START, np.where(candidate, WORD_PIECE, NOT_MASKED))
+
+
+@dataclasses.dataclass
+class Packing:
+  """Where each instance of a batch goes: its sequence (pack), its slot there (0, 1, ...), its
+  first token's position and its first prediction's index; and how many sequences there are."""
+  pack: np.ndarray
+  slot: np.ndarray
+  offset: np.ndarray
+  prediction_offset: np.ndarray
+  num_packs: int
+
+
+def pack_instances(lengths, predictions, max_seq_length, max_predictions_per_seq,
+                   max_instances_per_pack):
+  """Best-fit decreasing: instances longest first, each into the open sequence with the least
+  room that still holds its tokens and predictions (and fewer than max_instances_per_pack
+  instances), else into a new one. Deterministic (no random draws).
+
+  The instances of a sequence are in the order they joined it, so their tokens, positions and
+  predictions ascend together.
+  """
+  n = len(lengths)
+  pack, slot = np.zeros(n, np.int64), np.zeros(n, np.int64)
+  offset, prediction_offset = np.zeros(n, np.int64), np.zeros(n, np.int64)
+  used, predicted, members = [], [], []  # per sequence: tokens, predictions, instances
+  open_by_room = collections.defaultdict(list)  # room left -> open sequences with that room
+  rooms = []  # the sorted keys of open_by_room with an open sequence
+  smallest = int(lengths.min(initial=max_seq_length))
+  for i in np.argsort(-lengths, kind="stable").tolist():
+    length, count = int(lengths[i]), int(predictions[i])
+    chosen = None
+    for room in rooms[bisect.bisect_left(rooms, length):]:
+      for p in open_by_room[room]:
+        if predicted[p] + count <= max_predictions_per_seq:
+          chosen = p
+          break
+      if chosen is not None:
+        open_by_room[room].remove(chosen)
+        if not open_by_room[room]:
+          del open_by_room[room]
+          rooms.remove(room)
+        break
+    if chosen is None:
+      chosen = len(used)
+      used.append(0)
+      predicted.append(0)
+      members.append(0)
+    pack[i], slot[i] = chosen, members[chosen]
+    offset[i], prediction_offset[i] = used[chosen], predicted[chosen]
+    used[chosen] += length
+    predicted[chosen] += count
+    members[chosen] += 1
+    room = max_seq_length - used[chosen]
+    if (room >= smallest and members[chosen] < max_instances_per_pack and
+        predicted[chosen] < max_predictions_per_seq):
+      if room not in open_by_room:
+        bisect.insort(rooms, room)
+      open_by_room[room].append(chosen)
+  return Packing(pack, slot, offset, prediction_offset, len(used))
+
+
+def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_lengths,
+                     is_random_next, masks=None):
+  """The records of a batch of instances (rows of assemble_batch) with --dynamic_masking (no
+  `masks`: written unmasked, with token_kinds) and/or --pack_sequences. `masks`: the
+  (positions, labels, counts) of mask_instances_batch when masked here."""
+  n, seq = ids.shape
+  preds = options.max_predictions_per_seq
+  columns = np.arange(seq)
+  in_instance = columns < lengths[:, None]
+  segments = (columns >= segment_a_lengths[:, None]) & in_instance
+  labels = np.asarray(is_random_next, np.int64)
+  if not options.pack_sequences:
+    rows = [("input_ids", ids, False), ("input_mask", in_instance, False),
+            ("segment_ids", segments, False),
+            ("token_kinds", token_kinds(ids, lengths, vocab_ids), False),
+            ("mask_token_id", np.full((n, 1), vocab_ids.mask_id), False),
+            ("next_sentence_labels", labels[:, None], False)]
+    return encoder.encode_rows(rows)
+
+  # What run_pretraining will mask in an instance is at most what the generator would.
+  counts = masks[2] if masks else num_to_predict(lengths, options.masked_lm_prob, preds)
+  packing = pack_instances(lengths, counts, seq, preds, options.max_instances_per_pack)
+  m, k = packing.num_packs, options.max_instances_per_pack
+  # Every token of every instance, to its place in its sequence.
+  token_rows = np.broadcast_to(packing.pack[:, None], (n, seq))[in_instance]
+  token_columns = (packing.offset[:, None] + columns)[in_instance]
+
+  def packed(values, dtype=np.int64):
+    out = np.zeros((m, seq), dtype)
+    out[token_rows, token_columns] = values[in_instance]
+    return out
+
+  instance_ids = packed(np.broadcast_to(packing.slot[:, None] + 1, (n, seq)))
+  rows = [("input_ids", packed(ids), False), ("input_mask", instance_ids > 0, False),
+          ("segment_ids", packed(segments), False), ("instance_ids", instance_ids, False)]
+  if masks:
+    positions, label_ids, counts = masks
+    valid = np.arange(preds) < counts[:, None]
+    prediction_rows = np.broadcast_to(packing.pack[:, None], valid.shape)[valid]
+    prediction_columns = (packing.prediction_offset[:, None] + np.arange(preds))[valid]
+    packed_positions, packed_ids = np.zeros((m, preds), np.int64), np.zeros((m, preds), np.int64)
+    weights = np.zeros((m, preds), np.float32)
+    packed_positions[prediction_rows, prediction_columns] = (
+        positions + packing.offset[:, None])[valid]
+    packed_ids[prediction_rows, prediction_columns] = label_ids[valid]
+    weights[prediction_rows, prediction_columns] = 1.0
+    rows += [("masked_lm_positions", packed_positions, False),
+             ("masked_lm_ids", packed_ids, False), ("masked_lm_weights", weights, True)]
+  else:
+    rows += [("token_kinds", packed(token_kinds(ids, lengths, vocab_ids)), False),
+             ("mask_token_id", np.full((m, 1), vocab_ids.mask_id), False)]
+  sentence_labels, sentence_weights = np.zeros((m, k), np.int64), np.zeros((m, k), np.float32)
+  sentence_labels[packing.pack, packing.slot] = labels
+  sentence_weights[packing.pack, packing.slot] = 1.0
+  rows += [("next_sentence_labels", sentence_labels, False),
+           ("next_sentence_weights", sentence_weights, True)]
+  return encoder.encode_rows(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,7 +942,7 @@ class ExampleEncoder:
 
   def _prefix(self, name, payload_length, is_float=False):
     """The bytes of a map entry before its payload (the payload ends the entry)."""
-    prefixes = self._prefixes[name]
+    prefixes = self._prefixes.setdefault(name, {})
     prefix = prefixes.get(payload_length)
     if prefix is None:
       key = name.encode()
@@ -840,6 +1026,36 @@ class ExampleEncoder:
     return records
 
 
+  def encode_rows(self, columns):
+    """Records of any features given as rows: `columns` is [(name, values [N, width], is_float)]
+    (the records of --dynamic_masking and --pack_sequences, whose features differ from the
+    original's seven). Varints and floats of each column are made at once with numpy."""
+    encoded = []
+    for name, values, is_float in columns:
+      if is_float:
+        data = np.ascontiguousarray(values, "<f4").tobytes()
+        sizes = [values.shape[1] * 4] * len(values)
+      else:
+        data, sizes = _varint_rows(values)
+        sizes = sizes.tolist()
+      encoded.append((name, is_float, data, sizes))
+    varint = self._varints
+    records = []
+    ends = [0] * len(encoded)
+    for row in range(len(columns[0][1])):
+      pieces = []
+      for j, (name, is_float, data, sizes) in enumerate(encoded):
+        start, size = ends[j], sizes[row]
+        ends[j] = start + size
+        pieces += (self._prefixes.get(name, {}).get(size) or self._prefix(name, size, is_float),
+                   data[start:start + size])
+      features = b"".join(pieces)
+      length = len(features)
+      records.append(b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) +
+                     features)
+    return records
+
+
 def _varint_rows(values):
   """Varint encoding of every value of a 2-D array of ids (< 2**28): (all bytes, bytes per row).
 
@@ -915,6 +1131,8 @@ class Stats:
   tokens: int = 0
   masked: int = 0
   random_next: int = 0
+  records: int = 0  # sequences written: fewer than the instances when packed
+  slots: int = 0  # token positions written, padding included
 
   def add(self, other):
     for field in dataclasses.fields(self):
@@ -922,9 +1140,12 @@ class Stats:
 
   def summary(self):
     instances = max(self.instances, 1)
-    return (f"{self.instances} instances from {self.documents} documents; "
-            f"{self.tokens} tokens ({self.tokens / instances:.1f} per instance), "
-            f"{self.masked} masked ({self.masked / max(self.tokens, 1):.2%} of tokens), "
+    packed = (f" in {self.records} packed sequences" if self.records != self.instances else "")
+    masked = (f"{self.masked} masked ({self.masked / max(self.tokens, 1):.2%} of tokens)"
+              if self.masked else "unmasked (run_pretraining masks them)")
+    return (f"{self.instances} instances{packed} from {self.documents} documents; "
+            f"{self.tokens} tokens ({self.tokens / instances:.1f} per instance, padding "
+            f"{1 - self.tokens / max(self.slots, 1):.1%} of the sequences), {masked}, "
             f"next sentence random {self.random_next / instances:.1%} / "
             f"actual {1 - self.random_next / instances:.1%}")
 
@@ -1010,7 +1231,8 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
       progress.update(dupe * len(documents) + document_index + 1,
                       f"{len(records)} instances ({progress.per_second(len(records)):.0f}/s)")
   rng.shuffle(records)
-  stats.instances = len(records)
+  stats.instances = stats.records = len(records)
+  stats.slots = len(records) * options.max_seq_length
   return records, stats
 
 
@@ -1089,14 +1311,25 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
     is_random_next = [instance[4] for instance in pending]
     ids, lengths, segment_a_lengths = assemble_batch(flat, pending, options.max_seq_length,
                                                      vocab_ids)
-    positions, labels, counts = mask_instances_batch(
-        ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
-        np_rng, options.do_whole_word_mask)
-    records.extend(encoder.encode_batch(ids, lengths, segment_a_lengths, positions, labels,
-                                        counts, is_random_next))
+    if options.dynamic_masking:
+      masks, counts = None, np.zeros(len(pending), np.int64)
+    else:
+      masks = positions, labels, counts = mask_instances_batch(
+          ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
+          np_rng, options.do_whole_word_mask)
+    if options.dynamic_masking or options.pack_sequences:
+      batch = encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_lengths,
+                               is_random_next, masks)
+    else:
+      batch = encoder.encode_batch(ids, lengths, segment_a_lengths, positions, labels, counts,
+                                   is_random_next)
+    records.extend(batch)
+    stats.records += len(batch)
+    stats.slots += len(batch) * options.max_seq_length
     stats.tokens += int(lengths.sum())
     stats.masked += int(counts.sum())
     stats.random_next += sum(is_random_next)
+    stats.instances += len(pending)
     pending.clear()
 
   for _ in range(options.dupe_factor):
@@ -1108,7 +1341,6 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
   if pending:
     mask_and_encode()
   records = [records[i] for i in np_rng.permutation(len(records)).tolist()]
-  stats.instances = len(records)
   return records, stats
 
 
@@ -1280,7 +1512,7 @@ def run(options):
     records = create_fast_records(input_files, options, stats, num_workers, tokenizer)
     with contextlib.closing(records):
       count = write_records(records, output_files)
-    assert count == stats.instances
+    assert count == stats.records
   else:
     workers = num_workers if total_bytes >= _PARALLEL_TOKENIZE_MIN_BYTES else 1
     progress = Progress("reading and tokenizing", total_bytes, "B", options.progress_seconds)

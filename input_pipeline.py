@@ -11,13 +11,20 @@ mostly far shorter: with `pad_to_longest` each batch is cut after its longest re
 rounded up to a multiple of max_seq_length / 8 (`length_multiple`), so a function runs on at most
 8 sequence lengths per max_seq_length. Padding is masked out of attention and carries no label, so
 the outputs for real tokens are the same as at full length (up to float summation order).
+
+Pre-training records come in the original's kind and in those of create_pretraining_data's
+--dynamic_masking (unmasked: masked here, afresh each time they are read, by DynamicMasking) and
+--pack_sequences (several instances per sequence, told apart by instance_ids); PretrainingRecords
+tells them apart by their features.
 """
 
 import contextlib
+import dataclasses
 import re
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import message
 
 from bert_tf2 import fileio
 
@@ -44,30 +51,204 @@ PRETRAINING_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_pos
                         "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 
 
-def pretraining_features(max_seq_length, max_predictions_per_seq):
-  """The feature spec of create_pretraining_data.py's records."""
-  return {
+@dataclasses.dataclass(frozen=True)
+class PretrainingRecords:
+  """The kind of create_pretraining_data's records: `dynamic` ones (--dynamic_masking) hold
+  token_kinds and mask_token_id instead of masks; packed ones (--pack_sequences) hold
+  instance_ids and `max_instances` next-sentence slots (next_sentence_weights) per sequence."""
+  dynamic: bool = False
+  max_instances: int = 1
+  packed: bool = False
+
+  @classmethod
+  def of_file(cls, path):
+    """The kind of the records in `path`, told by its first record's features."""
+    try:
+      feature = tf.train.Example.FromString(_first_record(path).numpy()).features.feature
+    except message.DecodeError as e:
+      raise fileio.InputError(f"{path}: record 0 is not a tf.train.Example ({e})") from None
+    packed = "instance_ids" in feature
+    return cls(dynamic="token_kinds" in feature, packed=packed,
+               max_instances=len(feature["next_sentence_labels"].int64_list.value) if packed
+               else 1)
+
+  @classmethod
+  def of_files(cls, input_files):
+    """The kind of the records of every file in `input_files`; InputError naming two files whose
+    kinds differ."""
+    kinds = {path: cls.of_file(path) for path in input_files}
+    first = input_files[0]
+    for path, kind in kinds.items():
+      if kind != kinds[first]:
+        raise fileio.InputError(
+            f"{path} holds records of another kind ({kind.describe()}) than {first} "
+            f"({kinds[first].describe()}); give files written with the same options")
+    return kinds[first]
+
+  def describe(self):
+    kinds = [k for k, on in (("unmasked (--dynamic_masking)", self.dynamic),
+                             (f"packed, up to {self.max_instances} instances a sequence",
+                              self.packed)) if on]
+    return ", ".join(kinds) or "masked, one instance a sequence (the original's)"
+
+
+def pretraining_features(max_seq_length, max_predictions_per_seq, records=PretrainingRecords()):
+  """The feature spec of create_pretraining_data.py's records (of the kind `records`)."""
+  features = {
       "input_ids": int_feature(max_seq_length),
       "input_mask": int_feature(max_seq_length),
       "segment_ids": int_feature(max_seq_length),
-      "masked_lm_positions": int_feature(max_predictions_per_seq),
-      "masked_lm_ids": int_feature(max_predictions_per_seq),
-      "masked_lm_weights": float_feature(max_predictions_per_seq),
-      "next_sentence_labels": int_feature(1),
   }
+  if records.dynamic:
+    features.update(token_kinds=int_feature(max_seq_length), mask_token_id=int_feature(1))
+  else:
+    features.update(masked_lm_positions=int_feature(max_predictions_per_seq),
+                    masked_lm_ids=int_feature(max_predictions_per_seq),
+                    masked_lm_weights=float_feature(max_predictions_per_seq))
+  features["next_sentence_labels"] = int_feature(records.max_instances)
+  if records.packed:
+    features.update(instance_ids=int_feature(max_seq_length),
+                    next_sentence_weights=float_feature(records.max_instances))
+  return features
 
 
-def pretraining_value_limits(vocab_size, type_vocab_size, max_seq_length, config_source):
+def pretraining_value_limits(vocab_size, type_vocab_size, max_seq_length, config_source,
+                             records=PretrainingRecords()):
   """{feature: (bound, what)}: the values of pre-training records the model can take lie in
   [0, bound). An id past an embedding table is an InvalidArgumentError deep in a CPU step and,
   on a GPU, a silent zero vector."""
   return {
       "input_ids": (vocab_size, f"vocab_size={vocab_size} of {config_source}"),
       "masked_lm_ids": (vocab_size, f"vocab_size={vocab_size} of {config_source}"),
+      "mask_token_id": (vocab_size, f"vocab_size={vocab_size} of {config_source}"),
       "segment_ids": (type_vocab_size, f"type_vocab_size={type_vocab_size} of {config_source}"),
       "masked_lm_positions": (max_seq_length, f"--max_seq_length={max_seq_length}"),
       "next_sentence_labels": (2, "the two next-sentence classes"),
+      "token_kinds": (3, "the three token kinds of --dynamic_masking"),
+      "instance_ids": (records.max_instances + 1,
+                       f"the {records.max_instances} instances a sequence of these records"),
   }
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+  """Masks records written with --dynamic_masking as they are read, with create_pretraining_data's
+  rules: in each instance, min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))
+  of its tokens other than [CLS] and [SEP] (capped at those it has) are predicted, chosen at
+  random (with `whole_word_mask`, words in random order, each taken when all its WordPieces still
+  fit, else skipped); a prediction becomes [MASK] 80% of the time, a random id of the vocabulary
+  10%, and stays 10%. A packed sequence holds at most max_predictions_per_seq predictions in all
+  (the generator packs so that they fit; with a larger --masked_lm_prob here the last ones of a
+  sequence are dropped).
+
+  The draws are stateless, a function of the [2] `seed` a call gets: pretraining_dataset gives
+  each batch its own from (seed, input pipeline, batch index), so that every pass over the data
+  draws new masks and a resumed run the same ones as an uninterrupted run.
+  """
+  masked_lm_prob: float
+  max_predictions_per_seq: int
+  vocab_size: int
+  whole_word_mask: bool = False
+
+  def __call__(self, batch, seed):
+    """A batch of dynamic records -> the same batch masked, with masked_lm_positions,
+    masked_lm_ids and masked_lm_weights, without token_kinds and mask_token_id."""
+    seed = tf.cast(seed, tf.int64)
+    ids, kinds = batch["input_ids"], batch["token_kinds"]
+    instances = batch.get("instance_ids", batch["input_mask"])
+    slots = batch["next_sentence_labels"].shape[-1]
+    preds = self.max_predictions_per_seq
+    n, seq = tf.shape(ids)[0], tf.shape(ids)[1]
+    candidate = kinds > 0
+    in_instance = tf.one_hot(instances - 1, slots, dtype=tf.int32)  # [n, seq, slots]
+    lengths = tf.reduce_sum(in_instance, axis=1)
+    available = tf.reduce_sum(in_instance * tf.cast(candidate, tf.int32)[..., None], axis=1)
+    # tf.round rounds half to even, as Python's round() in the generator, on the float64 product.
+    counts = tf.cast(tf.round(tf.cast(lengths, tf.float64) * self.masked_lm_prob), tf.int32)
+    counts = tf.minimum(tf.minimum(preds, tf.maximum(1, counts)), available)
+    keys = tf.random.stateless_uniform([n, seq], tf.random.experimental.stateless_fold_in(seed, 0),
+                                       dtype=tf.float64)
+    selected = choose_masked_positions(instances, kinds, counts, keys, self.whole_word_mask)
+
+    columns = tf.range(seq)
+    positions = tf.sort(tf.where(selected, columns, seq), axis=1)[:, :preds]
+    valid = positions < seq
+    positions = tf.where(valid, positions, 0)
+    labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
+    draw = tf.random.stateless_uniform([n, preds],
+                                       tf.random.experimental.stateless_fold_in(seed, 1))
+    random_ids = tf.random.stateless_uniform(
+        [n, preds], tf.random.experimental.stateless_fold_in(seed, 2), minval=0,
+        maxval=self.vocab_size, dtype=tf.int32)
+    replacement = tf.where(draw < 0.8, batch["mask_token_id"][:, :1],
+                           tf.where(draw < 0.9, random_ids, labels))
+    chosen = tf.where(valid)  # [predictions, 2]: (row, slot)
+    targets = tf.stack([chosen[:, 0], tf.cast(tf.gather_nd(positions, chosen), tf.int64)], 1)
+    masked = {k: v for k, v in batch.items() if k not in ("token_kinds", "mask_token_id")}
+    masked.update(
+        input_ids=tf.tensor_scatter_nd_update(ids, targets, tf.gather_nd(replacement, chosen)),
+        masked_lm_positions=positions, masked_lm_ids=labels,
+        masked_lm_weights=tf.cast(valid, tf.float32))
+    return masked
+
+
+def choose_masked_positions(instances, kinds, counts, keys, whole_word):
+  """Which positions of rows [n, seq] to predict: in each instance (instance_ids 1, 2, ...),
+  counts[row, instance - 1] of its candidates (token_kinds > 0), visiting its units (words with
+  `whole_word`, else candidates) by increasing key of their first token and taking each one that
+  still fits, as create_pretraining_data's maskers do. Returns a bool [n, seq]."""
+  n, seq = tf.shape(kinds)[0], tf.shape(kinds)[1]
+  slots = counts.shape[-1]
+  candidate = kinds > 0
+  starts = tf.equal(kinds, 1) if whole_word else candidate
+  # The unit of each candidate (0 before the first, where there is none).
+  unit = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
+  rows = tf.broadcast_to(tf.range(n)[:, None], [n, seq])
+  segments = rows * seq + unit
+  unit_length = tf.reshape(tf.math.unsorted_segment_sum(
+      tf.cast(candidate, tf.int32), segments, n * seq), [n, seq])  # by unit index
+
+  # The units' first tokens grouped by instance, in order of key within each.
+  order = tf.argsort(tf.where(starts, tf.cast(instances, tf.float64) + keys, slots + 2.0),
+                     axis=1, stable=True)
+  sorted_instance = tf.gather(instances, order, batch_dims=1)
+  sorted_length = tf.where(tf.gather(starts, order, batch_dims=1),
+                           tf.gather(unit_length, tf.gather(unit, order, batch_dims=1),
+                                     batch_dims=1), 0)
+  units = tf.reduce_sum(tf.one_hot(instances - 1, slots, dtype=tf.int32) *
+                        tf.cast(starts, tf.int32)[..., None], axis=1)  # [n, slots]
+  first = tf.cumsum(units, axis=1, exclusive=True)  # sorted index of each instance's first unit
+  in_sorted = tf.range(seq)[None, :] < tf.reduce_sum(units, axis=1, keepdims=True)
+  instance_slot = tf.maximum(sorted_instance - 1, 0)
+  rank = tf.range(seq)[None, :] - tf.gather(first, instance_slot, batch_dims=1)
+
+  if whole_word:
+    # Greedy over ranks, all instances of all rows at once: a unit is taken if it still fits.
+    def step(r, total, taken):
+      index = tf.minimum(first + r, seq - 1)
+      length = tf.gather(sorted_length, index, batch_dims=1)
+      fits = (r < units) & (total + length <= counts)
+      return r + 1, total + tf.where(fits, length, 0), taken.write(r, fits)
+
+    def more(r, total, taken):
+      del taken
+      return tf.reduce_any((total < counts) & (r < units))
+
+    steps, _, taken = tf.while_loop(
+        more, step, (0, tf.zeros_like(counts), tf.TensorArray(tf.bool, size=0, dynamic_size=True,
+                                                              element_shape=counts.shape)))
+    # [n, slots, steps + 1]: whether the unit of each rank was taken (never past the last step).
+    taken = tf.concat([tf.transpose(taken.stack(), [1, 2, 0]),
+                       tf.zeros_like(counts, tf.bool)[..., None]], axis=2)
+    sorted_taken = in_sorted & tf.gather_nd(
+        taken, tf.stack([rows, instance_slot, tf.minimum(rank, steps)], axis=-1))
+  else:
+    sorted_taken = in_sorted & (rank < tf.gather(counts, instance_slot, batch_dims=1))
+  # Back from sorted order to the units' first tokens, then to every token of a taken unit.
+  start_taken = tf.gather(sorted_taken, tf.argsort(order, axis=1), batch_dims=1) & starts
+  unit_taken = tf.reshape(tf.math.unsorted_segment_max(
+      tf.cast(start_taken, tf.int32), segments, n * seq), [n, seq]) > 0
+  return candidate & tf.gather(unit_taken, unit, batch_dims=1)
 
 
 # Marks the failure of the in-pipeline range check, which naming_bad_records turns into a message
@@ -107,21 +288,27 @@ def _op_message(error):
   return re.sub(r"\s*\[Op:\w+\].*$", "", text).strip().rstrip(".")
 
 
+def _first_record(path):
+  """The first record of a TFRecord file; InputError naming the file when there is none."""
+  try:
+    records = list(tf.data.TFRecordDataset(path).take(1))
+  except tf.errors.OpError as e:  # DataLossError: not a TFRecord file, or a corrupted one
+    raise fileio.InputError(f"{path}: record 0 cannot be read ({_op_message(e)}); is it a "
+                            "TFRecord file of tf.train.Examples?") from None
+  if not records:
+    raise fileio.InputError(f"{path}: holds no record")
+  return records[0]
+
+
 def check_records(input_files, name_to_features, value_limits=None, scan=100):
   """Parses the first record of each file eagerly, so a missing or wrongly shaped feature, or a
   file that is not TFRecords at all, is an error naming the file before training starts rather
   than a stack trace inside tf.data. With `value_limits` (pretraining_value_limits), the first
   `scan` records of each file are also checked for ids the model cannot embed."""
   for path in input_files:
+    record = _first_record(path)
     try:
-      records = list(tf.data.TFRecordDataset(path).take(1))
-    except tf.errors.OpError as e:  # DataLossError: not a TFRecord file, or a corrupted one
-      raise fileio.InputError(f"{path}: record 0 cannot be read ({_op_message(e)}); is it a "
-                              "TFRecord file of tf.train.Examples?") from None
-    if not records:
-      raise fileio.InputError(f"{path}: holds no record")
-    try:
-      _decode(records[0], name_to_features)
+      _decode(record, name_to_features)
     except tf.errors.InvalidArgumentError as e:
       expected = ", ".join(f"{k}[{', '.join(map(str, v.shape))}]"
                            for k, v in name_to_features.items())
@@ -272,3 +459,21 @@ def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, inp
     ds = ds.map(lambda batch: trim_to_longest(batch, multiple),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds
+
+
+def pretraining_dataset(input_files, name_to_features, batch_size, is_training, input_context=None,
+                        seed=None, drop_remainder=None, value_limits=None, masking=None):
+  """tfrecord_dataset of pre-training records; with `masking` (a DynamicMasking, for records
+  written with --dynamic_masking) each batch is masked as it is read, with draws that are a
+  function of `seed`, the input pipeline and the batch's index alone: a run resumed by skipping
+  the batches it has seen (training.Trainer) masks the rest as an uninterrupted run does."""
+  ds = tfrecord_dataset(input_files, name_to_features, batch_size, is_training,
+                        input_context=input_context, seed=seed, drop_remainder=drop_remainder,
+                        value_limits=value_limits)
+  if masking is None:
+    return ds
+  pipeline = input_context.input_pipeline_id if input_context else 0
+  base = tf.constant([seed or 0, pipeline], tf.int64)
+  return ds.enumerate().map(
+      lambda index, batch: masking(batch, tf.random.experimental.stateless_fold_in(base, index)),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -256,11 +256,14 @@ class Embeddings(tf.Module):
       self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
     self.dropout_prob = config.hidden_dropout_prob
 
-  def __call__(self, input_ids, segment_ids, training, seed):
-    seq_length = tf.shape(input_ids)[1]
+  def __call__(self, input_ids, segment_ids, training, seed, position_ids=None):
+    if position_ids is None:
+      positions = self.position_embeddings[tf.newaxis, :tf.shape(input_ids)[1]]
+    else:
+      positions = tf.gather(self.position_embeddings, position_ids)
     x = (tf.gather(self.word_embeddings, input_ids)
          + tf.gather(self.token_type_embeddings, segment_ids)
-         + self.position_embeddings[tf.newaxis, :seq_length])
+         + positions)
     return dropout(self.layer_norm(x), self.dropout_prob, training, seed)
 
 
@@ -381,8 +384,12 @@ class Pooler(tf.Module):
     with self.name_scope:
       self.dense = Dense(config.hidden_size, config.hidden_size, config, activation=tf.tanh)
 
-  def __call__(self, sequence_output):
-    return self.dense(sequence_output[:, 0])
+  def __call__(self, sequence_output, positions=None):
+    """Of the first token, or with `positions` [batch, n] of each of those ([batch * n, hidden]:
+    the [CLS] of each instance of packed sequences)."""
+    if positions is None:
+      return self.dense(sequence_output[:, 0])
+    return self.dense(gather_indexes(sequence_output, positions))
 
 
 def _dropout_seeds(seed, count):
@@ -417,9 +424,14 @@ class BertModel(tf.Module):
     return self.embeddings.word_embeddings
 
   def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
-               dropout_seed=None):
+               dropout_seed=None, position_ids=None, instance_ids=None):
     """`dropout_seed`: optional int [2] tensor; when given, dropout is stateless (reproducible
-    across restarts). The training loop passes [step, replica]."""
+    across restarts). The training loop passes [step, replica].
+
+    Packed sequences (several instances in one row) give `instance_ids` [batch, seq] (1, 2, ...
+    per instance, 0 for padding): a token then attends only to the tokens of its own instance.
+    `position_ids` [batch, seq] replace 0, 1, 2, ... (packed_position_ids restarts them per
+    instance), so that each instance gets the outputs it would get alone."""
     input_ids = tf.convert_to_tensor(input_ids)
     if input_mask is None:
       input_mask = tf.ones_like(input_ids)
@@ -428,11 +440,17 @@ class BertModel(tf.Module):
     batch, seq = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
     seeds = _dropout_seeds(dropout_seed, 1 + 3 * self.config.num_hidden_layers)
 
-    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0]), self.compute_dtype)
+    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0], position_ids),
+                self.compute_dtype)
     embedding_output = x
     # Every query position attends to every non-padding key: 0 for real keys, -10000 for padding
     # (the original's constant; it underflows to exactly 0 after softmax).
-    mask_adder = (1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    if instance_ids is None:
+      mask_adder = (1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    else:  # [batch, 1, seq, seq]: keys of the query's own instance only
+      same = tf.equal(instance_ids[:, :, tf.newaxis], instance_ids[:, tf.newaxis, :]) & (
+          instance_ids[:, tf.newaxis, :] > 0)
+      mask_adder = (1.0 - tf.cast(same, tf.float32)[:, tf.newaxis]) * -10000.0
     # The encoder works on [batch*seq, hidden] matrices: one big matmul per dense layer.
     x = tf.reshape(x, [batch * seq, self.config.hidden_size])
     encoder_outputs = []
@@ -446,6 +464,31 @@ class BertModel(tf.Module):
         "encoder_outputs": encoder_outputs,
         "embedding_output": embedding_output,
     }
+
+
+def packed_position_ids(instance_ids):
+  """Positions that restart at 0 with each instance of packed sequences ([batch, seq] ids of
+  contiguous instances 1, 2, ..., then padding 0)."""
+  batch, seq = tf.shape(instance_ids)[0], tf.shape(instance_ids)[1]
+  columns = tf.broadcast_to(tf.range(seq), [batch, seq])
+  # Runs of equal ids (the first position always starts one), numbered per row, then the first
+  # position of each run.
+  starts = tf.not_equal(instance_ids, tf.pad(instance_ids, [[0, 0], [1, 0]], constant_values=-1)
+                        [:, :-1])
+  run = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+  first = tf.math.unsorted_segment_min(columns, tf.range(batch)[:, tf.newaxis] * seq + run,
+                                       batch * seq)
+  return columns - tf.gather(tf.reshape(first, [batch, seq]), run, batch_dims=1)
+
+
+def instance_starts(instance_ids, num_instances):
+  """[batch, num_instances]: the first position of instances 1 .. num_instances of packed
+  sequences (their [CLS]); 0 for an instance a sequence lacks."""
+  seq = tf.shape(instance_ids)[1]
+  slots = tf.range(1, num_instances + 1)
+  in_slot = tf.equal(instance_ids[:, tf.newaxis, :], slots[tf.newaxis, :, tf.newaxis])
+  first = tf.reduce_min(tf.where(in_slot, tf.range(seq), seq), axis=-1)
+  return tf.where(first < seq, first, 0)
 
 
 def gather_indexes(sequence_tensor, positions):
@@ -507,11 +550,24 @@ class BertPretrainer(tf.Module):
       self.next_sentence = NextSentenceHead(config)
 
   def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                        training=training, dropout_seed=dropout_seed)
+    """Packed sequences (features with instance_ids and next_sentence_labels [batch, k]) get the
+    next-sentence head on the [CLS] of each instance: next_sentence_log_probs [batch * k, 2]."""
+    instance_ids = features.get("instance_ids")
+    if instance_ids is None:
+      outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                          training=training, dropout_seed=dropout_seed)
+      pooled = outputs["pooled_output"]
+    else:
+      instance_ids = tf.cast(instance_ids, tf.int32)
+      outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                          training=training, dropout_seed=dropout_seed,
+                          position_ids=packed_position_ids(instance_ids),
+                          instance_ids=instance_ids)
+      pooled = self.bert.pooler(outputs["sequence_output"], instance_starts(
+          instance_ids, features["next_sentence_labels"].shape[-1]))
     outputs["masked_lm_log_probs"] = self.masked_lm(
         outputs["sequence_output"], features["masked_lm_positions"], self.bert.embedding_table)
-    outputs["next_sentence_log_probs"] = self.next_sentence(outputs["pooled_output"])
+    outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
     return outputs
 
 
@@ -536,6 +592,10 @@ def pretraining_losses(features, outputs):
                         tf.float32)
   mlm_count = tf.reduce_sum(label_weights)
   nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
+  if "next_sentence_weights" in features:  # packed: the sequences' unused instance slots are 0
+    nsp_weights = tf.cast(tf.reshape(features["next_sentence_weights"], [-1]), tf.float32)
+    nsp_nll, nsp_correct = nsp_nll * nsp_weights, nsp_correct * nsp_weights
+    nsp_count = tf.reduce_sum(nsp_weights)
   return {
       "masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
       "next_sentence_loss": (tf.reduce_sum(nsp_nll), nsp_count),

@@ -3,6 +3,11 @@
 The original's flags, plus the shared training flags of script_flags.py (--distribution_strategy,
 --use_xla, --mixed_precision, --gradient_accumulation_steps, --optimizer, ...). Rerunning the same
 command after an interruption resumes from the last checkpoint in --output_dir.
+
+The kind of records is read from their features: records written with --dynamic_masking are
+masked as they are read (--masked_lm_prob, --max_predictions_per_seq, --do_whole_word_mask; new
+masks at every pass, the same ones after a resume), and packed ones (--pack_sequences) keep
+their instances apart in attention, positions and next-sentence prediction.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
@@ -28,6 +33,7 @@ script_flags.define_checkpoint_flags()
 script_flags.define_mode_flags("train", "eval")
 script_flags.define_max_seq_length(128, minimum=2)
 script_flags.define_max_predictions_flag()
+script_flags.define_masking_flags()
 script_flags.define_input_file_flag()
 flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1,
                      upper_bound=training.MAX_STEPS)
@@ -67,6 +73,26 @@ def check_config_matches_output_dir(config, output_dir, config_file):
           "use that config, or a new --output_dir")
 
 
+def dynamic_masking(records, config):
+  """The masking of records written with --dynamic_masking (None for masked records: the masking
+  flags then change nothing, which a warning says when they were given)."""
+  if not records.dynamic:
+    given = [f"--{name}" for name in ("masked_lm_prob", "do_whole_word_mask")
+             if FLAGS[name].present]
+    if given:
+      logging.warning("%s: ignored, the records are masked already (only records written with "
+                      "--dynamic_masking are masked here)", " and ".join(given))
+    return None
+  if not 0.0 < FLAGS.masked_lm_prob <= 1.0:
+    raise fileio.InputError(f"--masked_lm_prob={FLAGS.masked_lm_prob} must be in (0, 1]")
+  if FLAGS.max_predictions_per_seq > FLAGS.max_seq_length:
+    raise fileio.InputError(
+        f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq} must be at most "
+        f"--max_seq_length={FLAGS.max_seq_length}")
+  return input_pipeline.DynamicMasking(FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+                                       config.vocab_size, FLAGS.do_whole_word_mask)
+
+
 def _text(path):
   try:
     with open(path, encoding="utf-8") as f:
@@ -91,12 +117,15 @@ def main(_):
   check_config_matches_output_dir(config, FLAGS.output_dir, FLAGS.bert_config_file)
   # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
   strategy = script_flags.strategy()
+  records = input_pipeline.PretrainingRecords.of_files(input_files)
+  masking = dynamic_masking(records, config)
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
-                                                         FLAGS.max_predictions_per_seq)
+                                                         FLAGS.max_predictions_per_seq, records)
   limits = input_pipeline.pretraining_value_limits(config.vocab_size, config.type_vocab_size,
-                                                   FLAGS.max_seq_length, FLAGS.bert_config_file)
+                                                   FLAGS.max_seq_length, FLAGS.bert_config_file,
+                                                   records)
   input_pipeline.check_records(input_files, name_to_features, limits)
-  logging.info("Reading %d input files", len(input_files))
+  logging.info("Reading %d input files: %s records", len(input_files), records.describe())
 
   accumulation = FLAGS.gradient_accumulation_steps
   # Both batch sizes are checked now rather than the evaluation's after hours of training.
@@ -125,9 +154,9 @@ def main(_):
     # check_records saw each file's first records; a damaged one further in is named here.
     with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
       trainer.train(
-          lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, train_batch,
-                                                      is_training=True, input_context=ctx,
-                                                      seed=FLAGS.seed, value_limits=limits),
+          lambda ctx: input_pipeline.pretraining_dataset(
+              input_files, name_to_features, train_batch, is_training=True, input_context=ctx,
+              seed=FLAGS.seed, value_limits=limits, masking=masking),
           FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
           steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
           init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
@@ -137,9 +166,9 @@ def main(_):
   if FLAGS.do_eval:
     with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
       metrics = trainer.evaluate(
-          lambda ctx: input_pipeline.tfrecord_dataset(input_files, name_to_features, eval_batch,
-                                                      is_training=False, input_context=ctx,
-                                                      drop_remainder=True, value_limits=limits),
+          lambda ctx: input_pipeline.pretraining_dataset(
+              input_files, name_to_features, eval_batch, is_training=False, input_context=ctx,
+              seed=FLAGS.seed, drop_remainder=True, value_limits=limits, masking=masking),
           max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
     if trainer.is_chief:  # (under multi_worker_mirrored every worker has the metrics)

@@ -165,6 +165,16 @@ def define_max_predictions_flag():
           lower_bound=1)
 
 
+def define_masking_flags():
+  """How masked-LM positions are chosen: create_pretraining_data applies them when it writes the
+  masks, run_pretraining when it masks records written with --dynamic_masking."""
+  _define(flags.DEFINE_bool, "do_whole_word_mask", False,
+          "Whether to mask all WordPieces of a word together (the WordPieces are still predicted "
+          "one by one).")
+  _define(flags.DEFINE_float, "masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].",
+          lower_bound=0.0, upper_bound=1.0)
+
+
 def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=128,
                              min_seq_length=3):
   """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""

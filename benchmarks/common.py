@@ -69,6 +69,32 @@ def define_model_flags():
   flags.DEFINE_list("peer_variants", ["fp32", "bf16"], "The peer's: fp32 | bf16 (autocast).")
 
 
+def define_corpus_flags():
+  """--corpus and --vocab_file: the text and vocabulary of the benchmarks that make pre-training
+  data (../shared's WikiText-2 and BERT's uncased vocab by default)."""
+  flags.DEFINE_string("corpus", os.path.join(SHARED, "data", "corpus",
+                                             "wikitext2_valid.sent_per_line.txt"),
+                      "Text with one sentence per line and blank lines between documents.")
+  flags.DEFINE_string("vocab_file", os.path.join(SHARED, "reference", "pretraining",
+                                                 "vocab_uncased.txt"), "WordPiece vocabulary.")
+
+
+def read_documents(path):
+  """Documents as lists of sentence lines, stripped (blank lines separate documents)."""
+  documents, current = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        current.append(line)
+      elif current:
+        documents.append(current)
+        current = []
+  if current:
+    documents.append(current)
+  return documents
+
+
 def model_dims():
   """The architecture from the flags, as keyword arguments of both libraries' BertConfig."""
   return dict(vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,

@@ -43,31 +43,11 @@ flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor.")
 flags.DEFINE_integer("max_seq_length", 128, "--max_seq_length.")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "--max_predictions_per_seq.")
 flags.DEFINE_integer("num_workers", 0, "--num_workers (0: one per CPU).")
-flags.DEFINE_string("corpus", os.path.join(common.SHARED, "data", "corpus",
-                                           "wikitext2_valid.sent_per_line.txt"),
-                    "Text with one sentence per line and blank lines between documents.")
-flags.DEFINE_string("vocab_file", os.path.join(common.SHARED, "reference", "pretraining",
-                                               "vocab_uncased.txt"), "WordPiece vocabulary.")
+common.define_corpus_flags()
 flags.DEFINE_string("work_dir", None, "Where the text and the records go (default: a temporary "
                     "directory, removed at the end).")
 
 RUN_ORIGINAL = os.path.join(common.SHARED, "reference", "original", "run_original.py")
-
-
-def read_documents(path):
-  """Documents as lists of sentence lines (blank lines separate documents)."""
-  documents, current = [], []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      line = line.strip()
-      if line:
-        current.append(line)
-      elif current:
-        documents.append(current)
-        current = []
-  if current:
-    documents.append(current)
-  return documents
 
 
 def build_text(documents, target_bytes, path, seed=0):
@@ -165,7 +145,7 @@ def main(argv):
   os.makedirs(work_dir, exist_ok=True)
   try:
     text = os.path.join(work_dir, "corpus.txt")
-    input_bytes = build_text(read_documents(FLAGS.corpus), int(FLAGS.target_mb * 1e6), text)
+    input_bytes = build_text(common.read_documents(FLAGS.corpus), int(FLAGS.target_mb * 1e6), text)
     input_mb = input_bytes / 1e6
     common_flags = [
         f"--input_file={text}", f"--vocab_file={FLAGS.vocab_file}", "--do_lower_case=True",

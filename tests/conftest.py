@@ -4,8 +4,10 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -108,3 +110,34 @@ def concurrently(calls, workers=2):
   import concurrent.futures  # pylint: disable=g-import-not-at-top
   with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
     return list(pool.map(lambda call: call(), calls))
+
+
+def kill_at_checkpoint(args, directory, step, timeout=300):
+  """Runs the training script `args` (as run_ok) and kills it with SIGKILL as soon as `directory`
+  holds checkpoint `step`."""
+  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  deadline = time.time() + timeout
+  while not os.path.exists(os.path.join(directory, f"ckpt-{step}.index")):
+    assert proc.poll() is None and time.time() < deadline, (
+        f"training ended before checkpoint {step}")
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+
+
+def assert_same_checkpoints(directory, other, atol=1e-5):
+  """The latest checkpoints of two training runs of a 2-layer BERT hold the same values (weights,
+  Adam moments, the step counter: more than 46 variables) up to `atol`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def values(path):
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(path))
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if "/.ATTRIBUTES/" in k and "save_counter" not in k}
+
+  a, b = values(directory), values(other)
+  assert a.keys() == b.keys() and len(a) > 46
+  for k in a:
+    np.testing.assert_allclose(a[k], b[k], atol=atol, err_msg=k)
