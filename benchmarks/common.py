@@ -206,6 +206,19 @@ def dispatch(sides):
 # --- create_pretraining_data runs (its speed and Beam benchmarks) -------------------------------
 
 
+# The original create_pretraining_data.py, run on TensorFlow 2 through tf.compat.v1 (needs `six`).
+RUN_ORIGINAL = os.path.join(SHARED, "reference", "original", "run_original.py")
+
+
+def define_pretraining_text_flags():
+  """--corpus and --vocab_file of the create_pretraining_data benchmarks."""
+  flags.DEFINE_string("corpus", os.path.join(SHARED, "data", "corpus",
+                                             "wikitext2_valid.sent_per_line.txt"),
+                      "Text with one sentence per line and blank lines between documents.")
+  flags.DEFINE_string("vocab_file", os.path.join(SHARED, "reference", "pretraining",
+                                                 "vocab_uncased.txt"), "WordPiece vocabulary.")
+
+
 def read_documents(path):
   """Documents as lists of sentence lines (blank lines separate documents)."""
   documents, current = [], []

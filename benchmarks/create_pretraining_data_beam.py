@@ -42,13 +42,8 @@ flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor.")
 flags.DEFINE_integer("workers", 2, "Beam worker processes (--direct_num_workers) and the local "
                      "fast mode's --num_workers.")
 flags.DEFINE_integer("memory_chunk_documents", 6, "--chunk_documents of the memory runs.")
-flags.DEFINE_string("corpus", os.path.join(common.SHARED, "data", "corpus",
-                                           "wikitext2_valid.sent_per_line.txt"),
-                    "Text with one sentence per line and blank lines between documents.")
-flags.DEFINE_string("vocab_file", os.path.join(common.SHARED, "reference", "pretraining",
-                                               "vocab_uncased.txt"), "WordPiece vocabulary.")
+common.define_pretraining_text_flags()
 
-RUN_ORIGINAL = os.path.join(common.SHARED, "reference", "original", "run_original.py")
 SCRIPT = os.path.join(common.ROOT, "create_pretraining_data.py")
 
 
@@ -121,7 +116,7 @@ def main(argv):
     if not beam_missing:
       runs["beam"] = ours + [beam_options]
     if FLAGS.original:
-      runs["original"] = [sys.executable, RUN_ORIGINAL, "create_pretraining_data",
+      runs["original"] = [sys.executable, common.RUN_ORIGINAL, "create_pretraining_data",
                           f"--input_file={text}", *flags_of_run]
     results = {}
     for name, args in runs.items():

@@ -39,15 +39,10 @@ flags.DEFINE_integer("dupe_factor", 10, "--dupe_factor.")
 flags.DEFINE_integer("max_seq_length", 128, "--max_seq_length.")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "--max_predictions_per_seq.")
 flags.DEFINE_integer("num_workers", 0, "--num_workers (0: one per CPU).")
-flags.DEFINE_string("corpus", os.path.join(common.SHARED, "data", "corpus",
-                                           "wikitext2_valid.sent_per_line.txt"),
-                    "Text with one sentence per line and blank lines between documents.")
-flags.DEFINE_string("vocab_file", os.path.join(common.SHARED, "reference", "pretraining",
-                                               "vocab_uncased.txt"), "WordPiece vocabulary.")
+common.define_pretraining_text_flags()
 flags.DEFINE_string("work_dir", None, "Where the text and the records go (default: a temporary "
                     "directory, removed at the end).")
 
-RUN_ORIGINAL = os.path.join(common.SHARED, "reference", "original", "run_original.py")
 
 
 def main(argv):
@@ -68,7 +63,8 @@ def main(argv):
                    *common_flags, f"--mode={mode}", f"--num_workers={FLAGS.num_workers}"]
             for mode in FLAGS.modes}
     if FLAGS.original:
-      runs["original"] = [sys.executable, RUN_ORIGINAL, "create_pretraining_data", *common_flags]
+      runs["original"] = [sys.executable, common.RUN_ORIGINAL, "create_pretraining_data",
+                          *common_flags]
     results = {}
     for name, args in runs.items():
       output = os.path.join(work_dir, f"{name}.tfrecord")
