@@ -1533,7 +1533,16 @@ def _run_and_wait(pipeline, total_bytes, progress_seconds):
   """
   from apache_beam.runners.runner import PipelineState  # pylint: disable=g-import-not-at-top
   progress = Progress("fast mode", total_bytes, "B", progress_seconds)
-  result = pipeline.run()
+  # pipeline.run() runs the whole job when the runner is local, waiting where a signal handler
+  # may not get to run: it runs in a thread, so that Ctrl-C or SIGTERM stops this one at once.
+  outcome = []
+  thread = threading.Thread(target=lambda: outcome.append(_call(pipeline.run)), daemon=True)
+  thread.start()
+  while thread.is_alive():
+    thread.join(0.5)
+  result, error = outcome[0]
+  if error is not None:
+    raise error
   last = time.monotonic()
   while not PipelineState.is_terminal(result.state):
     time.sleep(1)
@@ -1548,6 +1557,14 @@ def _run_and_wait(pipeline, total_bytes, progress_seconds):
   progress.update(stats.input_bytes, f"{stats.documents} documents, {stats.instances} instances",
                   force=True)
   return stats
+
+
+def _call(function):
+  """(function(), None), or (None, the exception it raised)."""
+  try:
+    return function(), None
+  except Exception as e:  # pylint: disable=broad-except
+    return None, e
 
 
 def _worker_error(error):
@@ -1589,6 +1606,23 @@ def _beam_environment():
       os.environ["PYTHONPATH"] = before
 
 
+def _descendants():
+  """Ids of the processes this one started, and theirs, from /proc (empty elsewhere)."""
+  parents = {}
+  for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if entry.isdigit():
+      with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+  found, frontier = set(), [os.getpid()]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+    found.update(children)
+    frontier.extend(children)
+  return found
+
+
 def run_beam(options):
   """Fast mode as an Apache Beam job (--beam_pipeline_options); returns the Stats, as run does."""
   if __name__ == "__main__":
@@ -1618,10 +1652,16 @@ def run_beam(options):
                  pipeline.options.get_all_options()["runner"], len(input_files),
                  "\n  ".join(input_files))
     start = time.monotonic()
+    before = _descendants()
     try:
       with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
         stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
     except BaseException as e:
+      # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
+      # and this process waiting for them: they are ended (a failed job has ended its own).
+      for pid in _descendants() - before:
+        with contextlib.suppress(OSError):
+          os.kill(pid, signal.SIGKILL)
       with contextlib.suppress(Exception):
         _beam_remove(temporaries)
       error = _worker_error(e) if isinstance(e, Exception) else None

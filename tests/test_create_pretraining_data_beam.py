@@ -8,8 +8,10 @@ multiset of records the local fast mode writes.
 import collections
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -155,3 +157,62 @@ def test_command_line_bad_line_is_one_error_line(tmp_path):
       f"error: {bad}:4: invalid UTF-8 at byte 0 of the line (b'\\xc3 cu'); re-encode the file "
       f"as UTF-8")
   assert not os.path.exists(tmp_path / "out")
+
+
+def _beam_workers(root):
+  """Ids of the Beam SDK worker processes under process `root`, from /proc."""
+  parents, commands = {}, {}
+  for entry in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+        parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        commands[int(entry)] = f.read()
+    except (OSError, IndexError, ValueError):
+      continue
+  tree, frontier = set(), [root]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent]
+    tree.update(children)
+    frontier.extend(children)
+  return {pid for pid in tree if b"sdk_worker_main" in commands.get(pid, b"")}
+
+
+@requires_shared
+@requires_beam
+def test_sigterm_stops_the_job_its_workers_and_leaves_no_output(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  with open(WIKITEXT, "rb") as f:
+    corpus.write_bytes(f.read() * 10)
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
+       f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
+       f"--beam_pipeline_options={TWO_WORKERS}"],
+      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
+      assert proc.poll() is None, proc.communicate()[1][-3000:]
+      assert time.time() < deadline, "the job did not get going"
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 143, err[-3000:]
+  assert err.strip().splitlines()[-1] == (
+      "error: stopped by SIGTERM; no incomplete output was left under its final name")
+  assert not os.path.exists(tmp_path / "out")
+  time.sleep(0.5)
+  assert not {pid for pid in workers if _running(pid)}, "workers outlived it"
+
+
+def _running(pid):
+  """Whether process `pid` exists and is not a zombie (ended, not yet reaped)."""
+  try:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
