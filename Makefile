@@ -2,10 +2,11 @@
 # `make test` sets up .venv with the test extras and runs every correctness test.
 PY := .venv/bin/python
 
-.venv/.installed: requirements.txt requirements-nodeps.txt
+.venv/.installed: requirements.txt requirements-beam.txt requirements-nodeps.txt
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	# Beam (create_pretraining_data --beam_pipeline_options) resolved with the rest: it caps protobuf.
+	$(PY) -m pip install -q -r requirements.txt -r requirements-beam.txt
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 

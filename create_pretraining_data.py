@@ -28,6 +28,11 @@ Two modes, chosen with --mode:
   choices follow the same distributions with other draws (numpy for masking, closed-form
   truncation), which lets a whole batch of instances be assembled, masked and encoded at once.
 
+With --beam_pipeline_options, fast mode runs as an Apache Beam pipeline (on Dataflow, Flink,
+Spark or Beam's local runner) that writes the same multiset of records as the local run: the same
+chunks from the same reader, turned into records by the same process_chunk (see "Fast mode as an
+Apache Beam pipeline" below).
+
 Beyond the original, --no_nsp writes single-segment [CLS] A [SEP] instances for MLM-only
 pre-training (next_sentence_labels is still written, as 0, so every reader keeps working).
 
@@ -55,12 +60,19 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import importlib
+import io
 import itertools
+import logging as std_logging
 import multiprocessing
 import os
 import random
+import re
+import secrets
+import shlex
 import signal
 import struct
+import sys
 import threading
 import time
 
@@ -154,6 +166,13 @@ def define_flags():
       "max_instances_per_pack", 3,
       "With --pack_sequences: instances per sequence at most (next-sentence slots per record).",
       lower_bound=1)
+  flags.DEFINE_string(
+      "beam_pipeline_options", "",
+      "Fast mode: run as an Apache Beam pipeline with these pipeline options, either "
+      "comma-separated name=value pairs (runner=DataflowRunner,project=P,...) or Beam's own "
+      "command-line form in one string (\"--runner=FnApiRunner --direct_num_workers=2\"). "
+      "Without a runner: FnApiRunner, Beam's in-process local runner. Needs `pip install -r "
+      "requirements-beam.txt`; the records are the same multiset as without the flag.")
 
 
 @dataclasses.dataclass
@@ -180,6 +199,7 @@ class Options:
   dynamic_masking: bool = False
   pack_sequences: bool = False
   max_instances_per_pack: int = 3
+  beam_pipeline_options: str = ""
 
 
 def validate_options(options):
@@ -218,6 +238,10 @@ def validate_options(options):
   if options.max_instances_per_pack < 1:
     raise fileio.InputError(
         f"--max_instances_per_pack={options.max_instances_per_pack} must be at least 1")
+  if options.beam_pipeline_options and options.mode != "fast":
+    raise fileio.InputError(
+        f"--beam_pipeline_options runs fast mode; add --mode=fast (--mode={options.mode} draws "
+        f"every record from one random stream, in one process)")
 
 
 def resolve_output_files(output_file, num_output_shards):
@@ -314,18 +338,20 @@ class ExactRandom:
 # Reading documents.
 
 
-def iter_document_lines(input_files, end_document_at_file_end=False, max_document_bytes=None):
+def iter_document_lines(input_files, end_document_at_file_end=False, max_document_bytes=None,
+                        opener=None):
   """Yields (lines, nbytes) per document: its non-blank lines, stripped, and the bytes consumed.
 
   A blank (or all-whitespace) line ends a document. As in the original, a document otherwise
   continues from one file into the next unless `end_document_at_file_end`; `max_document_bytes`
-  cuts longer documents so a file without blank lines still arrives in bounded pieces.
+  cuts longer documents so a file without blank lines still arrives in bounded pieces. `opener`
+  opens files elsewhere than on the local disk (see fileio.read_lines).
   """
   lines = []
   nbytes = 0
   size = 0
   for path in input_files:
-    for _, text in fileio.read_lines(path):
+    for _, text in fileio.read_lines(path, opener):
       length = len(text.encode("utf-8")) + 1
       nbytes += length
       text = text.strip()
@@ -1353,11 +1379,11 @@ def _chunk_task(task, state=None):
   return records, stats
 
 
-def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES):
+def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES, opener=None):
   """Fast mode's units of work: (index, documents as text lines, bytes) in input order."""
   documents, nbytes, index = [], 0, 0
   for lines, size in iter_document_lines(input_files, end_document_at_file_end=True,
-                                         max_document_bytes=max_chunk_bytes):
+                                         max_document_bytes=max_chunk_bytes, opener=opener):
     documents.append(lines)
     nbytes += size
     if len(documents) >= chunk_documents or nbytes >= max_chunk_bytes:
@@ -1443,9 +1469,6 @@ def create_fast_records(input_files, options, stats, num_workers, tokenizer=None
   """
   total_bytes = sum(os.path.getsize(path) for path in input_files)
   progress = Progress("fast mode", total_bytes, "B", options.progress_seconds)
-  buffer_rng = ExactRandom(f"{options.random_seed}/output")
-  buffer = []
-  size = options.shuffle_buffer_size
   with contextlib.ExitStack() as stack:
     chunks = iter_chunks(input_files, options.chunk_documents)
     if num_workers <= 1:
@@ -1454,32 +1477,431 @@ def create_fast_records(input_files, options, stats, num_workers, tokenizer=None
     else:
       pool = stack.enter_context(worker_pool(options, num_workers))
       results = ordered_map(pool, _chunk_task, chunks, window=num_workers + 2)
-    for records, chunk_stats in results:
-      stats.add(chunk_stats)
-      progress.update(stats.input_bytes,
-                      f"{stats.documents} documents, {stats.instances} instances "
-                      f"({progress.per_second(stats.instances):.0f}/s)")
-      if not size:
+
+    def chunk_records():
+      for records, chunk_stats in results:
+        stats.add(chunk_stats)
+        progress.update(stats.input_bytes, _progress_detail(stats, progress))
         yield from records
-        continue
-      for record in records:
-        if len(buffer) < size:
-          buffer.append(record)
-        else:
-          j = buffer_rng.randbelow(size)
-          yield buffer[j]
-          buffer[j] = record
-  if not stats.documents:
-    raise fileio.InputError(_no_documents_message(input_files))
-  buffer_rng.shuffle(buffer)
-  yield from buffer
+      if not stats.documents:
+        raise fileio.InputError(_no_documents_message(input_files))
+
+    yield from shuffle_buffer(chunk_records(), options.shuffle_buffer_size,
+                              ExactRandom(f"{options.random_seed}/output"))
   progress.update(stats.input_bytes, f"{stats.documents} documents, {stats.instances} instances",
                   force=True)
+
+
+def shuffle_buffer(records, size, rng):
+  """Yields `records` mixed by a buffer of `size` records (none: in order): each record past the
+  first `size` takes the place of a random one, which is yielded; the rest leave shuffled."""
+  if not size:
+    yield from records
+    return
+  buffer = []
+  for record in records:
+    if len(buffer) < size:
+      buffer.append(record)
+    else:
+      j = rng.randbelow(size)
+      yield buffer[j]
+      buffer[j] = record
+  rng.shuffle(buffer)
+  yield from buffer
+
+
+def _progress_detail(stats, progress):
+  return (f"{stats.documents} documents, {stats.instances} instances "
+          f"({progress.per_second(stats.instances):.0f}/s)")
 
 
 def _no_documents_message(input_files):
   return (f"no documents in the input ({', '.join(input_files)}): it needs text with one "
           f"sentence per line and blank lines between documents")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast mode as an Apache Beam pipeline (--beam_pipeline_options).
+#
+# It lives in this script, beside the local fast mode, because it is fast mode: one reader splits
+# the input with iter_chunks (so the chunks and their indices are the local run's, whatever the
+# number of files and workers), Beam spreads the chunks over its workers, and each chunk becomes
+# records in _chunk_task / process_chunk, the code the local run calls. A library module could
+# not call them (no module imports a script), and moving fast mode out of this script would split
+# one algorithm over two files. apache_beam is imported only on this path: without the flag, the
+# script needs no Beam.
+#
+# The records are then dealt to the output shards by chunk and position (balanced, each shard
+# drawing from every chunk), grouped by shard (Beam's shuffle, across machines), mixed within a
+# shard by the local run's bounded shuffle buffer and written to hidden temporaries, which a last
+# step renames onto the outputs once every shard is complete. The workers read and write through
+# Beam's file systems (local paths, gs://, hdfs://, s3://), which fileio's local-disk helpers
+# cannot; the temporaries are named as fileio names its own, so a write error names the output.
+
+_BEAM_DEFAULT_RUNNER = "FnApiRunner"
+_BEAM_METRICS = "create_pretraining_data"
+
+
+def beam_pipeline_args(text):
+  """--beam_pipeline_options -> Beam's command-line arguments.
+
+  Two forms: TFDS's comma-separated `name=value` pairs, or Beam's own `--name=value ...` in one
+  string (for values with commas).
+  """
+  text = text.strip()
+  if text.startswith("-"):
+    return shlex.split(text)
+  return ["--" + item.strip().lstrip("-") for item in text.split(",") if item.strip()]
+
+
+def _import_beam():
+  try:
+    import apache_beam  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise fileio.InputError(
+        f"--beam_pipeline_options needs Apache Beam, which cannot be imported here ({e}); "
+        f"install it with `pip install -r requirements-beam.txt`, or leave the flag out to run "
+        f"fast mode in this process") from None
+  return apache_beam
+
+
+def _beam_pipeline(beam, text):
+  """A beam.Pipeline with the options `text` gives; InputError naming an option Beam does not
+  know (it would otherwise drop it with a warning) or a value it cannot parse."""
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+  args = beam_pipeline_args(text)
+  names = {arg.split("=", 1)[0] for arg in args}
+  if "--runner" not in names:
+    # Not Beam's default, DirectRunner: that first tries the Prism runner, a binary it downloads
+    # at run time (offline it logs the failed download, then falls back to this runner).
+    args.append(f"--runner={_BEAM_DEFAULT_RUNNER}")
+  if "--default_sdk_harness_log_level" not in names:
+    args.append("--default_sdk_harness_log_level=WARNING")  # Not every worker's start-up lines.
+  options = pipeline_options.PipelineOptions(args)
+  parse_errors = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(parse_errors):
+      # Creating the runner imports its module, which may define more options (Flink, Spark).
+      pipeline = beam.Pipeline(options=options)
+      known = options.get_all_options()
+      given = options.get_all_options(retain_unknown_options=True)
+  except (ValueError, ImportError) as e:
+    raise fileio.InputError(f"--beam_pipeline_options: {e}") from None
+  except SystemExit:  # argparse's report of a bad value, after its usage text
+    lines = parse_errors.getvalue().strip().splitlines() or ["a value cannot be parsed"]
+    raise fileio.InputError(
+        f"--beam_pipeline_options: {lines[-1].split('error: ', 1)[-1]}") from None
+  unknown = sorted(set(given) - set(known))
+  if unknown:
+    raise fileio.InputError(
+        f"--beam_pipeline_options: Beam (runner {known['runner']}) has no pipeline option "
+        f"{', '.join('--' + name for name in unknown)}")
+  return pipeline
+
+
+def _is_local(path):
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  return FileSystems.get_scheme(path) is None
+
+
+def _beam_input_files(patterns):
+  """--input_file -> (paths, total bytes): local paths and patterns as the local run expands
+  them, others (gs://...) through Beam's file systems, with the same error for a pattern that
+  matches nothing."""
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  files, total_bytes = [], 0
+  for pattern in (p.strip() for p in patterns.split(",")):
+    if not pattern:
+      continue
+    if _is_local(pattern):
+      matches = fileio.expand_file_patterns(pattern)
+      total_bytes += sum(os.path.getsize(path) for path in matches)
+    else:
+      try:
+        metadata = sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path)
+      except Exception as e:  # pylint: disable=broad-except
+        raise fileio.InputError(f"input file pattern {pattern}: {e}") from None
+      if not metadata:
+        raise fileio.InputError(f"input file pattern matches no file: {pattern}")
+      matches = [m.path for m in metadata]
+      total_bytes += sum(m.size_in_bytes for m in metadata)
+    files.extend(matches)
+  if not files:
+    raise fileio.InputError("no input file given")
+  return files, total_bytes
+
+
+def _beam_open(path):
+  from apache_beam.io.filesystems import CompressionTypes  # pylint: disable=g-import-not-at-top
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _beam_read_chunks(input_files, chunk_documents):
+  """The pipeline's first step, one call on one worker: the local run's chunks, in its order."""
+  yield from iter_chunks(input_files, chunk_documents, opener=_beam_open)
+
+
+class _BeamChunkRecords:
+  """The step run on every worker: a chunk -> its records by _chunk_task (as in the local run),
+  each as (output shard, record), and its Stats tagged "stats"; also counted in Beam metrics,
+  which the launcher reads for its progress lines. Beam gives each worker thread a copy of this
+  object, so the tokenizer and encoder built on first use are that thread's own."""
+
+  def __init__(self, options, tokenizer, num_shards):
+    self._options, self._tokenizer, self._num_shards = options, tokenizer, num_shards
+    self._state = None
+
+  def __call__(self, chunk):
+    import apache_beam as beam  # pylint: disable=g-import-not-at-top
+    if self._state is None:
+      self._state = _WorkerState.create(self._options, self._tokenizer)
+    records, stats = _chunk_task(chunk, self._state)
+    for field in dataclasses.fields(stats):
+      beam.metrics.Metrics.counter(_BEAM_METRICS, field.name).inc(getattr(stats, field.name))
+    index = chunk[0]
+    for j, record in enumerate(records):
+      yield (index + j) % self._num_shards, record
+    yield beam.pvalue.TaggedOutput("stats", stats)
+
+
+def _add_stats(stats):
+  total = Stats()
+  for part in stats:
+    total.add(part)
+  return total
+
+
+def _beam_temporaries(output_files, token):
+  """Hidden siblings of the outputs for the workers to write, named as fileio.atomic_path names
+  its temporaries (`token`, the job's, is unpredictable)."""
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  temporaries = []
+  for path in output_files:
+    directory, name = FileSystems.split(path)
+    temporaries.append(FileSystems.join(directory, f".{name}.tmp-beam-{token}"))
+  return temporaries
+
+
+def _beam_write_shard(shard_records, temporaries, output_files, shuffle_buffer_size, seed):
+  """Writes one shard's records, mixed by the local run's shuffle buffer, to its temporary;
+  returns (shard, number of records)."""
+  from apache_beam.io.filesystems import CompressionTypes  # pylint: disable=g-import-not-at-top
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  shard, records = shard_records
+  records = shuffle_buffer((r for r in records if r is not None), shuffle_buffer_size,
+                           ExactRandom(f"{seed}/output/{shard}"))
+  count = 0
+  with fileio.naming_output(output_files[shard]):
+    with FileSystems.create(temporaries[shard],
+                            compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      for batch in _batched(records, 4096):
+        f.write(fileio.tfrecord_bytes(batch))
+        count += len(batch)
+  return shard, count
+
+
+def _beam_remove(paths):
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  existing = [path for path in paths if FileSystems.exists(path)]
+  if existing:
+    FileSystems.delete(existing)
+
+
+def _beam_commit(counts, temporaries, output_files, stats, input_files):
+  """The last step, once every shard is written: renames the temporaries onto the outputs (or,
+  when the input held no document, removes them and fails as the local run does)."""
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  if not stats.documents:
+    _beam_remove(temporaries)
+    raise fileio.InputError(_no_documents_message(input_files))
+  written = sum(count for _, count in counts)
+  if len(counts) != len(output_files) or written != stats.instances:
+    raise RuntimeError(f"{len(counts)} of {len(output_files)} shards with {written} records "
+                       f"written, {stats.instances} made")
+  # A retried commit skips the shards it renamed before.
+  pending = [(tmp, path) for tmp, path in zip(temporaries, output_files)
+             if FileSystems.exists(tmp)]
+  FileSystems.rename([tmp for tmp, _ in pending], [path for _, path in pending])
+
+
+def _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, tokenizer):
+  num_shards = len(output_files)
+  chunks = (pipeline
+            | "Input files" >> beam.Create([tuple(input_files)])
+            | "Read chunks" >> beam.FlatMap(_beam_read_chunks, options.chunk_documents)
+            | "Spread chunks" >> beam.Reshuffle())
+  made = chunks | "Chunks to records" >> beam.FlatMap(
+      _BeamChunkRecords(options, tokenizer, num_shards)).with_outputs("stats", main="records")
+  stats = made.stats | "Count" >> beam.CombineGlobally(_add_stats)
+  # One (shard, None) per shard, so that a shard no record goes to is still written (empty).
+  every_shard = pipeline | "Every shard" >> beam.Create([(i, None) for i in range(num_shards)])
+  _ = ((made.records, every_shard)
+       | "Flatten" >> beam.Flatten()
+       | "Group by shard" >> beam.GroupByKey()
+       | "Write shards" >> beam.Map(_beam_write_shard, temporaries, output_files,
+                                    options.shuffle_buffer_size, options.random_seed)
+       | "All shards" >> beam.combiners.ToList()
+       | "Commit" >> beam.Map(_beam_commit, temporaries, output_files,
+                              beam.pvalue.AsSingleton(stats), input_files))
+
+
+def _beam_stats(result, committed=True):
+  """The Stats from the job's metrics (attempted: including work a runner may yet retry)."""
+  from apache_beam.metrics.metric import MetricsFilter  # pylint: disable=g-import-not-at-top
+  stats = Stats()
+  for counter in result.metrics().query(MetricsFilter().with_namespace(_BEAM_METRICS))["counters"]:
+    value = counter.committed if committed and counter.committed is not None else counter.attempted
+    name = counter.key.metric.name
+    setattr(stats, name, getattr(stats, name) + (value or 0))
+  return stats
+
+
+def _run_and_wait(pipeline, total_bytes, progress_seconds):
+  """Runs the job, logging progress lines as the local run does; returns the final Stats.
+
+  Remote runners (Dataflow, Flink, Spark) run the job while this process polls its metrics; the
+  local FnApiRunner has finished the job when pipeline.run() returns, so only the last line shows.
+  """
+  from apache_beam.runners.runner import PipelineState  # pylint: disable=g-import-not-at-top
+  progress = Progress("fast mode", total_bytes, "B", progress_seconds)
+  # pipeline.run() runs the whole job when the runner is local, waiting where a signal handler
+  # may not get to run: it runs in a thread, so that Ctrl-C or SIGTERM stops this one at once.
+  outcome = []
+  thread = threading.Thread(target=lambda: outcome.append(_call(pipeline.run)), daemon=True)
+  thread.start()
+  while thread.is_alive():
+    thread.join(0.5)
+  result, error = outcome[0]
+  if error is not None:
+    raise error
+  last = time.monotonic()
+  while not PipelineState.is_terminal(result.state):
+    time.sleep(1)
+    if time.monotonic() - last >= progress_seconds:
+      last = time.monotonic()
+      stats = _beam_stats(result, committed=False)
+      progress.update(stats.input_bytes, _progress_detail(stats, progress))
+  result.wait_until_finish()
+  if result.state != PipelineState.DONE:
+    raise fileio.ReportedError(f"the Beam job ended in state {result.state}")
+  stats = _beam_stats(result)
+  progress.update(stats.input_bytes, f"{stats.documents} documents, {stats.instances} instances",
+                  force=True)
+  return stats
+
+
+def _call(function):
+  """(function(), None), or (None, the exception it raised)."""
+  try:
+    return function(), None
+  except Exception as e:  # pylint: disable=broad-except
+    return None, e
+
+
+def _worker_error(error):
+  """The InputError (a bad input line, say) that a worker raised, from the runner's report of a
+  failed job, which holds the worker's traceback as text; None if there is none."""
+  # Beam appends the step's name to the message of an error it passes on.
+  text = f"InputError: {error}" if isinstance(error, fileio.InputError) else str(error)
+  match = re.search(r"InputError: (.+?)(?: \[while running '[^\n]*'\])*$", text, re.M)
+  return fileio.InputError(match.group(1)) if match else None
+
+
+@contextlib.contextmanager
+def _beam_environment():
+  """While Beam is set up and runs: the directory that holds the package bert_tf2 on PYTHONPATH,
+  for the local runner's worker processes (they inherit the environment) to import this module by
+  name; Beam's INFO lines kept out of the log but for Dataflow's (the job's console address), and
+  the local runner's copies of its workers' logs too: an error they show ends the job, and it is
+  reported then."""
+  package = sys.modules["bert_tf2"].__file__
+  root = os.path.dirname(package)
+  if os.path.basename(package) == "__init__.py":  # Installed: site-packages/bert_tf2/.
+    root = os.path.dirname(root)
+  before = os.environ.get("PYTHONPATH")
+  os.environ["PYTHONPATH"] = os.pathsep.join([root] + ([before] if before else []))
+  levels = {"apache_beam": std_logging.WARNING, "apache_beam.runners.dataflow": std_logging.INFO,
+            "apache_beam.runners.common": std_logging.CRITICAL,
+            "apache_beam.runners.portability.local_job_service": std_logging.CRITICAL}
+  saved = {name: std_logging.getLogger(name).level for name in levels}
+  for name, level in levels.items():
+    std_logging.getLogger(name).setLevel(level)
+  try:
+    yield
+  finally:
+    for name, level in saved.items():
+      std_logging.getLogger(name).setLevel(level)
+    if before is None:
+      os.environ.pop("PYTHONPATH", None)
+    else:
+      os.environ["PYTHONPATH"] = before
+
+
+def _descendants():
+  """Ids of the processes this one started, and theirs, from /proc (empty elsewhere)."""
+  parents = {}
+  for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if entry.isdigit():
+      with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+  found, frontier = set(), [os.getpid()]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+    found.update(children)
+    frontier.extend(children)
+  return found
+
+
+def run_beam(options):
+  """Fast mode as an Apache Beam job (--beam_pipeline_options); returns the Stats, as run does."""
+  if __name__ == "__main__":
+    # Beam sends the steps to its workers by reference to their module, and a worker cannot
+    # import the __main__ of `python create_pretraining_data.py`: the job is then built by this
+    # same file imported under its package name.
+    module = importlib.import_module("bert_tf2.create_pretraining_data")
+    return module.run_beam(module.Options(**dataclasses.asdict(options)))
+  with _beam_environment():
+    beam = _import_beam()
+    pipeline = _beam_pipeline(beam, options.beam_pipeline_options)
+    input_files, total_bytes = _beam_input_files(options.input_file)
+    fileio.check_file(options.vocab_file, "vocab file")
+    output_files = resolve_output_files(options.output_file, options.num_output_shards)
+    local_outputs = [path for path in output_files if _is_local(path)]
+    fileio.check_outputs(
+        files=[("output_file", local_outputs)],
+        inputs=[("input_file", [path for path in input_files if _is_local(path)]),
+                ("vocab_file", options.vocab_file)])
+    # Built here, so a bad vocab fails at once; the workers get it with the job, so they need no
+    # access to the vocab file.
+    tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                           do_lower_case=options.do_lower_case)
+    temporaries = _beam_temporaries(output_files, secrets.token_hex(8))
+    _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, tokenizer)
+    logging.info("*** Fast mode as a Beam job (runner %s) on %d input file(s) ***\n  %s",
+                 pipeline.options.get_all_options()["runner"], len(input_files),
+                 "\n  ".join(input_files))
+    start = time.monotonic()
+    before = _descendants()
+    try:
+      with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
+        stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
+    except BaseException as e:
+      # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
+      # and this process waiting for them: they are ended (a failed job has ended its own).
+      for pid in _descendants() - before:
+        with contextlib.suppress(OSError):
+          os.kill(pid, signal.SIGKILL)
+      with contextlib.suppress(Exception):
+        _beam_remove(temporaries)
+      error = _worker_error(e) if isinstance(e, Exception) else None
+      if error is None:
+        raise
+      raise error from None
+  _log_done(stats, start, output_files)
+  return stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1489,6 +1911,8 @@ def _no_documents_message(input_files):
 def run(options):
   """Creates the records for `options` and writes them; returns the Stats."""
   validate_options(options)
+  if options.beam_pipeline_options:
+    return run_beam(options)
   input_files = fileio.expand_file_patterns(options.input_file, "input file")
   fileio.check_file(options.vocab_file, "vocab file")
   output_files = resolve_output_files(options.output_file, options.num_output_shards)
@@ -1533,11 +1957,15 @@ def run(options):
                  len(output_files), "\n  ".join(output_files))
     write_records(records, output_files)
 
+  _log_done(stats, start, output_files)
+  return stats
+
+
+def _log_done(stats, start, output_files):
   elapsed = time.monotonic() - start
   logging.info("Wrote %s in %.1f s (%.2f MB/s of text)", stats.summary(), elapsed,
                stats.input_bytes / 1e6 / max(elapsed, 1e-9))
   logging.info("Output file(s):\n  %s", "\n  ".join(output_files))
-  return stats
 
 
 def main(_):

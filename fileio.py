@@ -111,15 +111,18 @@ def expand_file_patterns(patterns, what="input file"):
   return files
 
 
-def read_lines(path):
+def read_lines(path, opener=None):
   """Yields (line_number, text) for a UTF-8 text file, line endings stripped.
 
   Invalid UTF-8 is rejected rather than silently altered: the error names the file, the line and
   the byte offset so the user can fix or re-encode the source. A UTF-8 byte-order mark at the start
-  of the file is dropped (the GLUE MRPC files carry one).
+  of the file is dropped (the GLUE MRPC files carry one). `opener(path)`, when given, opens the
+  file for binary reading from elsewhere than the local file system (a Beam worker reads gs://
+  paths through Beam's file systems).
   """
-  check_file(path)
-  with open(path, "rb") as f:
+  if opener is None:
+    check_file(path)
+  with open(path, "rb") if opener is None else opener(path) as f:
     for number, raw in enumerate(f, start=1):
       try:
         text = raw.decode("utf-8")

@@ -20,9 +20,12 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 from absl import flags
@@ -224,6 +227,110 @@ def dispatch(sides):
     raise ValueError(f"--side must be one of {sorted(sides)}, got {FLAGS.side!r}")
   child_result(sides[FLAGS.side](FLAGS.variant))
   return True
+
+
+# --- create_pretraining_data runs (its speed and Beam benchmarks) -------------------------------
+
+
+# The original create_pretraining_data.py, run on TensorFlow 2 through tf.compat.v1 (needs `six`).
+RUN_ORIGINAL = os.path.join(SHARED, "reference", "original", "run_original.py")
+
+
+def build_text(documents, target_bytes, path, seed=0):
+  """Writes copies of `documents` to `path` until it holds `target_bytes`; returns its size.
+  Copy 0 is the corpus as it is; later copies shuffle the documents and rotate each one's
+  sentences, so no document repeats exactly."""
+  rng = random.Random(seed)
+  size, copy = 0, 0
+  with open(path, "w", encoding="utf-8") as f:
+    while size < target_bytes:
+      order = list(documents)
+      if copy:
+        rng.shuffle(order)
+        order = [doc[k:] + doc[:k] for doc in order for k in [rng.randrange(len(doc))]]
+      for doc in order:
+        text = "\n".join(doc) + "\n\n"
+        f.write(text)
+        size += len(text.encode("utf-8"))
+        if size >= target_bytes:
+          break
+      copy += 1
+  return size
+
+
+def process_tree(root):
+  """The ids of process `root` and its descendants, from /proc."""
+  parents = {}
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      except (OSError, IndexError, ValueError):
+        pass
+  # /proc/PID/task/TID/children is absent on kernels built without CONFIG_PROC_CHILDREN (this
+  # one), so the tree comes from every process's parent id.
+  tree, frontier = {root}, [root]
+  while frontier:
+    pid = frontier.pop()
+    children = [c for c, p in parents.items() if p == pid and c not in tree]
+    tree.update(children)
+    frontier.extend(children)
+  return tree
+
+
+def tree_pss(root):
+  """Summed proportional set size (bytes) of `root` and its descendants, from /proc: resident
+  memory with pages shared between processes (forked workers) counted once."""
+  total = 0
+  for pid in process_tree(root):
+    try:
+      with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
+        total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+    except (OSError, StopIteration, ValueError):
+      pass
+  return total
+
+
+def run_measured(args, on_sample=None):
+  """Runs `args`; returns {wall_s, cpu_s, max_process_rss_gb, tree_pss_gb, exit_code, ...}.
+  `on_sample(pid)`, if given, is called with the process id at every sample (every 0.1 s)."""
+  start = time.perf_counter()
+  with tempfile.TemporaryFile("w+") as log:
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+      while not done.wait(0.1):
+        peak[0] = max(peak[0], tree_pss(proc.pid))
+        if on_sample:
+          on_sample(proc.pid)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    # wait4 rather than Popen.wait: it also returns this child's resource usage alone.
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    log.seek(0)
+    tail = log.read()[-2000:]
+  return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+          "max_process_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 3),
+          "tree_pss_gb": round(peak[0] / 1e9, 3), "exit_code": proc.returncode,
+          **({"log_tail": tail} if proc.returncode else {})}
+
+
+def count_records(path):
+  """Records in a TFRecord file, from its framing (length, crc, data, crc)."""
+  count = 0
+  with open(path, "rb") as f:
+    while header := f.read(8):
+      f.seek(4 + int.from_bytes(header, "little") + 4, os.SEEK_CUR)
+      count += 1
+  return count
 
 
 # --- figures and the JSON line -------------------------------------------------------------------

@@ -21,13 +21,9 @@ throughput, exact mode >= 10x.
 """
 
 import os
-import random
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 from absl import app
 from absl import flags
@@ -47,96 +43,6 @@ common.define_corpus_flags()
 flags.DEFINE_string("work_dir", None, "Where the text and the records go (default: a temporary "
                     "directory, removed at the end).")
 
-RUN_ORIGINAL = os.path.join(common.SHARED, "reference", "original", "run_original.py")
-
-
-def build_text(documents, target_bytes, path, seed=0):
-  """Writes copies of `documents` to `path` until it holds `target_bytes`; returns its size.
-  Copy 0 is the corpus as it is; later copies shuffle the documents and rotate each one's
-  sentences, so no document repeats exactly."""
-  rng = random.Random(seed)
-  size, copy = 0, 0
-  with open(path, "w", encoding="utf-8") as f:
-    while size < target_bytes:
-      order = list(documents)
-      if copy:
-        rng.shuffle(order)
-        order = [doc[k:] + doc[:k] for doc in order for k in [rng.randrange(len(doc))]]
-      for doc in order:
-        text = "\n".join(doc) + "\n\n"
-        f.write(text)
-        size += len(text.encode("utf-8"))
-        if size >= target_bytes:
-          break
-      copy += 1
-  return size
-
-
-def _tree_pss(root):
-  """Summed proportional set size (bytes) of `root` and its descendants, from /proc: resident
-  memory with pages shared between processes (forked workers) counted once."""
-  parents = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-      except (OSError, IndexError, ValueError):
-        pass
-  # /proc/PID/task/TID/children is absent on kernels built without CONFIG_PROC_CHILDREN (this
-  # one), so the tree comes from every process's parent id.
-  tree, frontier = {root}, [root]
-  while frontier:
-    pid = frontier.pop()
-    children = [c for c, p in parents.items() if p == pid and c not in tree]
-    tree.update(children)
-    frontier.extend(children)
-  total = 0
-  for pid in tree:
-    try:
-      with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
-        total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
-    except (OSError, StopIteration, ValueError):
-      pass
-  return total
-
-
-def run_measured(args):
-  """Runs `args`; returns {wall_s, cpu_s, max_process_rss_gb, tree_pss_gb, exit_code, ...}."""
-  start = time.perf_counter()
-  with tempfile.TemporaryFile("w+") as log:
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    peak = [0]
-    done = threading.Event()
-
-    def sample():
-      while not done.wait(0.1):
-        peak[0] = max(peak[0], _tree_pss(proc.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    # wait4 rather than Popen.wait: it also returns this child's resource usage alone.
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    log.seek(0)
-    tail = log.read()[-2000:]
-  return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-          "max_process_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 3),
-          "tree_pss_gb": round(peak[0] / 1e9, 3), "exit_code": proc.returncode,
-          **({"log_tail": tail} if proc.returncode else {})}
-
-
-def count_records(path):
-  """Records in a TFRecord file, from its framing (length, crc, data, crc)."""
-  count = 0
-  with open(path, "rb") as f:
-    while header := f.read(8):
-      f.seek(4 + int.from_bytes(header, "little") + 4, os.SEEK_CUR)
-      count += 1
-  return count
 
 
 def main(argv):
@@ -145,7 +51,8 @@ def main(argv):
   os.makedirs(work_dir, exist_ok=True)
   try:
     text = os.path.join(work_dir, "corpus.txt")
-    input_bytes = build_text(common.read_documents(FLAGS.corpus), int(FLAGS.target_mb * 1e6), text)
+    input_bytes = common.build_text(common.read_documents(FLAGS.corpus),
+                                    int(FLAGS.target_mb * 1e6), text)
     input_mb = input_bytes / 1e6
     common_flags = [
         f"--input_file={text}", f"--vocab_file={FLAGS.vocab_file}", "--do_lower_case=True",
@@ -156,16 +63,17 @@ def main(argv):
                    *common_flags, f"--mode={mode}", f"--num_workers={FLAGS.num_workers}"]
             for mode in FLAGS.modes}
     if FLAGS.original:
-      runs["original"] = [sys.executable, RUN_ORIGINAL, "create_pretraining_data", *common_flags]
+      runs["original"] = [sys.executable, common.RUN_ORIGINAL, "create_pretraining_data",
+                          *common_flags]
     results = {}
     for name, args in runs.items():
       output = os.path.join(work_dir, f"{name}.tfrecord")
       print(f"[create_pretraining_data_speed] {name} on {input_mb:.2f} MB ...", file=sys.stderr,
             flush=True)
-      r = run_measured(args + [f"--output_file={output}"])
+      r = common.run_measured(args + [f"--output_file={output}"])
       if r["exit_code"] == 0:
         r["per_s"] = input_mb / r["wall_s"]
-        r["records"] = count_records(output)
+        r["records"] = common.count_records(output)
         r["output_mb"] = round(os.path.getsize(output) / 1e6, 1)
         # The larger of the two: RSS is the largest process's, PSS what a process tree really
         # holds; on a busy machine PSS shrinks as other processes share the libraries.

@@ -1,0 +1,218 @@
+"""Tests for create_pretraining_data --beam_pipeline_options: fast mode as an Apache Beam job.
+
+The job runs on Beam's in-process runner (FnApiRunner; DirectRunner would first try to download
+the Prism runner), with two worker processes where the records are compared, and must write the
+multiset of records the local fast mode writes.
+"""
+
+import collections
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ENV, ROOT, VOCAB, WIKITEXT, requires_shared, run_script
+from bert_tf2 import create_pretraining_data as cpd
+from bert_tf2 import fileio
+
+requires_beam = pytest.mark.skipif(
+    importlib.util.find_spec("apache_beam") is None,
+    reason="apache_beam is not installed (`pip install -r requirements-beam.txt`; make setup "
+           "installs it)")
+
+TWO_WORKERS = "--runner=FnApiRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+# Small chunks, so that the 60 documents make 8 chunks for the two workers.
+FAST = dict(mode="fast", dupe_factor=1, chunk_documents=8, shuffle_buffer_size=300,
+            num_output_shards=3)
+
+
+def tfrecords(path):
+  """The records of a TFRecord file, from its framing (fileio.tfrecord_bytes writes it)."""
+  with open(path, "rb") as f:
+    data = f.read()
+  records, i = [], 0
+  while i < len(data):
+    length = int.from_bytes(data[i:i + 8], "little")
+    records.append(data[i + 12:i + 12 + length])
+    i += 12 + length + 4
+  return records
+
+
+def options(tmp_path, name, **kwargs):
+  kwargs = {"input_file": WIKITEXT, "vocab_file": VOCAB, "num_workers": 1, **FAST, **kwargs}
+  return cpd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
+
+
+def test_pipeline_options_in_both_forms():
+  assert cpd.beam_pipeline_args("runner=DataflowRunner, project=p,region=europe-west4") == [
+      "--runner=DataflowRunner", "--project=p", "--region=europe-west4"]
+  assert cpd.beam_pipeline_args(" --runner=FlinkRunner --flink_master='host:8081' "
+                                "--experiments=a,b") == [
+      "--runner=FlinkRunner", "--flink_master=host:8081", "--experiments=a,b"]
+
+
+def test_without_beam_the_flag_is_a_clear_error(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "apache_beam", None)  # `import apache_beam` fails
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\n.\n", encoding="utf-8")
+  text = tmp_path / "text.txt"
+  text.write_text("the cat sat.\nthe cat.\n\ncat sat.\nthe the cat.\n", encoding="utf-8")
+  tiny = dict(input_file=str(text), vocab_file=str(vocab), max_seq_length=16,
+              max_predictions_per_seq=2)
+  with pytest.raises(fileio.InputError,
+                     match=r"--beam_pipeline_options needs Apache Beam.*requirements-beam.txt"):
+    cpd.run(options(tmp_path, "out/", beam_pipeline_options="runner=FnApiRunner", **tiny))
+  assert not os.path.exists(tmp_path / "out")
+  # Without the flag, fast mode runs as ever.
+  assert cpd.run(options(tmp_path, "out/", **tiny)).instances > 0
+  assert len(os.listdir(tmp_path / "out")) == 3
+
+
+@requires_shared
+@requires_beam
+def test_beam_job_on_two_workers_writes_the_local_fast_mode_records(tmp_path):
+  local = cpd.run(options(tmp_path, "local/"))
+  # From another directory, as a user would: the worker processes still import the project.
+  done = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+       f"--input_file={WIKITEXT}", f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/beam/",
+       f"--beam_pipeline_options={TWO_WORKERS}",
+       *[f"--{name}={value}" for name, value in FAST.items()]],
+      cwd=str(tmp_path), env=ENV, capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  names = [f"pretraining-{i:05d}-of-00003.tfrecord" for i in range(3)]
+  assert sorted(os.listdir(tmp_path / "beam")) == names  # no temporaries left
+  shards = [tfrecords(tmp_path / "beam" / name) for name in names]
+  local_records = [r for name in names for r in tfrecords(tmp_path / "local" / name)]
+  beam_records = [r for shard in shards for r in shard]
+  assert len(beam_records) == local.instances > 500
+  assert collections.Counter(beam_records) == collections.Counter(local_records)
+  # Dealt evenly: each chunk's records go round the shards.
+  assert max(map(len, shards)) - min(map(len, shards)) <= 8
+  # The counts are reported as the local run reports them.
+  assert f"Wrote {local.summary()}" in done.stderr
+  assert "fast mode: 1.1/1.1 MB (100%)" in done.stderr
+
+
+@requires_shared
+@requires_beam
+def test_beam_job_outputs_and_counts_in_process(tmp_path):
+  # The in-process runner without worker processes: the same records again, into a {shard}
+  # pattern, and the same Stats.
+  local = cpd.run(options(tmp_path, "local.tfrecord", num_output_shards=1, no_nsp=True))
+  beam = cpd.run(options(tmp_path, "out/part-{shard}.tfrecord", num_output_shards=2,
+                         no_nsp=True, beam_pipeline_options="runner=FnApiRunner"))
+  assert beam == local
+  assert sorted(os.listdir(tmp_path / "out")) == ["part-0.tfrecord", "part-1.tfrecord"]
+  records = tfrecords(tmp_path / "out" / "part-0.tfrecord") + tfrecords(
+      tmp_path / "out" / "part-1.tfrecord")
+  assert collections.Counter(records) == collections.Counter(
+      tfrecords(tmp_path / "local.tfrecord"))
+
+
+@requires_shared
+@requires_beam
+def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path):
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes("Fine line.\n\nCaf\u00e9 ".encode() + b"\xff\xfe broken\n")
+  empty = tmp_path / "empty.txt"
+  empty.write_bytes(b"\n  \n\n")
+  in_process = "runner=FnApiRunner"
+  with pytest.raises(fileio.InputError, match=r"^\S*bad.txt:3: invalid UTF-8 at byte 6 of the "
+                                              r"line \(b'\\xff\\xfe b'\); re-encode the file as "
+                                              r"UTF-8$"):
+    cpd.run(options(tmp_path, "out/", input_file=str(bad), beam_pipeline_options=in_process))
+  with pytest.raises(fileio.InputError, match=r"^no documents in the input \(\S*empty.txt\): "
+                                              r"it needs text .* between documents$"):
+    cpd.run(options(tmp_path, "out/", input_file=str(empty), beam_pipeline_options=in_process))
+  # Neither left a file (nor a temporary) or the directory it would have made.
+  assert not os.path.exists(tmp_path / "out")
+  for flag, message in [
+      ("direct_num_worker=2", r"Beam \(runner FnApiRunner\) has no pipeline option "
+                              r"--direct_num_worker$"),
+      ("direct_running_mode=many", r"argument --direct_running_mode: invalid choice: 'many'"),
+      ("runner=NoSuchRunner", "Unexpected pipeline runner: NoSuchRunner"),
+  ]:
+    with pytest.raises(fileio.InputError, match="^--beam_pipeline_options: " + message):
+      cpd.run(options(tmp_path, "out/", beam_pipeline_options=flag))
+  with pytest.raises(fileio.InputError, match="--beam_pipeline_options runs fast mode; add "
+                                              "--mode=fast"):
+    cpd.run(options(tmp_path, "out/", mode="exact", beam_pipeline_options=in_process))
+
+
+@requires_shared
+@requires_beam
+def test_command_line_bad_line_is_one_error_line(tmp_path):
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"One sentence.\nAnother one.\n\n\xc3 cut\n")
+  done = run_script([os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={bad}",
+                     f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
+                     f"--beam_pipeline_options={TWO_WORKERS}"], env=ENV)
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert done.stderr.strip().splitlines()[-1] == (
+      f"error: {bad}:4: invalid UTF-8 at byte 0 of the line (b'\\xc3 cu'); re-encode the file "
+      f"as UTF-8")
+  assert not os.path.exists(tmp_path / "out")
+
+
+def _beam_workers(root):
+  """Ids of the Beam SDK worker processes under process `root`, from /proc."""
+  parents, commands = {}, {}
+  for entry in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+        parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        commands[int(entry)] = f.read()
+    except (OSError, IndexError, ValueError):
+      continue
+  tree, frontier = set(), [root]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent]
+    tree.update(children)
+    frontier.extend(children)
+  return {pid for pid in tree if b"sdk_worker_main" in commands.get(pid, b"")}
+
+
+@requires_shared
+@requires_beam
+def test_sigterm_stops_the_job_its_workers_and_leaves_no_output(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  with open(WIKITEXT, "rb") as f:
+    corpus.write_bytes(f.read() * 10)
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
+       f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
+       f"--beam_pipeline_options={TWO_WORKERS}"],
+      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
+      assert proc.poll() is None, proc.communicate()[1][-3000:]
+      assert time.time() < deadline, "the job did not get going"
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 143, err[-3000:]
+  assert err.strip().splitlines()[-1] == (
+      "error: stopped by SIGTERM; no incomplete output was left under its final name")
+  assert not os.path.exists(tmp_path / "out")
+  time.sleep(0.5)
+  assert not {pid for pid in workers if _running(pid)}, "workers outlived it"
+
+
+def _running(pid):
+  """Whether process `pid` exists and is not a zombie (ended, not yet reaped)."""
+  try:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
