@@ -206,8 +206,9 @@ def define_doc_stride_flag(default=None):
   _define(flags.DEFINE_integer, "doc_stride", default,
           "Texts longer than one sequence are read in overlapping windows starting this many "
           "WordPiece tokens apart; it must be below the text tokens of a window, so that windows "
-          "overlap. run_squad and export_model's squad model: the context's windows (default "
-          "128). run_classifier and extract_features: unset by default, and a longer text is "
+          "overlap. run_squad and export_model's squad model: the context's windows (default 128; "
+          "export_model: half a window's context tokens when they are 128 or fewer). "
+          "run_classifier and extract_features: unset by default, and a longer text is "
           "truncated as in the original; set, the long text (text_b of a pair, else text_a) is "
           "read whole: run_classifier trains on every window with its example's label and "
           "predicts an example from the mean of its windows' probabilities, extract_features "
