@@ -161,20 +161,24 @@ def test_split_line_and_features(ef, tmp_path):
   assert features[3].tokens == ["[CLS]", "a", "b", "c", "[SEP]", "b", "c", "[SEP]"]
 
 
-@requires_shared
-def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
-  """Input read a few lines at a time gives the same output as in one piece."""
+def _small_extractor(ef):
+  """(uncased tokenizer, a small random LayerExtractor of layers -1 and 0, its Trainer)."""
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
-  vocab = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
-  tokenizer = tokenization.FullTokenizer(vocab, True)
   config = modeling.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=32,
                                max_position_embeddings=32, type_vocab_size=2)
   tf.random.set_seed(1)
   model = ef.LayerExtractor(config, [-1, 0])
-  trainer = training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None)
+  return (tokenization.FullTokenizer(VOCAB, True), model,
+          training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None))
+
+
+@requires_shared
+def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
+  """Input read a few lines at a time gives the same output as in one piece."""
+  tokenizer, _, trainer = _small_extractor(ef)
   input_file = tmp_path / "input.txt"
   input_file.write_text("the man went to the store .\nhe bought milk ||| and bread\n\n"
                         "a b c\nlast line\n", encoding="utf-8")
@@ -289,16 +293,8 @@ def test_doc_stride_takes_each_token_from_its_max_context_window(ef, tmp_path):
   --doc_stride: one output line per input line holding every token, each token's vectors those
   of the window where it has the most context, run here directly through the model; lines that
   fit in one window give exactly the output without --doc_stride."""
-  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
-  tokenizer = tokenization.FullTokenizer(VOCAB, True)
-  config = modeling.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=32,
-                               max_position_embeddings=32, type_vocab_size=2)
-  tf.random.set_seed(1)
-  model = ef.LayerExtractor(config, [-1, 0])
-  trainer = training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None)
+  tokenizer, model, trainer = _small_extractor(ef)
   seq_length, stride = 24, 7
   texts = [line.strip() for _, line in fileio.read_lines(WIKITEXT) if line.strip()]
   long = [t for t in texts if 60 < len(tokenizer.tokenize(t)) < 120][:6]
