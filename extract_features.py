@@ -113,12 +113,7 @@ def convert_lines_to_features(numbered_lines, seq_length, tokenizer, doc_stride=
     if len(spans) > 1:
       best = [sliding_windows.max_context(spans, i) for i in range(len(b or a))]
     for index, span in enumerate(spans):
-      window_a, window_b = sliding_windows.window_segments(a, b, span)
-      tokens = ["[CLS]"] + window_a + ["[SEP]"]
-      type_ids = [0] * len(tokens)
-      if window_b:
-        tokens += window_b + ["[SEP]"]
-        type_ids += [1] * (len(window_b) + 1)
+      tokens, type_ids = sliding_windows.window_tokens(a, b, span)
       sources = None
       if len(spans) > 1:
         start = len(tokens) - 1 - span.length  # the window's first token of the windowed text

@@ -658,12 +658,7 @@ def convert_example_windows(ex_index, example, label_list, max_seq_length, token
                             f"one of {', '.join(map(str, label_list))}")
   features = []
   for span in spans:
-    a, b = sliding_windows.window_segments(first, second, span)
-    tokens = ["[CLS]", *a, "[SEP]"]
-    segment_ids = [0] * len(tokens)
-    if b:
-      tokens.extend([*b, "[SEP]"])
-      segment_ids.extend([1] * (len(b) + 1))
+    tokens, segment_ids = sliding_windows.window_tokens(first, second, span)
     input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
                                                                 max_seq_length)
     if ex_index < 5:

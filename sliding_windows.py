@@ -68,7 +68,7 @@ def check_stride(doc_stride, window, what):
 def sequence_windows(tokens_a, tokens_b, max_seq_length, doc_stride=None):
   """How a text (`tokens_b` empty) or a pair is read as [CLS] a [SEP] (b [SEP]) sequences of at
   most `max_seq_length` tokens: (a, b, spans), a and b the tokens kept and `spans` the windows
-  over the windowed text, b (or a, without b). `window_segments` gives each window's a and b.
+  over the windowed text, b (or a, without b). `window_tokens` gives each window's sequence.
 
   When the text fits, or without `doc_stride`, there is one window, cut as the original cuts:
   tokenization.truncate_seq_pair for a pair (the longer text loses tokens until both fit), the
@@ -92,8 +92,17 @@ def sequence_windows(tokens_a, tokens_b, max_seq_length, doc_stride=None):
   return a, b, spans(len(b), budget - len(a), doc_stride)
 
 
-def window_segments(a, b, span):
-  """(a tokens, b tokens) of the window `span` of `sequence_windows`' (a, b, spans)."""
+def window_tokens(a, b, span):
+  """(tokens, segment ids) of the window `span` of `sequence_windows`' (a, b, spans): [CLS] a
+  [SEP] (b [SEP]) with its windowed text cut to the span; segment 0 up to the first [SEP], 1
+  after it."""
   if b:
-    return a, b[span.start:span.start + span.length]
-  return a[span.start:span.start + span.length], []
+    b = b[span.start:span.start + span.length]
+  else:
+    a = a[span.start:span.start + span.length]
+  tokens = ["[CLS]", *a, "[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if b:
+    tokens += [*b, "[SEP]"]
+    segment_ids += [1] * (len(b) + 1)
+  return tokens, segment_ids
