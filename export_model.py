@@ -21,9 +21,11 @@ preprocessing inside them, so clients send text.
   (`text_a`, plus `text_b` for sentence-pair tasks) and returns the label, its id and the
   probabilities of every label (or `score` for regression).
 * squad: a fine-tuned run_squad.py model whose `serving_default` takes `question` and `context`
-  and returns the best answer span: its start/end positions in the input sequence, the answer
-  text (the context's whitespace-separated words the span covers) and its score. One window per example: a context
-  longer than --max_seq_length is cut, where run_squad.py would slide windows over it.
+  and returns run_squad.py's answer over the whole context: the context is read in windows
+  --doc_stride tokens apart, the best span over all of them is chosen by run_squad's rules
+  (--n_best_size, --max_answer_length, the max-context window), and the outputs are its text
+  (run_squad's projection onto the context), score (start + end logit), window and start/end
+  positions in that window's input sequence. SQuAD 2.0's no-answer is not predicted.
 
 Every SavedModel is written to a temporary directory beside --export_dir and renamed into place
 when complete, so an interrupted export never leaves a half-written model under its final name.
@@ -37,6 +39,7 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 import os
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 from absl import flags
 from absl import logging
@@ -45,6 +48,7 @@ from bert_tf2 import checkpoints
 from bert_tf2 import graph_tokenization
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
+from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
@@ -67,6 +71,7 @@ def define_flags():
                     "classifier: serving_default takes text_a and text_b (sentence-pair task); "
                     "the `pairs` signature takes both in any case.")
   script_flags.define_squad_flags()
+  script_flags.define_doc_stride_flag()  # squad: see _fine_tuned_module
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,82 +238,226 @@ class ClassifierModule(_SavedModelRoot):
 
 
 _SQUAD_WHITESPACE = "[ \t\r\n\u202f]"  # run_squad's _is_whitespace.
+_SPACE = 32
+
+
+def _context_windows(query_len, doc_len, seq_length, doc_stride):
+  """run_squad's windows over each context (sliding_windows.spans) in TF ops: (example, index,
+  start, length) of each window, contexts' windows in a row, and the number of windows of each
+  context. A context of `doc_len` tokens after a question of `query_len` has windows of
+  seq_length - 3 - query_len tokens starting doc_stride apart, the last one ending at its last
+  token; an empty context has one empty window (run_squad none)."""
+  max_tokens = seq_length - 3 - query_len
+  step = tf.minimum(doc_stride, max_tokens)
+  count = tf.where(doc_len > max_tokens, 1 + (doc_len - max_tokens + step - 1) // step, 1)
+  example = tf.repeat(tf.range(tf.size(count)), count)
+  index = tf.ragged.range(count).flat_values
+  start = index * tf.gather(step, example)
+  length = tf.minimum(tf.gather(max_tokens, example), tf.gather(doc_len, example) - start)
+  return example, index, start, length, count
+
+
+def _max_context(example, index, start, length, count, offset, seq_length):
+  """[windows, seq_length]: whether each position of each window is a context token that this
+  window reads with the most context of all its context's windows (sliding_windows.max_context,
+  the same float64 score, the first window on a tie); `offset` is each window's first context
+  position."""
+  positions = tf.range(seq_length)[None, :] - offset[:, None]  # in the window's context tokens
+  in_window = (positions >= 0) & (positions < length[:, None])
+  token = start[:, None] + positions  # [windows, seq]: the context token at each position
+  # Every window of the same context, by its index there: [windows, most windows of a context].
+  siblings = tf.gather(tf.RaggedTensor.from_row_lengths(tf.range(tf.size(example)),
+                                                        count).to_tensor(-1), example)
+  exists = siblings >= 0
+  other = tf.maximum(siblings, 0)
+  other_start = tf.gather(start, other)[:, None, :]
+  other_length = tf.gather(length, other)[:, None, :]
+  left = token[:, :, None] - other_start
+  right = other_start + other_length - 1 - token[:, :, None]
+  holds = exists[:, None, :] & (left >= 0) & (right >= 0)
+  score = (tf.cast(tf.minimum(left, right), tf.float64)
+           + tf.constant(0.01, tf.float64) * tf.cast(other_length, tf.float64))
+  score = tf.where(holds, score, -np.inf)
+  best = tf.reduce_max(score, axis=-1, keepdims=True)
+  ranks = tf.range(tf.shape(siblings)[1])[None, None, :]
+  first_best = tf.reduce_min(tf.where(holds & tf.equal(score, best), ranks, tf.int32.max), -1)
+  return in_window, in_window & tf.equal(first_best, index[:, None])
+
+
+def _gather_or(values, indices, ok, default):
+  """values[indices] where `ok`, else `default` (no index is read there: `values` may be empty)."""
+  padded = tf.concat([values, tf.fill([1], tf.cast(default, values.dtype))], 0)
+  return tf.gather(padded, tf.where(ok, indices, tf.size(values)))
+
+
+def final_text(preprocessor, pieces, orig_text):
+  """run_squad.get_final_text in TF ops, for a batch: the part of `orig_text` ([batch] strings,
+  the whitespace words a span covers, joined by spaces) that the span's WordPiece tokens
+  (`pieces`, [batch, (tokens)] strings) came from.
+
+  As the original: the tokens joined with "##" pieces glued back are searched (first occurrence,
+  in characters) in the basic-tokenized orig_text joined by spaces; both texts without spaces
+  are aligned character by character, so the answer keeps the context's casing and accents and
+  drops the partly covered words' other characters. When the search fails or the texts differ in
+  length without spaces (accents, cleaned characters), orig_text whole.
+  """
+  batch = tf.shape(orig_text)[0]
+  pred = tf.strings.reduce_join(pieces, axis=1, separator=" ")
+  pred = tf.strings.regex_replace(tf.strings.regex_replace(pred, " ##", ""), "##", "")
+  pred = tf.strings.regex_replace(tf.strings.strip(pred), " +", " ")
+  tok = tf.strings.reduce_join(preprocessor.words(orig_text), axis=1, separator=" ")
+  pred_len = tf.strings.length(pred, unit="UTF8_CHAR")
+  tok_len = tf.strings.length(tok, unit="UTF8_CHAR")
+  # str.find: the first start where the substring of pred's length is pred.
+  candidates = tf.ragged.range(tf.maximum(tok_len - pred_len + 1, 0))
+  rows = tf.cast(candidates.value_rowids(), tf.int32)
+  match = tf.equal(tf.strings.substr(tf.gather(tok, rows), candidates.flat_values,
+                                     tf.gather(pred_len, rows), unit="UTF8_CHAR"),
+                   tf.gather(pred, rows))
+  found = tf.math.unsorted_segment_min(tf.where(match, candidates.flat_values, tf.int32.max),
+                                       rows, batch)
+  end = found + pred_len - 1
+  # Characters other than " " counted up to each position, in both texts.
+  tok_chars = tf.strings.unicode_decode(tok, "UTF-8")
+  orig_chars = tf.strings.unicode_decode(orig_text, "UTF-8")
+  tok_kept = tf.cast(tf.not_equal(tok_chars, _SPACE), tf.int32)
+  orig_kept = tf.not_equal(orig_chars, _SPACE)
+  tok_count = tf.reduce_sum(tok_kept, axis=1)
+  orig_positions = tf.ragged.boolean_mask(
+      tf.ragged.range(tf.cast(orig_chars.row_lengths(), tf.int32)), orig_kept)
+  ok = ((found < tf.int32.max) & (pred_len > 0)
+        & tf.equal(tok_count, tf.cast(orig_positions.row_lengths(), tf.int32)))
+  tok_starts = tf.cast(tok_chars.row_starts(), tf.int32)
+  before = (tf.cumsum(tok_kept.flat_values, exclusive=True)
+            - tf.repeat(tf.cumsum(tok_count, exclusive=True), tok_chars.row_lengths()))
+  orig_starts = tf.cast(orig_positions.row_starts(), tf.int32)
+  bounds = []
+  for position in (found, end):
+    ok &= tf.equal(_gather_or(tok_kept.flat_values, tok_starts + position, ok, 0), 1)
+    bounds.append(_gather_or(orig_positions.flat_values,
+                             orig_starts + _gather_or(before, tok_starts + position, ok, 0), ok,
+                             0))
+  return tf.where(ok, tf.strings.substr(orig_text, bounds[0], bounds[1] - bounds[0] + 1,
+                                        unit="UTF8_CHAR"), orig_text)
+
+
+def squad_doc_stride(seq_length, max_query_length, doc_stride=None):
+  """The SQuAD model's --doc_stride: checked against the context tokens of a window, as
+  run_squad.py checks it; by default run_squad's 128, or half a window's context tokens where
+  they are no more than 128."""
+  if seq_length <= max_query_length + 3:
+    raise fileio.InputError(f"--max_seq_length={seq_length} must be above "
+                            f"--max_query_length={max_query_length} + 3")
+  context_tokens = seq_length - max_query_length - 3
+  if doc_stride is None:
+    return 128 if context_tokens > 128 else max(1, context_tokens // 2)
+  sliding_windows.check_stride(
+      doc_stride, context_tokens, f"context tokens of a window (--max_seq_length={seq_length} - "
+      f"--max_query_length={max_query_length} - 3)")
+  return doc_stride
 
 
 class SquadModule(_SavedModelRoot):
-  """A fine-tuned SQuAD model on raw text: question + context -> the best answer span.
+  """A fine-tuned SQuAD model on raw text: question + context -> the answer run_squad.py predicts.
 
-  The context is split into words and each word tokenized on its own, as run_squad.py does, so
-  every token knows its word and the answer is returned as the context's words it covers. Only
-  the first window is read: tokens beyond --max_seq_length are cut.
+  As run_squad.py: the context is split into words, each word tokenized on its own, and read in
+  windows [CLS] question [SEP] window [SEP] starting doc_stride tokens apart; the answer is the
+  span with the highest start + end logit among each window's n_best_size best starts and ends,
+  inside its context, at most max_answer_length tokens, starting at a token this window reads
+  with the most context, and its text is the context's (get_final_text, `final_text`). SQuAD 2.0's
+  no-answer is not predicted.
   """
 
   def __init__(self, model, vocab_file, do_lower_case, seq_length, max_query_length,
-               max_answer_length):
+               max_answer_length, doc_stride=None, n_best_size=20):
     super().__init__(name="squad")
-    if seq_length <= max_query_length + 3:
-      raise fileio.InputError(f"--max_seq_length={seq_length} must be above "
-                              f"--max_query_length={max_query_length} + 3")
+    doc_stride = squad_doc_stride(seq_length, max_query_length, doc_stride)
     self.model = model
     self.preprocessor = graph_tokenization.TextPreprocessor(vocab_file, do_lower_case, seq_length)
     self.seq_length = seq_length
     self.max_query_length = max_query_length
     self.max_answer_length = max_answer_length
+    self.doc_stride = doc_stride
+    self.n_best_size = min(n_best_size, seq_length)
+    vocab = tokenization.load_vocab(vocab_file)
+    self._token_of_id = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(list(vocab.values()), tf.int32),
+                                            tf.constant(list(vocab))), default_value="[UNK]")
     self._set_tokenization_info(vocab_file, do_lower_case)
     self._set_reusable_attributes([model])
 
   def _answer(self, question, context):
     pre = self.preprocessor
-    query = pre.tokenize_text(question).merge_dims(1, 2)
-    query = query[:, :self.max_query_length]
+    query = pre.tokenize_text(question).merge_dims(1, 2)[:, :self.max_query_length]
     # [batch, (words)] -> [batch, (words), (pieces)]: each word of the context tokenized alone.
     words = tf.strings.split(tf.strings.regex_replace(context, _SQUAD_WHITESPACE, " "), " ")
     words = tf.ragged.boolean_mask(words, tf.not_equal(words, ""))
     pieces = pre.tokenize_text(words.flat_values).merge_dims(1, 2)
     doc = tf.RaggedTensor.from_row_splits(pieces, words.row_splits)
     word_of_token = doc.with_flat_values(
-        tf.cast(doc.values.value_rowids(), tf.int32)).merge_dims(1, 2)  # Flat word index.
+        tf.cast(doc.values.value_rowids(), tf.int32)).merge_dims(1, 2).flat_values  # Flat word.
     doc = doc.merge_dims(1, 2)
+    doc_starts = tf.cast(doc.row_starts(), tf.int32)
     query_len = tf.cast(query.row_lengths(), tf.int32)
-    budget = self.seq_length - 3 - query_len
-    keep = tf.ragged.range(tf.cast(doc.row_lengths(), tf.int32)) < budget[:, None]
-    doc = tf.ragged.boolean_mask(doc, keep)
-    word_of_token = tf.ragged.boolean_mask(word_of_token, keep)
-    features = pre.pack([query, doc], self.seq_length)
+    example, index, start, length, count = _context_windows(
+        query_len, tf.cast(doc.row_lengths(), tf.int32), self.seq_length, self.doc_stride)
+    window_tokens = tf.ragged.range(start, start + length) + tf.gather(doc_starts, example)[:, None]
+    features = pre.pack([tf.gather(query, example),
+                         window_tokens.with_flat_values(tf.gather(doc.flat_values,
+                                                                  window_tokens.flat_values))],
+                        self.seq_length)
     outputs = self.model({"input_ids": features["input_word_ids"],
                           "input_mask": features["input_mask"],
                           "segment_ids": features["input_type_ids"]})
-    # Score every (start, end) inside the context with end - start < max_answer_length.
-    offset = query_len + 2  # [CLS] question [SEP]
-    doc_len = tf.cast(doc.row_lengths(), tf.int32)
-    positions = tf.range(self.seq_length)
-    in_doc = ((positions[None, :] >= offset[:, None])
-              & (positions[None, :] < (offset + doc_len)[:, None]))
-    span = positions[None, :] - positions[:, None]  # [start, end] -> end - start
-    allowed = (in_doc[:, :, None] & in_doc[:, None, :]
-               & ((span >= 0) & (span < self.max_answer_length))[None])
-    scores = (outputs["start_logits"][:, :, None] + outputs["end_logits"][:, None, :])
-    scores = tf.where(allowed, scores, -1e30)
-    flat = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1,
-                     output_type=tf.int32)
-    start, end = flat // self.seq_length, flat % self.seq_length
-    has_answer = tf.reduce_any(allowed, axis=[1, 2])
-    token_start = tf.maximum(start - offset, 0)
-    token_end = tf.maximum(end - offset, 0)
-    first_word = tf.gather(word_of_token.flat_values,
-                           tf.cast(word_of_token.row_starts(), tf.int32) + token_start)
-    last_word = tf.gather(word_of_token.flat_values,
-                          tf.cast(word_of_token.row_starts(), tf.int32) + token_end)
-    word_index = tf.ragged.range(tf.cast(words.row_starts(), tf.int32),
-                                 tf.cast(words.row_limits(), tf.int32))
-    chosen = (word_index >= first_word[:, None]) & (word_index <= last_word[:, None])
-    answer = tf.strings.reduce_join(
-        tf.ragged.boolean_mask(words, chosen & has_answer[:, None]), axis=1, separator=" ")
-    return {"answer": answer,
-            "start_position": tf.where(has_answer, start, -1),
-            "end_position": tf.where(has_answer, end, -1),
-            "score": tf.where(has_answer, tf.reduce_max(tf.reshape(scores, [tf.shape(scores)[0],
-                                                                              -1]), -1), 0.0)}
+    offset = tf.gather(query_len, example) + 2  # [CLS] question [SEP]
+    in_window, max_context = _max_context(example, index, start, length, count, offset,
+                                          self.seq_length)
+    # Each window's n_best_size best starts and ends among its own tokens (the original's
+    # _get_best_indexes: the earlier position first on a tie, as top_k).
+    real = tf.range(self.seq_length)[None, :] < tf.reduce_sum(features["input_mask"], 1)[:, None]
+    best = [tf.math.top_k(tf.where(real, outputs[name], -np.inf), self.n_best_size).indices
+            for name in ("start_logits", "end_logits")]
+    logits = [tf.cast(tf.gather(outputs[name], indices, batch_dims=1), tf.float64)
+              for name, indices in zip(("start_logits", "end_logits"), best)]
+    span = best[1][:, None, :] - best[0][:, :, None]  # [window, start rank, end rank]
+    allowed = (tf.gather(max_context, best[0], batch_dims=1)[:, :, None]
+               & tf.gather(in_window, best[1], batch_dims=1)[:, None, :]
+               & (span >= 0) & (span < self.max_answer_length))
+    # Scores in run_squad's order (window, start rank, end rank): the first of the highest wins,
+    # as its stable sort keeps it first.
+    scores = tf.reshape(tf.where(allowed, logits[0][:, :, None] + logits[1][:, None, :],
+                                 -np.inf), [-1])
+    candidates = self.n_best_size**2
+    owner = tf.repeat(example, candidates)
+    batch = tf.size(count)
+    top = tf.math.unsorted_segment_max(scores, owner, batch)
+    has_answer = tf.math.unsorted_segment_max(tf.cast(tf.reshape(allowed, [-1]), tf.int32), owner,
+                                              batch) > 0
+    first = tf.math.unsorted_segment_min(
+        tf.where(tf.equal(scores, tf.gather(top, owner)), tf.range(tf.size(scores)),
+                 tf.int32.max), owner, batch)
+    first = tf.where(has_answer, first, 0)
+    window = first // candidates
+    start_position = tf.gather_nd(best[0], tf.stack([window, first % candidates
+                                                     // self.n_best_size], 1))
+    end_position = tf.gather_nd(best[1], tf.stack([window, first % self.n_best_size], 1))
+    # The span's context tokens (flat indexes), and the words they came from.
+    to_token = tf.gather(start, window) - tf.gather(offset, window) + doc_starts
+    first_token, last_token = to_token + start_position, to_token + end_position
+    token_ids = tf.ragged.range(first_token, tf.where(has_answer, last_token + 1, first_token))
+    tokens = token_ids.with_flat_values(self._token_of_id.lookup(
+        tf.gather(doc.flat_values, token_ids.flat_values)))
+    first_word = _gather_or(word_of_token, first_token, has_answer, 0)
+    last_word = _gather_or(word_of_token, last_token, has_answer, -1)
+    orig_text = tf.strings.reduce_join(
+        tf.gather(words.flat_values, tf.ragged.range(first_word, last_word + 1)), axis=1,
+        separator=" ")
+    answer = final_text(pre, tokens, orig_text)
+    return {"answer": tf.where(has_answer, answer, ""),
+            "start_position": tf.where(has_answer, start_position, -1),
+            "end_position": tf.where(has_answer, end_position, -1),
+            "window": tf.where(has_answer, tf.gather(index, window), -1),
+            "score": tf.where(has_answer, tf.cast(top, tf.float32), 0.0)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                 tf.TensorSpec([None], tf.string, name="context")],
@@ -386,7 +535,8 @@ def _num_outputs_in_checkpoint(init_checkpoint):
 
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
            do_lower_case=True, max_seq_length=128, labels=None, regression=False,
-           text_pairs=False, max_query_length=64, max_answer_length=30, overwrite=False):
+           text_pairs=False, max_query_length=64, max_answer_length=30, doc_stride=None,
+           n_best_size=20, overwrite=False):
   """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
 
   Every input is checked and `export_dir` is vetted before the model is built: it must not be or
@@ -401,6 +551,8 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
   if model_type != "encoder" and max_seq_length < 3:
     raise fileio.InputError(f"--max_seq_length={max_seq_length} is too small for [CLS] x [SEP]")
   fileio.check_distinct(labels, "labels", "label")
+  if model_type == "squad":
+    squad_doc_stride(max_seq_length, max_query_length, doc_stride)
   if model_type == "preprocessor":
     if not vocab_file and init_checkpoint:
       vocab_file = os.path.join(checkpoints.checkpoint_directory(init_checkpoint), "vocab.txt")
@@ -423,7 +575,8 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
       else:
         module = _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                                     do_lower_case, max_seq_length, labels, regression,
-                                    text_pairs, max_query_length, max_answer_length)
+                                    text_pairs, max_query_length, max_answer_length, doc_stride,
+                                    n_best_size)
       signatures = module.signatures()
       try:
         tf.saved_model.save(module, staging, signatures=signatures)
@@ -439,7 +592,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
 
 def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                        do_lower_case, max_seq_length, labels, regression, text_pairs,
-                       max_query_length, max_answer_length):
+                       max_query_length, max_answer_length, doc_stride, n_best_size):
   """The encoder, classifier or SQuAD module with the checkpoint's weights."""
   tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
   config = modeling.BertConfig.from_json_file(config_path)
@@ -475,7 +628,7 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
     raise fileio.InputError(f"{init_checkpoint} is not a fine-tuned SQuAD model: it lacks "
                             f"{', '.join(report.missing[:5])}")
   return SquadModule(model, vocab_path, do_lower_case, max_seq_length, max_query_length,
-                     max_answer_length)
+                     max_answer_length, doc_stride, n_best_size)
 
 
 def main(_):
@@ -485,7 +638,7 @@ def main(_):
          do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
          labels=FLAGS.labels, regression=FLAGS.regression, text_pairs=FLAGS.text_pairs,
          max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
-         overwrite=FLAGS.overwrite)
+         doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite)
 
 
 def run():

@@ -5,6 +5,12 @@ example into fixed-length features ([CLS] a [SEP] b [SEP], segment ids, mask, la
 the original BERT did, writes them to a TFRecord file and reads that back as a tf.data pipeline.
 Fine-tuning and evaluation themselves live in `training.py` and `modeling.py`.
 
+A text longer than --max_seq_length is truncated, as in the original; with --doc_stride it is read
+whole in overlapping windows (text_b of a pair, else text_a; see sliding_windows.py): training
+takes every window as a record with its example's label, and evaluation and prediction give each
+example the mean of its windows' probabilities (scores, for regression), so eval_results.txt and
+test_results.tsv still hold one example per row, in input order.
+
 Every standard GLUE file layout is read by its header's column names, so header/no-header and
 column-order differences between GLUE releases do not matter; a row with the wrong number of
 columns or an unknown label is reported with its file and line. A task of your own needs no code:
@@ -29,6 +35,7 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
+from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -37,6 +44,7 @@ script_flags.define_fine_tuning_flags()
 script_flags.define_data_dir_flag()
 script_flags.define_labels_flag()
 script_flags.define_regression_flag()
+script_flags.define_doc_stride_flag()
 
 # The task (--vocab_file, --output_dir and the rest are script_flags' shared groups).
 flags.DEFINE_string(
@@ -102,14 +110,17 @@ class PaddingInputExample:
 
 @dataclasses.dataclass
 class InputFeatures:
-  """What the model reads for one example: token ids, mask and segment ids, all padded to the
-  same length, plus the label id and whether the example is real or padding."""
+  """What the model reads for one example (or one window of one, with --doc_stride): token ids,
+  mask and segment ids, all padded to the same length, plus the label id and whether the example
+  is real or padding."""
 
   input_ids: list
   input_mask: list
   segment_ids: list
   label_id: int | float
   is_real_example: bool = True
+  # The example a window belongs to (--doc_stride); not written to the records.
+  example_index: int = 0
 
 
 class DataProcessor:
@@ -607,34 +618,37 @@ def processor_from_flags():
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
                            is_regression=False):
-  """The InputFeatures of one InputExample; all zeros, marked not real, for padding.
+  """The InputFeatures of one InputExample, truncated to one sequence (the original's): the one
+  window of `convert_example_windows` without a stride; all zeros, marked not real, for
+  padding."""
+  (feature,) = convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
+                                       is_regression)
+  return feature
+
+
+def convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
+                            is_regression=False, doc_stride=None):
+  """The InputFeatures of one InputExample's windows, each with its label and `ex_index` as its
+  example_index; one window of zeros, marked not real, for padding.
 
   Layout: "[CLS] a [SEP]" for one text, "[CLS] a [SEP] b [SEP]" for a pair, where segment id 0
   covers [CLS], a and the first [SEP] and segment id 1 covers b and the last [SEP]. The segment
   embeddings were pre-trained on exactly this arrangement, and the classifier reads the final
   hidden state at [CLS]. Behind the tokens come zeros up to `max_seq_length`, with mask 0 so
-  attention ignores them. `ex_index` < 5 logs the example.
+  attention ignores them. A text too long for one sequence is truncated (one window), or with
+  `doc_stride` read whole in windows that many tokens apart (sliding_windows.sequence_windows:
+  text_b of a pair, after the text_a that truncation keeps, else text_a). `ex_index` < 5 logs
+  the example.
   """
   if isinstance(example, PaddingInputExample):
-    return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
-                         segment_ids=[0] * max_seq_length, label_id=0.0 if is_regression else 0,
-                         is_real_example=False)
+    return [InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
+                          segment_ids=[0] * max_seq_length, label_id=0.0 if is_regression else 0,
+                          is_real_example=False)]
 
   first = tokenizer.tokenize(example.text_a)
   second = tokenizer.tokenize(example.text_b) if example.text_b else []
-  if second:
-    tokenization.truncate_seq_pair(first, second, max_seq_length - 3)  # leaves room for [CLS] and two [SEP]
-  else:
-    first = first[:max_seq_length - 2]  # leaves room for [CLS] and [SEP]
-  tokens = ["[CLS]", *first, "[SEP]"]
-  segment_ids = [0] * len(tokens)
-  if second:
-    tokens.extend([*second, "[SEP]"])
-    segment_ids.extend([1] * (len(second) + 1))
-
-  input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
-                                                              max_seq_length)
-
+  first, second, spans = sliding_windows.sequence_windows(first, second, max_seq_length,
+                                                          doc_stride)
   if is_regression:
     label_id = float(example.label)
   elif example.label in label_list:
@@ -642,19 +656,28 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
   else:
     raise fileio.InputError(f"example {example.guid}: unknown label {example.label!r}; expected "
                             f"one of {', '.join(map(str, label_list))}")
-  if ex_index < 5:
-    logging.info("example %s, label %s (id %s)\n  tokens: %s\n  input_ids: %s\n  input_mask: %s"
-                 "\n  segment_ids: %s", example.guid, example.label, label_id,
-                 " ".join(map(tokenization.printable_text, tokens)), *(
-                     " ".join(map(str, values)) for values in (input_ids, input_mask,
-                                                               segment_ids)))
-  return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
-                       label_id=label_id, is_real_example=True)
+  features = []
+  for span in spans:
+    tokens, segment_ids = sliding_windows.window_tokens(first, second, span)
+    input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
+                                                                max_seq_length)
+    if ex_index < 5:
+      logging.info("example %s (window %d of %d), label %s (id %s)\n  tokens: %s\n  input_ids: "
+                   "%s\n  input_mask: %s\n  segment_ids: %s", example.guid, len(features) + 1,
+                   len(spans), example.label, label_id,
+                   " ".join(map(tokenization.printable_text, tokens)), *(
+                       " ".join(map(str, values)) for values in (input_ids, input_mask,
+                                                                 segment_ids)))
+    features.append(InputFeatures(input_ids=input_ids, input_mask=input_mask,
+                                  segment_ids=segment_ids, label_id=label_id,
+                                  is_real_example=True, example_index=ex_index))
+  return features
 
 
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                             output_file, is_regression=False):
-  """Writes one tf.train.Example per InputExample to a TFRecord file; returns how many.
+  """Writes one tf.train.Example per InputExample (truncated to one sequence) to a TFRecord
+  file; returns how many.
 
   Record fields (see `feature_spec`): input_ids, input_mask, segment_ids ([max_seq_length] int64),
   label_ids ([1] int64, or float for regression) and is_real_example ([1] int64). The file
@@ -690,10 +713,21 @@ def feature_spec(seq_length, is_regression=False):
 
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                 is_regression=False):
-  """The InputFeatures of all `examples` as an in-memory list (for small data and tests)."""
-  return [convert_single_example(i, example, label_list, max_seq_length, tokenizer, is_regression)
-          for i, example in enumerate(examples)]
+                                 is_regression=False, doc_stride=None):
+  """The InputFeatures of all `examples` as an in-memory list: one per example, or with
+  `doc_stride` one per window (`convert_example_windows`), an example's windows in a row."""
+  return [feature for i, example in enumerate(examples)
+          for feature in convert_example_windows(i, example, label_list, max_seq_length,
+                                                 tokenizer, is_regression, doc_stride)]
+
+
+def mean_over_windows(values, example_index, num_examples):
+  """Each example's mean of its windows' `values` (probabilities or scores, [windows, ...]):
+  `example_index` gives each window's example; an example of one window keeps its values."""
+  sums = np.zeros((num_examples,) + values.shape[1:], np.float64)
+  np.add.at(sums, example_index, values)
+  counts = np.bincount(example_index, minlength=num_examples)
+  return (sums / counts.reshape((-1,) + (1,) * (values.ndim - 1))).astype(values.dtype)
 
 
 def classifier_losses(is_regression):
@@ -731,6 +765,11 @@ def _check_flags(processor):
   if processor.is_pair and FLAGS.max_seq_length < 5:
     raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} cannot hold a sentence pair "
                             f"of --task_name={FLAGS.task_name}: [CLS] a [SEP] b [SEP] needs 5")
+  if FLAGS.doc_stride is not None:
+    layout = "- 3 for [CLS] a [SEP] b [SEP]" if processor.is_pair else "- 2 for [CLS] text [SEP]"
+    sliding_windows.check_stride(
+        FLAGS.doc_stride, FLAGS.max_seq_length - (3 if processor.is_pair else 2),
+        f"text tokens of a window (--max_seq_length={FLAGS.max_seq_length} {layout})")
 
 
 def _task():
@@ -764,7 +803,8 @@ def _records_key(processor, split, label_list, vocab_file, order):
   return {"script": "run_classifier", "split": split, "task": task,
           "input": fileio.file_signature(processor.split_file(FLAGS.data_dir, split)),
           "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "order": order}
+          "max_seq_length": FLAGS.max_seq_length, "doc_stride": FLAGS.doc_stride,
+          "labels": label_list, "order": order}
 
 
 def main(_):
@@ -800,9 +840,16 @@ def _main():
       training.per_replica_batch_size(FLAGS[f"{mode}_batch_size"].value, strategy,
                                       f"{mode}_batch_size")
   train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
+  train_windows = None
+  if train_examples is not None and FLAGS.doc_stride is not None:
+    # Every window is a training record with its example's label, and an epoch is one pass over
+    # them all: the steps count windows.
+    train_windows = convert_examples_to_features(train_examples, label_list, FLAGS.max_seq_length,
+                                                 tokenizer, is_regression, FLAGS.doc_stride)
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
-      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
+      train_examples if train_windows is None else train_windows, strategy,
+      FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, FLAGS.num_train_epochs,
+      FLAGS.warmup_proportion)
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),
@@ -811,10 +858,11 @@ def _main():
   def model_outputs(name, split, examples):
     """The probabilities (or scores) of `examples` (of `split`) in input order, with
     --{name}_batch_size: the records go by length with dynamic padding (each batch then holds
-    texts of about one length), then padding examples up to a multiple of the batch size."""
+    texts of about one length), then padding examples up to a multiple of the batch size. With
+    --doc_stride the records are windows, and an example's outputs the mean of its windows'."""
     path = os.path.join(out, f"{name}.tf_record")
     features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
-                                            tokenizer, is_regression)
+                                            tokenizer, is_regression, FLAGS.doc_stride)
     by_length = script_flags.dynamic_padding(strategy)
     order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
              else np.arange(len(features)))
@@ -829,7 +877,8 @@ def _main():
       logits = batch["logits"]
       outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
       real.append(batch["is_real_example"].astype(bool))
-    return input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
+    outputs = input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
+    return mean_over_windows(outputs, [f.example_index for f in features], len(examples))
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
@@ -837,14 +886,17 @@ def _main():
         train_file, _records_key(processor, "train", label_list, vocab_file, "input"),
         lambda: file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
-            is_regression))
+            is_regression) if train_windows is None else write_features(
+                train_windows, train_file, is_regression, len(train_windows)))
     # Evaluating or predicting later without --labels reads the labels of this model here.
     training.write_task_record(out, _task(), None if is_regression else label_list)
-    logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
-                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
+    num_records = len(train_examples if train_windows is None else train_windows)
+    logging.info("Training on %d examples (%d records), %d steps (%d warm-up), batch %d",
+                 len(train_examples), num_records, num_train_steps, num_warmup_steps,
+                 FLAGS.train_batch_size)
     script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, is_regression),
                        batch, num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                       training.fine_tuning_shuffle_buffer(len(train_examples)))
+                       training.fine_tuning_shuffle_buffer(num_records))
   else:
     trainer.restore_or_initialize(init_fn)
 

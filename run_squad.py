@@ -29,12 +29,14 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
+from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
 script_flags.define_fine_tuning_flags(("train", "predict"), max_seq_length=384, min_seq_length=5)
 script_flags.define_squad_flags()
+script_flags.define_doc_stride_flag(128)
 
 flags.DEFINE_string("train_file", None, "SQuAD JSON to fine-tune on (e.g. train-v1.1.json).")
 
@@ -42,17 +44,6 @@ flags.DEFINE_string(
     "predict_file", None,
     "SQuAD JSON to answer (e.g. dev-v1.1.json). When its questions carry answers, the "
     "predictions are also scored (eval_results.txt).")
-
-flags.DEFINE_integer(
-    "doc_stride", 128,
-    "Contexts longer than one window are cut into windows starting this many tokens apart; "
-    "below the context tokens of a window (max_seq_length - max_query_length - 3), so that "
-    "windows overlap.", lower_bound=1)
-
-flags.DEFINE_integer(
-    "n_best_size", 20,
-    "How many candidate answers per question to keep (and list in nbest_predictions.json).",
-    lower_bound=1)
 
 flags.DEFINE_bool(
     "verbose_logging", False,
@@ -296,9 +287,6 @@ def _locate_answer(answer, doc_tokens, char_to_word_offset):
   return orig_answer_text, start_position, end_position
 
 
-_DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
-
-
 def _tokenize_words(tokenizer, words):
   """WordPiece tokens of each whitespace word (the batch path when the tokenizer has one)."""
   if hasattr(tokenizer, "tokenize_batch"):
@@ -362,16 +350,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
 
     # Documents longer than the maximum sequence length are cut into overlapping windows of up to
     # that length, each starting `doc_stride` tokens after the previous one.
-    doc_spans = []
-    start_offset = 0
-    while start_offset < len(all_doc_tokens):
-      length = len(all_doc_tokens) - start_offset
-      if length > max_tokens_for_doc:
-        length = max_tokens_for_doc
-      doc_spans.append(_DocSpan(start=start_offset, length=length))
-      if start_offset + length == len(all_doc_tokens):
-        break
-      start_offset += min(length, doc_stride)
+    doc_spans = sliding_windows.spans(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
 
     for (doc_span_index, doc_span) in enumerate(doc_spans):
       tokens = []
@@ -390,8 +369,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
         split_token_index = doc_span.start + i
         token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
 
-        is_max_context = _check_is_max_context(doc_spans, doc_span_index, split_token_index)
-        token_is_max_context[len(tokens)] = is_max_context
+        token_is_max_context[len(tokens)] = (
+            sliding_windows.max_context(doc_spans, split_token_index) == doc_span_index)
         tokens.append(all_doc_tokens[split_token_index])
         segment_ids.append(1)
       tokens.append("[SEP]")
@@ -479,31 +458,6 @@ def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_ans
         return (new_start, new_end)
 
   return (input_start, input_end)
-
-
-def _check_is_max_context(doc_spans, cur_span_index, position):
-  """Whether window `cur_span_index` is the one where token `position` has the most context.
-
-  With overlapping windows a token is scored in several of them; only the window where it has the
-  most context counts, taken as the minimum of its left and right context (their sum is the same
-  in every full window), plus a small bonus for longer windows to break ties.
-  """
-  best_score = None
-  best_span_index = None
-  for (span_index, doc_span) in enumerate(doc_spans):
-    end = doc_span.start + doc_span.length - 1
-    if position < doc_span.start:
-      continue
-    if position > end:
-      continue
-    num_left_context = position - doc_span.start
-    num_right_context = end - position
-    score = min(num_left_context, num_right_context) + 0.01 * doc_span.length
-    if best_score is None or score > best_score:
-      best_score = score
-      best_span_index = span_index
-
-  return cur_span_index == best_span_index
 
 
 class FeatureWriter:
@@ -903,12 +857,10 @@ def _validate_flags():
   if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
     raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} must be greater than "
                             f"--max_query_length={FLAGS.max_query_length} + 3")
-  window = FLAGS.max_seq_length - FLAGS.max_query_length - 3
-  if FLAGS.doc_stride >= window:
-    raise fileio.InputError(
-        f"--doc_stride={FLAGS.doc_stride} must be below the {window} context tokens of a window "
-        f"(--max_seq_length={FLAGS.max_seq_length} - --max_query_length="
-        f"{FLAGS.max_query_length} - 3), or windows would not overlap")
+  sliding_windows.check_stride(
+      FLAGS.doc_stride, FLAGS.max_seq_length - FLAGS.max_query_length - 3,
+      f"context tokens of a window (--max_seq_length={FLAGS.max_seq_length} - "
+      f"--max_query_length={FLAGS.max_query_length} - 3)")
   if math.isnan(FLAGS.null_score_diff_threshold):
     raise fileio.InputError("--null_score_diff_threshold=nan compares false with every score; "
                             "give a number")

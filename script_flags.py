@@ -218,13 +218,35 @@ def define_labels_flag():
 
 
 def define_squad_flags():
-  """The question and answer lengths of SQuAD (run_squad, and export_model's squad model)."""
+  """The question and answer lengths of SQuAD and the answer search (run_squad, and
+  export_model's squad model)."""
   _define(flags.DEFINE_integer, "max_query_length", 64,
           "Questions are cut to this many WordPiece tokens.", lower_bound=1)
   _define(flags.DEFINE_integer, "max_answer_length", 30,
           "Longest answer, in WordPiece tokens, that a prediction may have; start and end are "
           "predicted independently, so without a limit a span could cover the whole window.",
           lower_bound=1)
+  _define(flags.DEFINE_integer, "n_best_size", 20,
+          "How many candidate answers per question to keep (and list in run_squad's "
+          "nbest_predictions.json): spans are searched among the n_best_size highest start and "
+          "end logits of each window.", lower_bound=1)
+
+
+def define_doc_stride_flag(default=None):
+  """--doc_stride: texts longer than one sequence read in overlapping windows (run_squad's
+  contexts, default 128; run_classifier's and extract_features' long texts, off by default)."""
+  _define(flags.DEFINE_integer, "doc_stride", default,
+          "Texts longer than one sequence are read in overlapping windows starting this many "
+          "WordPiece tokens apart; it must be below the text tokens of a window, so that windows "
+          "overlap. run_squad and export_model's squad model: the context's windows (default 128; "
+          "export_model: half a window's context tokens when they are 128 or fewer). "
+          "run_classifier and extract_features: unset by default, and a longer text is "
+          "truncated as in the original; set, the long text (text_b of a pair, else text_a) is "
+          "read whole: run_classifier trains on every window with its example's label and "
+          "predicts an example from the mean of its windows' probabilities, extract_features "
+          "takes each token's vectors from the window where it has the most context.",
+          lower_bound=1)
+  FLAGS.set_default("doc_stride", default)
 
 
 def define_regression_flag():

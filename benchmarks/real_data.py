@@ -175,7 +175,7 @@ def ours(variant):
       tokenizer = tokenization.FullTokenizer(VOCAB, True)
       features = run_classifier.convert_examples_to_features(examples, ["0"], 128, tokenizer)
       arrays = _arrays(features, ("input_ids", "input_mask", "segment_ids"))
-      # As extract_features: sorted by length (its window of held outputs takes these 2,000
+      # As extract_features: sorted by length (its group of held outputs takes these 2,000
       # lines of last-layer vectors whole), each batch cut to its longest.
       last = predict(trainer, arrays, 128, ["last"])["last"]
       return [v[:int(m.sum())] for v, m in zip(last, arrays["input_mask"])]

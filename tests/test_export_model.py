@@ -1,6 +1,7 @@
 """export_model.py: SavedModels that reload through TF Hub and equal the in-process model, and
 in-graph preprocessing equal to tokenization.FullTokenizer on the real corpora."""
 
+import collections
 import importlib
 import json
 import os
@@ -332,46 +333,95 @@ def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased,
 
 
 @requires_shared
-def test_squad_model_answers_with_the_context_words(tmp_path, uncased):
+def test_squad_model_answers_as_run_squad_over_every_window(tmp_path, uncased):
+  """SQuAD v1.1 dev questions whose contexts take two to ten windows at --max_seq_length=96: the
+  SavedModel's answers are run_squad.py's predictions (predictions.json) from the same
+  checkpoint, its scores the start + end logits of run_squad's best answers, and a good part of
+  them come from a window after the first."""
+  run_squad = import_script("run_squad")
   tf.random.set_seed(2)
-  model = modeling.BertSpanLabeler(modeling.BertConfig(**SMALL_CONFIG))
-  checkpoint = _fine_tuned(tmp_path, model, "squad")
-  seq_length, max_query, max_answer = 96, 24, 10
-  path = export_model.export("squad", str(tmp_path / "squad_model"), init_checkpoint=checkpoint,
-                             vocab_file=VOCAB, max_seq_length=seq_length,
-                             max_query_length=max_query, max_answer_length=max_answer)
+  config = modeling.BertConfig(**SMALL_CONFIG)
+  checkpoint = str(tmp_path / "model" / "bert_model.ckpt")
+  checkpoints.export_tf1_checkpoint(modeling.BertSpanLabeler(config), checkpoint, config, VOCAB)
+  seq_length, max_query, max_answer, stride = 96, 24, 10, 32
   with open(SQUAD, encoding="utf-8") as f:
-    article = json.load(f)["data"][0]
-  cases = [(qa["question"], paragraph["context"])
-           for paragraph in article["paragraphs"][:6] for qa in paragraph["qas"][:2]]
-  got = tf.saved_model.load(path).signatures["serving_default"](
-      question=tf.constant([q for q, _ in cases]), context=tf.constant([c for _, c in cases]))
+    data = json.load(f)
+  data["data"] = data["data"][:3]
+  for article in data["data"]:
+    # Contexts longer than a window holds with no question at all: several windows each.
+    article["paragraphs"] = [p for p in article["paragraphs"]
+                             if len(uncased.tokenize(p["context"])) > seq_length - 3][:6]
+    for paragraph in article["paragraphs"]:
+      paragraph["qas"] = paragraph["qas"][:3]
+  predict_file = tmp_path / "dev.json"
+  predict_file.write_text(json.dumps(data), encoding="utf-8")
+  out = tmp_path / "out"
+  # A small n-best: the best start and end logits often make no valid span, and candidates
+  # outside the n best starts or ends must be passed over as run_squad does.
+  flags = [f"--max_seq_length={seq_length}", f"--max_query_length={max_query}",
+           f"--max_answer_length={max_answer}", f"--doc_stride={stride}", "--n_best_size=4"]
+  run_ok(["run_squad.py", f"--vocab_file={VOCAB}", f"--init_checkpoint={checkpoint}",
+          f"--output_dir={out}", f"--predict_file={predict_file}", "--do_predict", *flags])
+  predictions = json.loads((out / "predictions.json").read_text(encoding="utf-8"))
+  nbest = json.loads((out / "nbest_predictions.json").read_text(encoding="utf-8"))
+  path = str(tmp_path / "squad_model")
+  run_ok(["export_model.py", "--model_type=squad", f"--init_checkpoint={checkpoint}",
+          f"--export_dir={path}", *flags])
 
-  # The first window as run_squad.py builds it: each whitespace word tokenized on its own.
-  for i, (question, context) in enumerate(cases):
-    query = uncased.tokenize(question)[:max_query]
-    words = context.replace("\t", " ").replace("\n", " ").replace("\u202f", " ").split(" ")
-    words = [w for w in words if w]
-    doc, word_of = [], []
-    for index, word in enumerate(words):
-      for token in uncased.tokenize(word):
-        doc.append(token)
-        word_of.append(index)
-    doc = doc[:seq_length - 3 - len(query)]
-    tokens = ["[CLS]"] + query + ["[SEP]"] + doc + ["[SEP]"]
-    ids = uncased.convert_tokens_to_ids(tokens) + [0] * (seq_length - len(tokens))
-    mask = [1] * len(tokens) + [0] * (seq_length - len(tokens))
-    types = [0] * (len(query) + 2) + [1] * (len(doc) + 1) + [0] * (seq_length - len(tokens))
-    out = model({"input_ids": tf.constant([ids]), "input_mask": tf.constant([mask]),
-                 "segment_ids": tf.constant([types])})
-    start, end = out["start_logits"][0].numpy(), out["end_logits"][0].numpy()
-    offset = len(query) + 2
-    best = max((start[s] + end[e], s, e) for s in range(offset, offset + len(doc))
-               for e in range(s, min(s + max_answer, offset + len(doc))))
-    assert got["start_position"][i] == best[1] and got["end_position"][i] == best[2]
-    assert abs(float(got["score"][i]) - best[0]) < 1e-4
-    answer = " ".join(words[word_of[best[1] - offset]:word_of[best[2] - offset] + 1])
-    assert got["answer"][i].numpy().decode() == answer
+  examples = run_squad.read_squad_examples(str(predict_file), is_training=False)
+  features = []
+  run_squad.convert_examples_to_features(examples, uncased, seq_length, stride, max_query, False,
+                                         features.append)
+  windows = collections.Counter(f.example_index for f in features)
+  assert len(examples) == 49 and min(windows.values()) >= 2 and max(windows.values()) == 10
+  got = tf.saved_model.load(path).signatures["serving_default"](
+      question=tf.constant([e.question_text for e in examples]),
+      context=tf.constant([" ".join(e.doc_tokens) for e in examples]))
+  answers = [a.decode("utf-8") for a in got["answer"].numpy()]
+  # Where no span is valid run_squad writes its placeholder "empty"; the SavedModel answers "",
+  # in window -1.
+  none = [nbest[e.qas_id] == [{"text": "empty", "probability": 1.0, "start_logit": 0.0,
+                               "end_logit": 0.0}] for e in examples]
+  assert 0 < sum(none) < len(examples) / 4
+  assert answers == ["" if no_span else predictions[e.qas_id]
+                     for e, no_span in zip(examples, none)]
+  assert (got["window"].numpy() == -1).tolist() == none
+  np.testing.assert_allclose(
+      got["score"], [nbest[e.qas_id][0]["start_logit"] + nbest[e.qas_id][0]["end_logit"]
+                     for e in examples], atol=1e-4, rtol=0)
+  assert np.mean(got["window"].numpy() > 0) > 0.25
+  assert any(a not in [" ".join(e.doc_tokens[i:j]) for i in range(len(e.doc_tokens))
+                       for j in range(i + 1, min(i + 12, len(e.doc_tokens)) + 1)]
+             for a, e in zip(answers, examples))  # parts of words, as run_squad cuts them
+
+
+@requires_shared
+def test_final_text_is_run_squads_projection_on_the_context(uncased):
+  """The in-graph get_final_text equals run_squad's span_text on 3,000 random spans of SQuAD dev
+  windows (spans starting or ending inside words, accents, punctuation inside words)."""
+  run_squad = import_script("run_squad")
+  examples = run_squad.read_squad_examples(SQUAD, is_training=False)[::35]
+  features = []
+  run_squad.convert_examples_to_features(examples, uncased, 128, 64, 32, False, features.append)
+  rng = random.Random(7)
+  pieces, orig, want = [], [], []
+  for feature in rng.sample(features, 600):
+    example = examples[feature.example_index]
+    positions = sorted(feature.token_to_orig_map)
+    for _ in range(5):
+      start = rng.choice(positions)
+      end = min(start + rng.randrange(10), positions[-1])
+      pieces.append(feature.tokens[start:end + 1])
+      orig.append(" ".join(example.doc_tokens[feature.token_to_orig_map[start]:
+                                              feature.token_to_orig_map[end] + 1]))
+      want.append(run_squad.span_text(example, feature, start, end, True))
+  preprocessor = graph_tokenization.TextPreprocessor(VOCAB, True)
+  got = tf.function(lambda p, o: export_model.final_text(preprocessor, p, o))(
+      tf.ragged.constant(pieces), tf.constant(orig))
+  got = [text.decode("utf-8") for text in got.numpy()]
+  assert [(p, o, w, g) for p, o, w, g in zip(pieces, orig, want, got) if w != g] == []
+  cut = sum(w != o for w, o in zip(want, orig))
+  assert 300 < cut < 2700, cut  # both projections (part of the words) and the words whole
 
 
 # --- command line, saved_model_cli, fine-tuning from a module ---------------------------------

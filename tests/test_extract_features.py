@@ -7,8 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from conftest import SHARED, import_script, minilm_dir, requires_shared, run_script
+from conftest import (SHARED, VOCAB, WIKITEXT, import_script, minilm_dir, requires_shared,
+                      run_script)
 
+from bert_tf2 import fileio
 from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
@@ -159,20 +161,24 @@ def test_split_line_and_features(ef, tmp_path):
   assert features[3].tokens == ["[CLS]", "a", "b", "c", "[SEP]", "b", "c", "[SEP]"]
 
 
-@requires_shared
-def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
-  """Input read a few lines at a time gives the same output as in one piece."""
+def _small_extractor(ef):
+  """(uncased tokenizer, a small random LayerExtractor of layers -1 and 0, its Trainer)."""
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
-  vocab = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
-  tokenizer = tokenization.FullTokenizer(vocab, True)
   config = modeling.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=32,
                                max_position_embeddings=32, type_vocab_size=2)
   tf.random.set_seed(1)
   model = ef.LayerExtractor(config, [-1, 0])
-  trainer = training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None)
+  return (tokenization.FullTokenizer(VOCAB, True), model,
+          training.Trainer(tf.distribute.get_strategy(), model, loss_fn=None))
+
+
+@requires_shared
+def test_streams_in_chunks_and_matches_one_chunk(ef, tmp_path, monkeypatch):
+  """Input read a few lines at a time gives the same output as in one piece."""
+  tokenizer, _, trainer = _small_extractor(ef)
   input_file = tmp_path / "input.txt"
   input_file.write_text("the man went to the store .\nhe bought milk ||| and bread\n\n"
                         "a b c\nlast line\n", encoding="utf-8")
@@ -244,3 +250,119 @@ def test_input_errors(tmp_path):
   good.write_text("hello\n", encoding="utf-8")
   result = run_script(["extract_features.py"] + base + [f"--input_file={good}", "--layers=-1,6"])
   assert result.returncode == 2 and "--layers: 6 is not a layer of a 6-layer model" in result.stderr
+
+
+def _direct_windows(tokens_a, tokens_b, seq_length, stride):
+  """(line tokens, [(window tokens, [(line position, window position)])]) of a line too long for
+  one sequence, computed here without the script's code: windows over the windowed text (text_b
+  of a pair, else text_a) start at 0, stride, 2 * stride, ... until one reaches its end; each of
+  its tokens comes from the window where min(left, right context) + 0.01 * window length is
+  largest (the first on a tie), [CLS] a [SEP] from the first window, the last [SEP] from the
+  last."""
+  a, b = list(tokens_a), list(tokens_b)
+  budget = seq_length - (3 if b else 2)
+  if b:
+    tokenization.truncate_seq_pair(a, list(b), budget)
+    head, text, size = ["[CLS]", *a, "[SEP]"], b, budget - len(a)
+  else:
+    head, text, size = ["[CLS]"], a, budget
+  starts = [k * stride for k in range(1 + -(-(len(text) - size) // stride))]
+  lengths = [min(size, len(text) - start) for start in starts]
+
+  def score(k, t):
+    return min(t - starts[k], starts[k] + lengths[k] - 1 - t) + 0.01 * lengths[k]
+
+  best = [max((k for k in range(len(starts)) if starts[k] <= t < starts[k] + lengths[k]),
+              key=lambda k: (score(k, t), -k)) for t in range(len(text))]
+  windows = []
+  for k, (start, length) in enumerate(zip(starts, lengths)):
+    tokens = head + text[start:start + length] + ["[SEP]"]
+    sources = [(len(head) + t, len(head) + t - start) for t in range(start, start + length)
+               if best[t] == k]
+    if k == 0:
+      sources += [(i, i) for i in range(len(head))]
+    if k == len(starts) - 1:
+      sources.append((len(head) + len(text), len(tokens) - 1))
+    windows.append((tokens, sources))
+  return head + text + ["[SEP]"], windows
+
+
+@requires_shared
+def test_doc_stride_takes_each_token_from_its_max_context_window(ef, tmp_path):
+  """Real WikiText lines several times longer than one sequence (single texts and pairs) with
+  --doc_stride: one output line per input line holding every token, each token's vectors those
+  of the window where it has the most context, run here directly through the model; lines that
+  fit in one window give exactly the output without --doc_stride."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tokenizer, model, trainer = _small_extractor(ef)
+  seq_length, stride = 24, 7
+  texts = [line.strip() for _, line in fileio.read_lines(WIKITEXT) if line.strip()]
+  long = [t for t in texts if 60 < len(tokenizer.tokenize(t)) < 120][:6]
+  short = [t for t in texts if len(tokenizer.tokenize(t)) <= seq_length - 3][:5]
+  lines = long[:3] + [f"{short[0]} ||| {long[3]}", f"{long[4]} ||| {long[5]}"] + short[1:]
+
+  def extract(lines, doc_stride):
+    input_file = tmp_path / "input.txt"
+    input_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = tmp_path / "out.jsonl"
+    with open(path, "w", encoding="utf-8") as writer:
+      assert ef.extract(trainer, tokenizer, [-1, 0], str(input_file), writer, seq_length, 3,
+                        pad_to_longest=True, doc_stride=doc_stride) == len(lines)
+    return path.read_text(encoding="utf-8")
+
+  outputs = [json.loads(line) for line in extract(lines, stride).splitlines()]
+  assert [o["linex_index"] for o in outputs] == list(range(len(lines)))
+  for line, output in zip(lines[:5], outputs):
+    text_a, text_b = ef.split_line(line)
+    tokens, windows = _direct_windows(tokenizer.tokenize(text_a),
+                                      tokenizer.tokenize(text_b) if text_b else [], seq_length,
+                                      stride)
+    assert len(windows) >= 3
+    assert [f["token"] for f in output["features"]] == tokens
+    got = np.array([[layer["values"] for layer in f["layers"]] for f in output["features"]])
+    covered = []
+    for window_tokens, sources in windows:
+      ids = tokenizer.convert_tokens_to_ids(window_tokens)
+      types = [0] * len(window_tokens)
+      if text_b:
+        types[window_tokens.index("[SEP]") + 1:] = [1] * (len(window_tokens)
+                                                         - window_tokens.index("[SEP]") - 1)
+      layers = model({"input_ids": tf.constant([ids]), "input_mask": tf.ones([1, len(ids)],
+                                                                             tf.int32),
+                      "input_type_ids": tf.constant([types])})["layers"][0].numpy()
+      for line_position, window_position in sources:
+        np.testing.assert_allclose(got[line_position], layers[:, window_position], atol=1e-5,
+                                   rtol=0)
+        covered.append(line_position)
+    assert sorted(covered) == list(range(len(tokens)))
+  # Lines that fit: the very output of a run without windows.
+  assert extract(short, stride) == extract(short, None)
+
+
+@requires_shared
+def test_doc_stride_command_line(tmp_path):
+  """extract_features.py --doc_stride with the tiny TF1 checkpoint: a line four windows long comes
+  out as one JSON line with every token, beside a short one; a stride that leaves windows without
+  overlap is one error line and writes nothing."""
+  directory = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+  words = "all work and no play makes jack a dull boy".split()
+  long = " ".join(words * 4)
+  input_file = tmp_path / "input.txt"
+  input_file.write_text(f"{long}\njack ||| {long}\nall work\n", encoding="utf-8")
+  output_file = tmp_path / "out.jsonl"
+  common = ["extract_features.py", f"--input_file={input_file}", f"--output_file={output_file}",
+            f"--init_checkpoint={directory}/bert_model.ckpt", f"--vocab_file={directory}/vocab.txt",
+            "--max_seq_length=16", "--layers=-1"]
+  result = run_script(common + ["--doc_stride=14"])
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --doc_stride=14 must be below the 14 text tokens of a window (--max_seq_length=16 "
+      "- 2 for [CLS] text [SEP]), or windows would not overlap")
+  assert not output_file.exists()
+  result = run_script(common + ["--doc_stride=6"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  outputs = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
+  assert [[f["token"] for f in o["features"]] for o in outputs] == [
+      ["[CLS]", *words * 4, "[SEP]"], ["[CLS]", "jack", "[SEP]", *words * 4, "[SEP]"],
+      ["[CLS]", "all", "work", "[SEP]"]]
+  assert all(len(f["layers"][0]["values"]) == 4 for o in outputs for f in o["features"])

@@ -307,6 +307,13 @@ def test_bad_flag_values_and_configs_are_one_error_line(tmp_path):
       (["run_classifier.py", *_tiny("--task_name=sst-2", f"--data_dir={mrpc}",
                                     f"--output_dir={out}", "--do_train", "--max_seq_length=2")],
        "flag --max_seq_length=2"),
+      (["run_classifier.py", *_tiny("--task_name=mrpc", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_train", "--doc_stride=13")],
+       "--doc_stride=13 must be below the 13 text tokens of a window (--max_seq_length=16 - 3 "
+       "for [CLS] a [SEP] b [SEP]), or windows would not overlap"),
+      (["run_classifier.py", *_tiny("--task_name=sst-2", f"--data_dir={mrpc}",
+                                    f"--output_dir={out}", "--do_eval", "--doc_stride=0")],
+       "flag --doc_stride=0"),
       (["run_classifier.py", *_tiny("--task_name=tsv", f"--data_dir={mrpc}",
                                     "--text_a_column=#1 String", "--label_column=Quality",
                                     "--labels=0,1,0", f"--output_dir={out}", "--do_train")],

@@ -147,6 +147,11 @@ def test_export_numeric_flags_are_one_error_line(tmp_path):
        "--max_seq_length"),
       (_export(out, "--max_query_length=0", model_type="squad"), "--max_query_length=0"),
       (_export(out, "--max_answer_length=-3", model_type="squad"), "--max_answer_length=-3"),
+      (_export(out, "--doc_stride=61", model_type="squad"),
+       "--doc_stride=61 must be below the 61 context tokens of a window (--max_seq_length=128 - "
+       "--max_query_length=64 - 3)"),
+      (_export(out, "--max_seq_length=67", model_type="squad"),
+       "--max_seq_length=67 must be above --max_query_length=64 + 3"),
       (_export(out, "--labels=pos,neg,pos", model_type="classifier"),
        "--labels: 'pos' is given twice"),
   ]

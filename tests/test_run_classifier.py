@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SHARED, import_script, requires_shared
+from conftest import SHARED, VOCAB, import_script, requires_shared, run_ok
 
+from bert_tf2 import checkpoints
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
+from bert_tf2 import metrics
+from bert_tf2 import modeling
 from bert_tf2 import tokenization
 
 
@@ -300,3 +303,115 @@ def test_xnli_language_rows(tmp_path):
       ("dev-2", "Er ging.", "neutral"), ("dev-3", "Es regnet.", "entailment")]
   with pytest.raises(fileio.InputError, match="no rows for language 'fr'"):
     run_classifier.get_processor("xnli", xnli_language="fr").get_dev_examples(str(tmp_path))
+
+
+# --- texts longer than one sequence: --doc_stride ---------------------------------------------
+
+
+def _windows_of(tokenizer, example, max_seq_length, stride):
+  """The token sequences of an example's windows, computed here without the script's code:
+  the windowed text (text_b of a pair, else text_a) in windows of the tokens left after [CLS],
+  text_a as truncate_seq_pair would keep it and the [SEP]s, starting at 0, stride, 2 * stride,
+  ... until one reaches the text's end."""
+  a = tokenizer.tokenize(example.text_a)
+  b = tokenizer.tokenize(example.text_b) if example.text_b else []
+  budget = max_seq_length - (3 if b else 2)
+  if len(a) + len(b) <= budget:
+    return [["[CLS]", *a, "[SEP]", *b, *(["[SEP]"] if b else [])]]
+  if b:
+    kept = list(a)
+    tokenization.truncate_seq_pair(kept, list(b), budget)
+    size, text = budget - len(kept), b
+  else:
+    kept, size, text = [], budget, a
+  count = 1 + -(-(len(text) - size) // stride)
+  windows = []
+  for k in range(count):
+    part = text[k * stride:k * stride + size]
+    windows.append(["[CLS]", *kept, "[SEP]", *part, "[SEP]"] if b else ["[CLS]", *part, "[SEP]"])
+  assert count == 1 or (k * stride + size >= len(text) > (k - 1) * stride + size)
+  return windows
+
+
+def _results(path):
+  return {key: float(value) for key, value in
+          (line.split(" = ") for line in path.read_text().splitlines())}
+
+
+@requires_shared
+@pytest.mark.parametrize("task,directory,max_seq_length",
+                         [("mrpc", "MRPC", 40), ("rte", "RTE", 24)])
+def test_doc_stride_trains_on_every_window_and_predicts_by_the_mean(task, directory,
+                                                                    max_seq_length, tokenizer,
+                                                                    tmp_path):
+  """Real MRPC / RTE rows with a --max_seq_length that most (MRPC) or a third to a half (RTE,
+  whose long text is text_a) of them exceed: the training records are every window with its
+  example's label; eval_results.txt and test_results.tsv have one row per example, in input
+  order, equal to the mean of the trained model's probabilities over the windows computed here
+  (the loss and accuracy are those of these means)."""
+  data = tmp_path / "data"
+  data.mkdir()
+  for split, rows in (("train", 41), ("dev", 31), ("test", 29)):  # header + examples
+    with open(os.path.join(GLUE, directory, f"{split}.tsv"), "rb") as f:
+      (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
+  config = tmp_path / "bert_config.json"
+  config.write_text(modeling.BertConfig(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  stride = 5
+  out = tmp_path / "out"
+  run_ok(["run_classifier.py", f"--task_name={task}", f"--data_dir={data}",
+          f"--vocab_file={VOCAB}", f"--bert_config_file={config}", f"--output_dir={out}",
+          f"--max_seq_length={max_seq_length}", f"--doc_stride={stride}", "--do_train",
+          "--do_eval", "--do_predict", "--train_batch_size=8", "--eval_batch_size=8",
+          "--predict_batch_size=8", "--num_train_epochs=1", "--learning_rate=1e-3"])
+
+  processor = run_classifier.get_processor(task)
+  labels = processor.get_labels()
+  model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config)), len(labels))
+  assert not checkpoints.init_from_checkpoint(model, str(out)).missing
+
+  def mean_probabilities(examples):
+    means, counts = [], []
+    for example in examples:
+      windows = _windows_of(tokenizer, example, max_seq_length, stride)
+      ids = np.zeros([len(windows), max_seq_length], np.int32)
+      types = np.zeros_like(ids)
+      for row, tokens in enumerate(windows):
+        ids[row, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
+        types[row, tokens.index("[SEP]") + 1:len(tokens)] = 1
+      logits = model({"input_ids": ids, "input_mask": (ids > 0).astype(np.int32),
+                      "segment_ids": types})["logits"]
+      means.append(tf.nn.softmax(logits).numpy().mean(axis=0))
+      counts.append(len(windows))
+    return np.array(means), counts
+
+  # Training: every window a record, with its example's label, in input order.
+  train = processor.get_train_examples(str(data))
+  windows = [(tokens, labels.index(e.label)) for e in train
+             for tokens in _windows_of(tokenizer, e, max_seq_length, stride)]
+  records = list(fine_tuning.input_fn_builder(
+      str(out / "train.tf_record"), run_classifier.feature_spec(max_seq_length), False,
+      drop_remainder=False)(batch_size=1000))[0]
+  assert len(records["label_ids"]) == len(windows) > len(train)
+  assert records["label_ids"].numpy().tolist() == [label for _, label in windows]
+  for row, (tokens, _) in zip(records["input_ids"].numpy(), windows):
+    assert row.tolist() == tokenizer.convert_tokens_to_ids(tokens) + [0] * (
+        max_seq_length - len(tokens))
+
+  dev = processor.get_dev_examples(str(data))
+  want, counts = mean_probabilities(dev)
+  assert 0 < sum(c > 1 for c in counts) < len(dev), counts
+  dev_labels = np.array([labels.index(e.label) for e in dev])
+  results = _results(out / "eval_results.txt")
+  assert results["eval_examples"] == len(dev)
+  assert results["eval_accuracy"] == pytest.approx(np.mean(want.argmax(-1) == dev_labels))
+  assert results["eval_loss"] == pytest.approx(metrics.cross_entropy(want, dev_labels), abs=1e-5)
+
+  test = processor.get_test_examples(str(data))
+  want, counts = mean_probabilities(test)
+  assert 0 < sum(c > 1 for c in counts) < len(test), counts
+  rows = [[float(v) for v in line.split("\t")]
+          for line in (out / "test_results.tsv").read_text().splitlines()]
+  assert len(rows) == len(test)
+  np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)

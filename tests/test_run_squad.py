@@ -18,6 +18,7 @@ from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requir
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
+from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 
 
@@ -225,9 +226,10 @@ def test_sliding_windows_and_max_context(tokenizer):
 
 def test_original_helpers_hand_checked(tokenizer):
   # Spans A (0-4), B (3-7), C (6-10): token 7 has 4 left / 0 right context in B but 1 / 3 in C.
-  spans = [run_squad._DocSpan(0, 5), run_squad._DocSpan(3, 5), run_squad._DocSpan(6, 5)]
-  assert run_squad._check_is_max_context(spans, 2, 7)
-  assert not run_squad._check_is_max_context(spans, 1, 7)
+  spans = [sliding_windows.Span(0, 5), sliding_windows.Span(3, 5), sliding_windows.Span(6, 5)]
+  assert sliding_windows.max_context(spans, 7) == 2
+  assert sliding_windows.max_context(spans, 11) is None
+  assert sliding_windows.spans(11, 5, 3) == spans
   # "(1895-1943)." is one whitespace word; WordPiece splits it so the answer "1895" is exact.
   doc = tokenizer.tokenize("(1895-1943).")
   assert doc == ["(", "1895", "-", "1943", ")", "."]

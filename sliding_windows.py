@@ -1,0 +1,108 @@
+"""Overlapping windows over a text longer than one sequence, and the window that reads each token
+with the most context.
+
+run_squad.py cuts a context into windows ([CLS] question [SEP] window [SEP]); run_classifier.py and
+extract_features.py with --doc_stride cut a long text the same way (`sequence_windows`: the
+original's [CLS] a [SEP] (b [SEP]) layout, text_b windowed in a pair, text_a alone). Windows start
+`stride` tokens apart, so a token sits in up to max_tokens / stride of them; where one answer per
+token is wanted, it comes from the window where the token has the most context (`max_context`).
+Plain Python values in and out; export_model.py's SQuAD model repeats these rules in TF ops.
+"""
+
+import collections
+
+from bert_tf2 import fileio
+from bert_tf2 import tokenization
+
+# A window over tokens start .. start + length - 1 of a text.
+Span = collections.namedtuple("Span", ["start", "length"])
+
+
+def spans(num_tokens, max_tokens, stride):
+  """The windows over `num_tokens` tokens, as run_squad.py (and the original) cuts a context: at
+  most `max_tokens` long, each starting `stride` tokens after the previous one (or right after
+  it, when the window is shorter than the stride), the last ending at the last token. No tokens:
+  no window."""
+  result = []
+  start = 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens)
+    result.append(Span(start, length))
+    if start + length == num_tokens:
+      break
+    start += min(length, stride)
+  return result
+
+
+def max_context(spans_, position):
+  """The index of the span in `spans_` where token `position` has the most context (None when
+  no span holds it).
+
+  With overlapping windows a token is read in several of them; the one that counts is where its
+  context is largest, taken as the minimum of its left and right context (their sum is the same
+  in every full window) plus 0.01 times the window's length, so that a longer window wins a tie;
+  on an equal score the first window.
+  """
+  best_score = None
+  best_index = None
+  for index, span in enumerate(spans_):
+    end = span.start + span.length - 1
+    if not span.start <= position <= end:
+      continue
+    score = min(position - span.start, end - position) + 0.01 * span.length
+    if best_score is None or score > best_score:
+      best_score = score
+      best_index = index
+  return best_index
+
+
+def check_stride(doc_stride, window, what):
+  """InputError unless --doc_stride is below the `window` tokens a window holds (`what` says
+  which tokens and why that many): with a stride as long as the window, windows would only
+  meet, and with a longer one skip text."""
+  if doc_stride >= window:
+    raise fileio.InputError(f"--doc_stride={doc_stride} must be below the {window} {what}, or "
+                            "windows would not overlap")
+
+
+def sequence_windows(tokens_a, tokens_b, max_seq_length, doc_stride=None):
+  """How a text (`tokens_b` empty) or a pair is read as [CLS] a [SEP] (b [SEP]) sequences of at
+  most `max_seq_length` tokens: (a, b, spans), a and b the tokens kept and `spans` the windows
+  over the windowed text, b (or a, without b). `window_tokens` gives each window's sequence.
+
+  When the text fits, or without `doc_stride`, there is one window, cut as the original cuts:
+  tokenization.truncate_seq_pair for a pair (the longer text loses tokens until both fit), the
+  text's first max_seq_length - 2 tokens otherwise. With `doc_stride` a longer text is read
+  whole in windows `doc_stride` tokens apart (`spans`): a single text in windows of
+  max_seq_length - 2 tokens; in a pair text_b, after the text_a that truncate_seq_pair would keep
+  (all of it when it is no longer than b's share), in windows of the tokens left.
+  """
+  pair = bool(tokens_b)
+  budget = max_seq_length - (3 if pair else 2)  # [CLS], [SEP] (and the second [SEP])
+  a, b = list(tokens_a), list(tokens_b)
+  if doc_stride is None or len(a) + len(b) <= budget:
+    if pair:
+      tokenization.truncate_seq_pair(a, b, budget)
+    else:
+      a = a[:budget]
+    return a, b, [Span(0, len(b) if pair else len(a))]
+  if not pair:
+    return a, b, spans(len(a), budget, doc_stride)
+  tokenization.truncate_seq_pair(a, list(b), budget)
+  return a, b, spans(len(b), budget - len(a), doc_stride)
+
+
+def window_tokens(a, b, span):
+  """(tokens, segment ids) of the window `span` of `sequence_windows`' (a, b, spans): [CLS] a
+  [SEP] (b [SEP]) with its windowed text cut to the span; segment 0 up to the first [SEP], 1
+  after it."""
+  if b:
+    b = b[span.start:span.start + span.length]
+  else:
+    a = a[span.start:span.start + span.length]
+  tokens = ["[CLS]", *a, "[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if b:
+    tokens += [*b, "[SEP]"]
+    segment_ids += [1] * (len(b) + 1)
+  return tokens, segment_ids
