@@ -33,6 +33,7 @@ import tempfile
 
 from absl import app
 from absl import flags
+import numpy as np
 
 import common
 
@@ -51,6 +52,9 @@ flags.DEFINE_integer("max_instances_per_pack", 3,
 flags.DEFINE_integer("eval_documents", 10, "Documents held out for the accuracy evaluation.")
 flags.DEFINE_integer("accuracy_tokens", 2_000_000,
                      "Real tokens each accuracy run trains on (0: no accuracy runs).")
+flags.DEFINE_list("accuracy_seeds", ["0"],
+                  "Seeds of the accuracy runs (initialisation and data order), one run per side "
+                  "and seed; the figure is the mean over the seeds.")
 flags.DEFINE_integer("accuracy_batch_size", 32, "Sequences a step in the accuracy runs.")
 flags.DEFINE_integer("accuracy_layers", 2, "num_hidden_layers of the accuracy runs' model.")
 flags.DEFINE_integer("accuracy_hidden_size", 128, "hidden_size of the accuracy runs' model.")
@@ -121,25 +125,25 @@ def _with_real_tokens(loss_fn):
   return losses
 
 
-def _trainer(config, compute_dtype, learning_rate, num_train_steps, num_warmup_steps):
+def _trainer(config, compute_dtype, learning_rate, num_train_steps, num_warmup_steps, seed=0):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
-  tf.random.set_seed(0)
+  tf.random.set_seed(seed)
   strategy = tf.distribute.get_strategy()
   with strategy.scope():
     model = modeling.BertPretrainer(config, compute_dtype)
     optimizer = optimization.create_optimizer(learning_rate, num_train_steps, num_warmup_steps)
   return training.Trainer(strategy, model, _with_real_tokens(modeling.pretraining_losses),
-                          optimizer, seed=0)
+                          optimizer, seed=seed)
 
 
-def _training_data(path, seq, batch_size):
+def _training_data(path, seq, batch_size, seed=0):
   from bert_tf2 import input_pipeline  # pylint: disable=g-import-not-at-top
   spec = _spec(path, seq)
   return lambda ctx: input_pipeline.pretraining_dataset([path], spec, batch_size, True, ctx,
-                                                        seed=0)
+                                                        seed=seed)
 
 
 def throughput(variant):
@@ -172,11 +176,11 @@ def throughput(variant):
 
 def accuracy(variant):
   """Masked-LM accuracy on the held-out records after --accuracy_tokens real tokens of training
-  on the records of `variant` ("KIND/SEQ")."""
+  on the records of `variant` ("KIND/SEQ/SEED")."""
   from bert_tf2 import input_pipeline  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
-  kind, seq = variant.split("/")
-  seq = int(seq)
+  kind, seq, seed = variant.split("/")
+  seq, seed = int(seq), int(seed)
   path = _records(kind, seq)
   sequences, _, tokens = _token_counts(path, seq)
   batch_size = FLAGS.accuracy_batch_size
@@ -191,8 +195,8 @@ def accuracy(variant):
       max_position_embeddings=max(512, seq), type_vocab_size=2, initializer_range=0.2,
       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  trainer = _trainer(config, tf.float32, FLAGS.accuracy_learning_rate, steps, steps // 10)
-  trained = trainer.train(_training_data(path, seq, batch_size), steps,
+  trainer = _trainer(config, tf.float32, FLAGS.accuracy_learning_rate, steps, steps // 10, seed)
+  trained = trainer.train(_training_data(path, seq, batch_size, seed), steps,
                           steps_per_loop=min(steps, 100))
   eval_path = _records("eval", seq)
   spec = _spec(eval_path, seq)
@@ -250,15 +254,20 @@ def main(argv):
                                    "padding_fraction", higher_is_better=False))
       speed = {kind: {p: common.run_child("throughput", f"{kind}/{seq}/{p}")
                       for p in FLAGS.variants} for kind in _KINDS}
-      figures.append(common.figure(f"effective (non-padding) tokens/s at seq {seq}", "tokens/s",
-                                   speed["packed"], speed["padded"], "tokens_per_s"))
-      scores = ({kind: common.run_child("accuracy", f"{kind}/{seq}") for kind in _KINDS}
+      if FLAGS.variants:
+        figures.append(common.figure(f"effective (non-padding) tokens/s at seq {seq}",
+                                     "tokens/s", speed["packed"], speed["padded"],
+                                     "tokens_per_s"))
+      scores = ({kind: {s: common.run_child("accuracy", f"{kind}/{seq}/{s}")
+                        for s in FLAGS.accuracy_seeds} for kind in _KINDS}
                 if FLAGS.accuracy_tokens else {})
       if scores:
+        mean = {kind: {"masked_lm_accuracy": float(np.mean(
+            [r["masked_lm_accuracy"] for r in scores[kind].values()]))} for kind in _KINDS}
         figures.append(common.figure(
-            f"masked-LM accuracy after {FLAGS.accuracy_tokens} real tokens at seq {seq}",
-            "accuracy", {"packed": scores["packed"]}, {"padded": scores["padded"]},
-            "masked_lm_accuracy"))
+            f"masked-LM accuracy after {FLAGS.accuracy_tokens} real tokens at seq {seq}, mean "
+            f"over {len(FLAGS.accuracy_seeds)} seed(s)", "accuracy", {"packed": mean["packed"]},
+            {"padded": mean["padded"]}, "masked_lm_accuracy"))
       details[f"seq {seq}"] = {"padding": pads, "throughput": speed, "accuracy": scores}
   finally:
     if own_dir:
@@ -270,6 +279,7 @@ def main(argv):
       "dupe_factor": FLAGS.dupe_factor, "short_seq_prob": FLAGS.short_seq_prob,
       "max_instances_per_pack": FLAGS.max_instances_per_pack,
       "eval_documents": FLAGS.eval_documents, "accuracy_tokens": FLAGS.accuracy_tokens,
+      "accuracy_seeds": FLAGS.accuracy_seeds,
       "accuracy_model": {"layers": FLAGS.accuracy_layers,
                          "hidden_size": FLAGS.accuracy_hidden_size,
                          "batch_size": FLAGS.accuracy_batch_size,

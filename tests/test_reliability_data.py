@@ -113,6 +113,8 @@ def test_an_output_naming_an_input_is_refused_before_any_work(tmp_path):
   shutil.copy(VOCAB, vocab)
   shutil.copy(SAMPLE_TEXT, tmp_path / "1.txt")
   os.symlink(text, tmp_path / "link.txt")
+  (tmp_path / "v").mkdir()
+  os.symlink(text, tmp_path / "v" / "vocab.txt")
   os.link(vocab, tmp_path / "hard.txt")
   (tmp_path / "a_directory").mkdir()
   (tmp_path / "a_file").write_text("not a directory\n")
@@ -136,8 +138,9 @@ def test_an_output_naming_an_input_is_refused_before_any_work(tmp_path):
       # one of those files.
       (["build_vocab.py", f"--input_file={vocab}", f"--output_dir={tmp_path}"],
        f"--output_dir={vocab} is the input given by --input_file={vocab}"),
-      (["build_vocab.py", f"--input_file={tmp_path}/link.txt", f"--output_dir={tmp_path}/v",
-        f"--vocab_file={text}"], f"--vocab_file={text} is the input given by --input_file"),
+      # ... nor a link to it (v/vocab.txt -> text.txt).
+      (["build_vocab.py", f"--input_file={tmp_path}/link.txt", f"--output_dir={tmp_path}/v"],
+       f"--output_dir={tmp_path}/v/vocab.txt is the input given by --input_file"),
       (["build_vocab.py", f"--input_file={text}", f"--output_dir={tmp_path}/a_file"],
        f"{tmp_path}/a_file is not a directory"),
       (["evaluate_squad.py", SQUAD_V1, str(predictions),
