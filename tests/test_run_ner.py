@@ -158,9 +158,8 @@ def test_fine_tune_minilm_on_a_conll_slice(tmp_path):
   no complete entity (one counts only when its type and both boundaries match): all-O scores
   F1 0, and an untrained model's tags scored F1 0.05 in a trial. Measured with the packaged
   MiniLM (6 layers, uncased; ~120 CPU-seconds): dev F1 0.52 on 2026-11-25 (the same at the
-  session's first commit; an earlier session recorded
-  0.715). The bar is F1 0.5 on both: close to the measured figure, so a change that costs
-  entity F1 shows here."""
+  session's first commit; an earlier session recorded 0.715). The bar is F1 0.5 on both: close
+  to the measured figure, so a change that costs entity F1 shows here."""
   model_dir = minilm_dir()
   data_dir = _training_slice(tmp_path)
   output_dir = tmp_path / "out"
