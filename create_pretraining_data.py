@@ -1891,6 +1891,10 @@ def run_beam(options):
     except BaseException as e:
       # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
       # and this process waiting for them: they are ended (a failed job has ended its own).
+      # The runner's own threads then fail on their lost workers while this process exits; their
+      # tracebacks and log lines would bury the one error line, so they are silenced.
+      threading.excepthook = lambda args: None
+      std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
       for pid in _descendants() - before:
         with contextlib.suppress(OSError):
           os.kill(pid, signal.SIGKILL)
