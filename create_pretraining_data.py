@@ -339,34 +339,42 @@ class ExactRandom:
 
 
 def iter_document_lines(input_files, end_document_at_file_end=False, max_document_bytes=None,
-                        opener=None):
+                        opener=None, spans=False):
   """Yields (lines, nbytes) per document: its non-blank lines, stripped, and the bytes consumed.
 
   A blank (or all-whitespace) line ends a document. As in the original, a document otherwise
   continues from one file into the next unless `end_document_at_file_end`; `max_document_bytes`
   cuts longer documents so a file without blank lines still arrives in bounded pieces. `opener`
   opens files elsewhere than on the local disk (see fileio.read_lines).
+
+  With `spans` (and `end_document_at_file_end`) a document comes as (lines, nbytes, span): span is
+  (path, start byte, its line number, end byte), from the end of the document before it in its
+  file to the end of its own last line. An input may be such a span instead of a path: reading
+  the spans of consecutive documents gives the same documents back.
   """
+  assert end_document_at_file_end or not spans, "a document's span lies in one file"
   lines = []
   nbytes = 0
   size = 0
-  for path in input_files:
-    for _, text in fileio.read_lines(path, opener):
+  for source in input_files:
+    path, span = (source[0], source[1:]) if isinstance(source, tuple) else (source, (0, 1, None))
+    begin = span[:2]  # where the next document's span starts
+    for number, text, end in fileio.read_lines(path, opener, span):
       length = len(text.encode("utf-8")) + 1
       nbytes += length
       text = text.strip()
       if not text:
         if lines:
-          yield lines, nbytes
-          lines, nbytes, size = [], 0, 0
+          yield (lines, nbytes, (path, *begin, end)) if spans else (lines, nbytes)
+          lines, nbytes, size, begin = [], 0, 0, (end, number + 1)
         continue
       lines.append(text)
       size += length
       if max_document_bytes and size >= max_document_bytes:
-        yield lines, nbytes
-        lines, nbytes, size = [], 0, 0
+        yield (lines, nbytes, (path, *begin, end)) if spans else (lines, nbytes)
+        lines, nbytes, size, begin = [], 0, 0, (end, number + 1)
     if end_document_at_file_end and lines:
-      yield lines, nbytes
+      yield (lines, nbytes, (path, *begin, end)) if spans else (lines, nbytes)
       lines, nbytes, size = [], 0, 0
   if lines:
     yield lines, nbytes
@@ -1379,18 +1387,37 @@ def _chunk_task(task, state=None):
   return records, stats
 
 
-def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES, opener=None):
-  """Fast mode's units of work: (index, documents as text lines, bytes) in input order."""
-  documents, nbytes, index = [], 0, 0
-  for lines, size in iter_document_lines(input_files, end_document_at_file_end=True,
-                                         max_document_bytes=max_chunk_bytes, opener=opener):
-    documents.append(lines)
+def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES, opener=None,
+                spans=False):
+  """Fast mode's units of work: (index, documents as text lines, bytes) in input order.
+
+  With `spans`, a chunk's documents come as the spans of the input that hold them (see
+  iter_document_lines; consecutive ones merged), for read_chunk_spans to read where the chunk is
+  processed: a Beam job then never sends the text itself from one worker to another.
+  """
+  documents, count, nbytes, index = [], 0, 0, 0  # documents: their lines, or merged spans
+  for lines, size, *span in iter_document_lines(input_files, end_document_at_file_end=True,
+                                                max_document_bytes=max_chunk_bytes,
+                                                opener=opener, spans=spans):
+    if not spans:
+      documents.append(lines)
+    elif documents and documents[-1][0] == span[0][0] and documents[-1][3] == span[0][1]:
+      documents[-1] = (*documents[-1][:3], span[0][3])
+    else:
+      documents.append(span[0])
+    count += 1
     nbytes += size
-    if len(documents) >= chunk_documents or nbytes >= max_chunk_bytes:
+    if count >= chunk_documents or nbytes >= max_chunk_bytes:
       yield index, documents, nbytes
-      documents, nbytes, index = [], 0, index + 1
+      documents, count, nbytes, index = [], 0, 0, index + 1
   if documents:
     yield index, documents, nbytes
+
+
+def read_chunk_spans(spans, max_chunk_bytes=_MAX_CHUNK_BYTES, opener=None):
+  """The documents (as text lines) of a chunk that iter_chunks gave as spans."""
+  return [lines for lines, _ in iter_document_lines(
+      spans, end_document_at_file_end=True, max_document_bytes=max_chunk_bytes, opener=opener)]
 
 
 def ordered_map(pool, function, tasks, window):
@@ -1638,31 +1665,70 @@ def _beam_open(path):
 
 
 def _beam_read_chunks(input_files, chunk_documents):
-  """The pipeline's first step, one call on one worker: the local run's chunks, in its order."""
-  yield from iter_chunks(input_files, chunk_documents, opener=_beam_open)
+  """The pipeline's first step, one call on one worker: the local run's chunks, in its order, as
+  the spans of the input that hold them (the worker that takes a chunk reads its text)."""
+  yield from iter_chunks(input_files, chunk_documents, opener=_beam_open, spans=True)
 
 
 class _BeamChunkRecords:
-  """The step run on every worker: a chunk -> its records by _chunk_task (as in the local run),
-  each as (output shard, record), and its Stats tagged "stats"; also counted in Beam metrics,
-  which the launcher reads for its progress lines. Beam gives each worker thread a copy of this
-  object, so the tokenizer and encoder built on first use are that thread's own."""
+  """The step run on every worker: a chunk (the spans of the input that hold it, read here) ->
+  its records by _chunk_task (as in the local run), each sent to output shard (chunk index + its
+  number) mod shards, and its Stats tagged "stats"; also counted in Beam metrics, which the
+  launcher reads for its progress lines.
 
-  def __init__(self, options, tokenizer, num_shards):
+  The records go to files, one piece per chunk and shard, and only the pieces' names go through
+  Beam's shuffle: neither text nor records pass between workers, so no worker (nor the local
+  runner, which holds every collection between steps) holds more than its chunks in flight, and
+  the shard writers stream the pieces.
+  Beam gives each worker thread a copy of this object, so the tokenizer and encoder built on
+  first use are that thread's own."""
+
+  def __init__(self, options, tokenizer, num_shards, pieces):
     self._options, self._tokenizer, self._num_shards = options, tokenizer, num_shards
+    self._pieces = pieces
     self._state = None
 
   def __call__(self, chunk):
     import apache_beam as beam  # pylint: disable=g-import-not-at-top
     if self._state is None:
       self._state = _WorkerState.create(self._options, self._tokenizer)
-    records, stats = _chunk_task(chunk, self._state)
+    index, spans, nbytes = chunk
+    records, stats = _chunk_task((index, read_chunk_spans(spans, opener=_beam_open), nbytes),
+                                 self._state)
     for field in dataclasses.fields(stats):
       beam.metrics.Metrics.counter(_BEAM_METRICS, field.name).inc(getattr(stats, field.name))
-    index = chunk[0]
-    for j, record in enumerate(records):
-      yield (index + j) % self._num_shards, record
+    for shard in range(min(self._num_shards, len(records))):
+      piece = _beam_piece_name(self._pieces, index, shard)
+      _beam_write_piece(piece, records[(shard - index) % self._num_shards::self._num_shards])
+      yield shard, (index, piece)
     yield beam.pvalue.TaggedOutput("stats", stats)
+
+
+def _beam_piece_name(pieces, chunk_index, shard):
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  return FileSystems.join(pieces, f"{chunk_index:09d}-{shard:05d}")
+
+
+def _beam_write_piece(path, records):
+  """Writes `records` as (little-endian uint64 length, bytes) pairs: a file of this job's own,
+  read back once by its shard's writer (no CRC: TFRecord's framing is for the final output)."""
+  from apache_beam.io.filesystems import CompressionTypes  # pylint: disable=g-import-not-at-top
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  lengths = np.fromiter(map(len, records), "<u8", len(records))
+  with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    f.write(b"".join(itertools.chain.from_iterable(
+        zip((n.tobytes() for n in lengths), records))))
+
+
+def _beam_read_piece(path):
+  """Yields the records of a piece that _beam_write_piece wrote, one at a time."""
+  with _beam_open(path) as f:
+    while header := f.read(8):
+      (length,) = struct.unpack("<Q", header)
+      record = f.read(length)
+      if len(header) != 8 or len(record) != length:
+        raise RuntimeError(f"{path}: truncated piece of records")
+      yield record
 
 
 def _add_stats(stats):
@@ -1673,24 +1739,27 @@ def _add_stats(stats):
 
 
 def _beam_temporaries(output_files, token):
-  """Hidden siblings of the outputs for the workers to write, named as fileio.atomic_path names
-  its temporaries (`token`, the job's, is unpredictable)."""
+  """(hidden siblings of the outputs for the workers to write, named as fileio.atomic_path names
+  its temporaries, the hidden directory of the pieces beside the first output); `token`, the
+  job's, is unpredictable."""
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
   temporaries = []
   for path in output_files:
     directory, name = FileSystems.split(path)
     temporaries.append(FileSystems.join(directory, f".{name}.tmp-beam-{token}"))
-  return temporaries
+  return temporaries, temporaries[0] + ".pieces"
 
 
-def _beam_write_shard(shard_records, temporaries, output_files, shuffle_buffer_size, seed):
-  """Writes one shard's records, mixed by the local run's shuffle buffer, to its temporary;
-  returns (shard, number of records)."""
+def _beam_write_shard(shard_pieces, temporaries, output_files, shuffle_buffer_size, seed):
+  """Writes one shard's records, read from its pieces in chunk order and mixed by the local run's
+  shuffle buffer, to its temporary; returns (shard, number of records)."""
   from apache_beam.io.filesystems import CompressionTypes  # pylint: disable=g-import-not-at-top
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
-  shard, records = shard_records
-  records = shuffle_buffer((r for r in records if r is not None), shuffle_buffer_size,
-                           ExactRandom(f"{seed}/output/{shard}"))
+  shard, pieces = shard_pieces
+  # In chunk order, so that the shard's bytes do not depend on the order the runner gives.
+  paths = [path for _, path in sorted(piece for piece in pieces if piece is not None)]
+  records = shuffle_buffer(itertools.chain.from_iterable(map(_beam_read_piece, paths)),
+                           shuffle_buffer_size, ExactRandom(f"{seed}/output/{shard}"))
   count = 0
   with fileio.naming_output(output_files[shard]):
     with FileSystems.create(temporaries[shard],
@@ -1701,19 +1770,26 @@ def _beam_write_shard(shard_records, temporaries, output_files, shuffle_buffer_s
   return shard, count
 
 
-def _beam_remove(paths):
+def _beam_remove(paths, pieces):
+  """Removes those of the files `paths` that exist, and the directory `pieces` with its files."""
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
   existing = [path for path in paths if FileSystems.exists(path)]
   if existing:
     FileSystems.delete(existing)
+  if _is_local(pieces):
+    fileio.remove_path(pieces)
+  else:  # an object store has no directories: a name ending in "/" deletes what it prefixes
+    with contextlib.suppress(Exception):
+      FileSystems.delete([pieces + "/"])
 
 
-def _beam_commit(counts, temporaries, output_files, stats, input_files):
-  """The last step, once every shard is written: renames the temporaries onto the outputs (or,
-  when the input held no document, removes them and fails as the local run does)."""
+def _beam_commit(counts, temporaries, pieces, output_files, stats, input_files):
+  """The last step, once every shard is written: renames the temporaries onto the outputs and
+  removes the pieces (or, when the input held no document, removes both and fails as the local
+  run does)."""
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
   if not stats.documents:
-    _beam_remove(temporaries)
+    _beam_remove(temporaries, pieces)
     raise fileio.InputError(_no_documents_message(input_files))
   written = sum(count for _, count in counts)
   if len(counts) != len(output_files) or written != stats.instances:
@@ -1723,16 +1799,19 @@ def _beam_commit(counts, temporaries, output_files, stats, input_files):
   pending = [(tmp, path) for tmp, path in zip(temporaries, output_files)
              if FileSystems.exists(tmp)]
   FileSystems.rename([tmp for tmp, _ in pending], [path for _, path in pending])
+  _beam_remove([], pieces)
 
 
-def _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, tokenizer):
+def _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, pieces,
+                    tokenizer):
   num_shards = len(output_files)
   chunks = (pipeline
             | "Input files" >> beam.Create([tuple(input_files)])
             | "Read chunks" >> beam.FlatMap(_beam_read_chunks, options.chunk_documents)
             | "Spread chunks" >> beam.Reshuffle())
   made = chunks | "Chunks to records" >> beam.FlatMap(
-      _BeamChunkRecords(options, tokenizer, num_shards)).with_outputs("stats", main="records")
+      _BeamChunkRecords(options, tokenizer, num_shards, pieces)).with_outputs(
+          "stats", main="records")
   stats = made.stats | "Count" >> beam.CombineGlobally(_add_stats)
   # One (shard, None) per shard, so that a shard no record goes to is still written (empty).
   every_shard = pipeline | "Every shard" >> beam.Create([(i, None) for i in range(num_shards)])
@@ -1742,7 +1821,7 @@ def _add_beam_steps(beam, pipeline, options, input_files, output_files, temporar
        | "Write shards" >> beam.Map(_beam_write_shard, temporaries, output_files,
                                     options.shuffle_buffer_size, options.random_seed)
        | "All shards" >> beam.combiners.ToList()
-       | "Commit" >> beam.Map(_beam_commit, temporaries, output_files,
+       | "Commit" >> beam.Map(_beam_commit, temporaries, pieces, output_files,
                               beam.pvalue.AsSingleton(stats), input_files))
 
 
@@ -1878,32 +1957,34 @@ def run_beam(options):
     # access to the vocab file.
     tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                            do_lower_case=options.do_lower_case)
-    temporaries = _beam_temporaries(output_files, secrets.token_hex(8))
-    _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, tokenizer)
+    temporaries, pieces = _beam_temporaries(output_files, secrets.token_hex(8))
+    _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, pieces,
+                    tokenizer)
     logging.info("*** Fast mode as a Beam job (runner %s) on %d input file(s) ***\n  %s",
                  pipeline.options.get_all_options()["runner"], len(input_files),
                  "\n  ".join(input_files))
     start = time.monotonic()
     before = _descendants()
-    try:
-      with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
+    # The temporaries and pieces are removed inside, so that a directory the job made is empty.
+    with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
+      try:
         stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
-    except BaseException as e:
-      # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
-      # and this process waiting for them: they are ended (a failed job has ended its own).
-      # The runner's own threads then fail on their lost workers while this process exits; their
-      # tracebacks and log lines would bury the one error line, so they are silenced.
-      threading.excepthook = lambda args: None
-      std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
-      for pid in _descendants() - before:
-        with contextlib.suppress(OSError):
-          os.kill(pid, signal.SIGKILL)
-      with contextlib.suppress(Exception):
-        _beam_remove(temporaries)
-      error = _worker_error(e) if isinstance(e, Exception) else None
-      if error is None:
-        raise
-      raise error from None
+      except BaseException as e:
+        # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
+        # and this process waiting for them: they are ended (a failed job has ended its own).
+        # The runner's own threads then fail on their lost workers while this process exits;
+        # their tracebacks and log lines would bury the one error line, so they are silenced.
+        threading.excepthook = lambda args: None
+        std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
+        for pid in _descendants() - before:
+          with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+          _beam_remove(temporaries, pieces)
+        error = _worker_error(e) if isinstance(e, Exception) else None
+        if error is None:
+          raise
+        raise error from None
   _log_done(stats, start, output_files)
   return stats
 

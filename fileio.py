@@ -111,19 +111,27 @@ def expand_file_patterns(patterns, what="input file"):
   return files
 
 
-def read_lines(path, opener=None):
+def read_lines(path, opener=None, span=None):
   """Yields (line_number, text) for a UTF-8 text file, line endings stripped.
 
   Invalid UTF-8 is rejected rather than silently altered: the error names the file, the line and
   the byte offset so the user can fix or re-encode the source. A UTF-8 byte-order mark at the start
   of the file is dropped (the GLUE MRPC files carry one). `opener(path)`, when given, opens the
   file for binary reading from elsewhere than the local file system (a Beam worker reads gs://
-  paths through Beam's file systems).
+  paths through Beam's file systems). `span`, when given, is (start byte, its line number, end
+  byte) of whole lines to read, and each line comes as (line_number, text, the byte after it).
   """
   if opener is None:
     check_file(path)
+  start, first_line, stop = span or (0, 1, None)
   with open(path, "rb") if opener is None else opener(path) as f:
-    for number, raw in enumerate(f, start=1):
+    if start:
+      f.seek(start)
+    offset = start
+    for number, raw in enumerate(f, start=first_line):
+      if stop is not None and offset >= stop:
+        break
+      offset += len(raw)
       try:
         text = raw.decode("utf-8")
       except UnicodeDecodeError as e:
@@ -131,7 +139,8 @@ def read_lines(path, opener=None):
                          f"({raw[e.start:e.start + 4]!r}); re-encode the file as UTF-8") from None
       if number == 1 and text.startswith("\ufeff"):
         text = text[1:]
-      yield number, text.rstrip("\r\n")
+      text = text.rstrip("\r\n")
+      yield (number, text) if span is None else (number, text, offset)
 
 
 def _unique_keys(pairs):

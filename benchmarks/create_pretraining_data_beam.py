@@ -14,9 +14,9 @@ each a process of its own, wall time with start-up included:
             run_original.py, TF 2 through tf.compat.v1; needs `six`), the peer.
 Then the Beam job again on the corpus (1x) and on --scale times as much text, with smaller chunks
 so that both span many: the peak RSS of each Beam worker process (VmHWM, read from /proc every
-0.1 s) must not grow with the corpus. The runner process itself (this is the local runner) holds
-the shuffled records until they are written, so its peak grows with the output; it is reported
-apart. Prints one JSON line (common.emit).
+0.1 s) must not grow with the corpus. The runner process itself (the local runner, which holds
+every collection between steps: here chunk descriptions and piece names) is reported apart.
+Prints one JSON line (common.emit).
 
   python benchmarks/create_pretraining_data_beam.py
   python benchmarks/create_pretraining_data_beam.py --target_mb=0.05 --dupe_factor=1 \

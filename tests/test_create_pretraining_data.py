@@ -207,6 +207,29 @@ def test_documents_continue_across_files_only_in_exact_mode(tmp_path):
   assert fast == [["one.", "two."], ["three."], ["four."], ["five."]]
 
 
+@requires_shared
+def test_chunks_as_spans_read_back_as_the_same_documents(tmp_path):
+  # What a Beam job sends between workers: a chunk as spans of its files, read where it runs.
+  # A BOM, CRLF endings, runs of blank and whitespace-only lines (a no-break space, an
+  # ideographic space), no newline at the end, a long document cut by max_chunk_bytes, and
+  # real text.
+  odd = tmp_path / "odd.txt"
+  odd.write_bytes("\ufeffUn.\r\nDeux \u00e9t\u00e9.\r\n\r\n\u00a0\n\u3000\n\nTrois.\n".encode() +
+                  ("Long line of a long document. " * 20 + "\n").encode() * 40 + b"\n\nlast")
+  files = [str(odd), os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt"),
+           str(odd)]
+  for chunk_documents, max_chunk_bytes in [(1, 1 << 20), (3, 1500), (8, 1 << 20), (500, 1 << 30)]:
+    chunks = list(cpd.iter_chunks(files, chunk_documents, max_chunk_bytes))
+    spans = list(cpd.iter_chunks(files, chunk_documents, max_chunk_bytes, spans=True))
+    assert [(i, n) for i, _, n in spans] == [(i, n) for i, _, n in chunks]
+    for (_, documents, _), (_, chunk_spans, _) in zip(chunks, spans):
+      assert cpd.read_chunk_spans(chunk_spans, max_chunk_bytes) == documents
+      assert len(chunk_spans) <= len(documents)  # consecutive documents' spans are merged
+  assert len(chunks) == 1 and len(spans[0][1]) == 3  # one span per file
+  assert chunks[0][1][0] == ["Un.", "Deux \u00e9t\u00e9."]
+  assert chunks[0][1][-1] == ["last"]
+
+
 # --- Fast mode. ---------------------------------------------------------------------------------
 
 FAST = dict(input_file=CORPUS, mode="fast", dupe_factor=1, chunk_documents=8,

@@ -96,6 +96,11 @@ def test_beam_job_on_two_workers_writes_the_local_fast_mode_records(tmp_path):
   # The counts are reported as the local run reports them.
   assert f"Wrote {local.summary()}" in done.stderr
   assert "fast mode: 1.1/1.1 MB (100%)" in done.stderr
+  # The shards' bytes do not depend on the runner or its number of workers: each is read from
+  # its pieces in chunk order.
+  cpd.run(options(tmp_path, "in_process/", beam_pipeline_options="runner=FnApiRunner"))
+  for name in names:
+    assert (tmp_path / "in_process" / name).read_bytes() == (tmp_path / "beam" / name).read_bytes()
 
 
 @requires_shared
