@@ -1,6 +1,7 @@
 """The encoder against HuggingFace's outputs of a real checkpoint, and the model's contracts."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -93,6 +94,26 @@ def test_dropout_only_in_training_and_reproducible_with_a_seed():
   t3 = model(ids, training=True, dropout_seed=tf.constant([4, 0]))["sequence_output"]
   np.testing.assert_array_equal(t1.numpy(), t2.numpy())
   assert not np.allclose(t1.numpy(), a.numpy()) and not np.allclose(t1.numpy(), t3.numpy())
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
+@pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
+def test_seeded_dropout_drops_at_the_rate_and_scales_the_rest(dtype, rate):
+  x = tf.cast(tf.random.stateless_uniform([256, 1001], [1, 2], 1.0, 2.0), dtype)  # odd size
+  seed = tf.constant([7, 11], tf.int64)
+  y = modeling.dropout(x, rate, True, seed).numpy().astype(np.float32)
+  kept = y != 0
+  # 256,256 draws: the dropped fraction is within 5 standard deviations of the rate, in every
+  # dtype (bfloat16 uniform floats would have made 0.1 into 0.1016, 16 standard deviations off).
+  assert abs((1 - kept.mean()) - rate) < 5 * math.sqrt(rate * (1 - rate) / y.size)
+  expected = x.numpy().astype(np.float32) / (1 - rate)
+  np.testing.assert_allclose(y[kept], expected[kept], rtol={tf.float32: 1e-6}.get(dtype, 1e-2))
+  np.testing.assert_array_equal(modeling.dropout(x, rate, True, seed).numpy().astype(np.float32), y)
+  other = modeling.dropout(x, rate, True, tf.constant([7, 12], tf.int64)).numpy() != 0
+  assert 0.3 < (other != kept).mean() / (2 * rate * (1 - rate)) < 3  # independent masks
+  # Under XLA: the same mask.
+  xla = tf.function(lambda v: modeling.dropout(v, rate, True, seed), jit_compile=True)
+  np.testing.assert_array_equal(xla(x).numpy().astype(np.float32), y)
 
 
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
