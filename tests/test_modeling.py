@@ -96,6 +96,32 @@ def test_dropout_only_in_training_and_reproducible_with_a_seed():
   assert not np.allclose(t1.numpy(), a.numpy()) and not np.allclose(t1.numpy(), t3.numpy())
 
 
+@pytest.mark.parametrize("act", ["gelu", "gelu_exact"])
+def test_training_gelu_has_the_gradient_of_tf_nn_gelu(act):
+  x = tf.constant(np.linspace(-8, 8, 4001), tf.float32)
+  approximate = act == "gelu"
+  # Where tanh saturates float32's autodiff makes exact zeros of derivatives of a few 1e-6.
+  for dtype, tolerance in [(tf.float32, 1e-5), (tf.bfloat16, 1e-2)]:
+    xs = tf.cast(x, dtype)
+    with tf.GradientTape(persistent=True) as tape:
+      tape.watch(xs)
+      ours = modeling.TRAINING_ACTIVATIONS[act](xs)
+      reference = tf.nn.gelu(tf.cast(xs, tf.float32), approximate=approximate)
+    np.testing.assert_array_equal(ours.numpy(), modeling.ACTIVATIONS[act](xs).numpy())
+    dy = tf.cast(tf.linspace(0.5, 1.5, 4001), dtype)
+    got = tape.gradient(ours, xs, output_gradients=dy).numpy().astype(np.float32)
+    want = tape.gradient(reference, xs, output_gradients=tf.cast(dy, tf.float32)).numpy()
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+  # Inside a compiled step, as run_pretraining --use_xla runs it.
+  step = tf.function(lambda v: tf.gradients(modeling.TRAINING_ACTIVATIONS[act](v), v)[0],
+                     jit_compile=True)
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    reference = tf.nn.gelu(x, approximate=approximate)
+  np.testing.assert_allclose(step(x).numpy(), tape.gradient(reference, x).numpy(), rtol=1e-5,
+                             atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
 def test_seeded_dropout_drops_at_the_rate_and_scales_the_rest(dtype, rate):
