@@ -96,6 +96,26 @@ def test_dropout_only_in_training_and_reproducible_with_a_seed():
   assert not np.allclose(t1.numpy(), a.numpy()) and not np.allclose(t1.numpy(), t3.numpy())
 
 
+def test_training_layer_norm_has_the_output_and_gradients_of_the_plain_one():
+  layer = modeling.LayerNorm(48, 1e-12)
+  layer.gamma.assign(tf.random.stateless_normal([48], [1, 1]))
+  layer.beta.assign(tf.random.stateless_normal([48], [1, 2]))
+  x = tf.random.stateless_normal([3, 5, 48], [1, 3]) * 4.0 + 2.0
+  dy = tf.random.stateless_normal([3, 5, 48], [1, 4])
+  for dtype, tolerance in [(tf.float32, 2e-5), (tf.bfloat16, 2e-2)]:
+    results = []
+    for training in (False, True):
+      xs = tf.cast(x, dtype)
+      with tf.GradientTape() as tape:
+        tape.watch(xs)
+        y = layer(xs, training=training)
+      grads = tape.gradient(y, [xs, layer.gamma, layer.beta], output_gradients=tf.cast(dy, dtype))
+      results.append([t.numpy().astype(np.float32) for t in [y, *grads]])
+    assert results[1][0].dtype == np.float32 and y.dtype == dtype
+    for plain, fused in zip(*results):
+      np.testing.assert_allclose(fused, plain, rtol=tolerance, atol=tolerance * np.abs(plain).max())
+
+
 @pytest.mark.parametrize("act", ["gelu", "gelu_exact"])
 def test_training_gelu_has_the_gradient_of_tf_nn_gelu(act):
   x = tf.constant(np.linspace(-8, 8, 4001), tf.float32)
