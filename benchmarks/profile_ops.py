@@ -1,0 +1,145 @@
+"""Where the time of a BERT pre-training step goes: ours (TensorFlow profiler) and HF's
+(torch.profiler), op by op, on this machine. Not a speed figure: profiling slows both sides.
+
+Ours runs the step pretraining_step.py times (common.ours_training_rate's Trainer, one
+`_train_loop` call of --steps_per_loop steps) under tf.profiler; the trace's leaf events are summed
+by op name on TensorFlow's compute and Eigen threads (an XLA-compiled part shows as its fusions;
+the executor's and thread pools' wrapping events are left out), as a share of all that time. The peer's step (BertForPreTraining, AdamW,
+bf16 autocast) runs under torch.profiler, its ops summed by self CPU time. Prints a table per side
+on stderr and one JSON line: {"ours": [[op, ms, share], ...], "peer": [...], "machine": ...}.
+
+  python benchmarks/profile_ops.py                        # BERT-base, batch 8, seq 128, bf16
+  python benchmarks/profile_ops.py --precision=fp32 --nopeer --top=40   # --peer: common's flag
+"""
+
+import collections
+import glob
+import json
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+import common
+
+FLAGS = flags.FLAGS
+
+common.define_model_flags()
+flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
+flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
+flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps profiled.")
+flags.DEFINE_enum("precision", "bf16", ["fp32", "bf16"], "Compute dtype of both sides.")
+flags.DEFINE_integer("top", 25, "Ops listed per side.")
+
+_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+             "masked_lm_weights", "next_sentence_labels")
+# Events that wrap others (the executor, thread pools, an XLA call) rather than do work.
+_WRAPPERS = {"ThreadpoolListener::Region", "ExecutorState::Process", "ParallelFor",
+             "ExecutorState::ProcessAsync::Start", "BlockUntilReady", "_train_loop",
+             "CpuExecutable::ExecuteAsyncOnStream"}
+
+
+def _batches():
+  return common.synthetic_batches(4, FLAGS.batch_size, FLAGS.seq_length, FLAGS.vocab_size,
+                                  FLAGS.max_predictions)
+
+
+def _table(times):
+  total = sum(times.values())
+  return [[name, round(t / 1e3, 1), round(t / total, 4)]
+          for name, t in times.most_common(FLAGS.top)]
+
+
+def ours():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
+
+  features = {k: v for k, v in _batches().items() if k in _FEATURES}
+  strategy = tf.distribute.get_strategy()
+  dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
+  model = modeling.BertPretrainer(modeling.BertConfig(**common.model_dims()), dtype)
+  optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000, num_warmup_steps=10000)
+  trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
+  iterator = iter(trainer.distribute(
+      lambda ctx: tf.data.Dataset.from_tensor_slices(features).repeat()))
+  steps = tf.constant(FLAGS.steps_per_loop)
+  for _ in range(2):  # compile, then warm up
+    training.metrics_from_stats(trainer._train_loop(iterator, steps))  # pylint: disable=protected-access
+  with tempfile.TemporaryDirectory() as logdir:
+    tf.profiler.experimental.start(logdir)
+    training.metrics_from_stats(trainer._train_loop(iterator, steps))  # pylint: disable=protected-access
+    tf.profiler.experimental.stop()
+    path = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0]
+    data, _ = _pywrap_profiler_plugin.xspace_to_tools_data([path], "trace_viewer@", {})
+  events = json.loads(data)["traceEvents"]
+  threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  times = collections.Counter()
+  for e in events:
+    thread = threads.get((e.get("pid"), e.get("tid")), "")
+    # TensorFlow's compute and Eigen threads: not the Python thread's call into the step.
+    if (e.get("ph") == "X" and e["name"] not in _WRAPPERS and thread.startswith("tf_")
+        and not thread.startswith("tf_data")):
+      times[e["name"]] += e["dur"]
+  return _table(times)
+
+
+def peer():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  torch.manual_seed(0)
+  model = transformers.BertForPreTraining(common.hf_config(transformers))
+  model.train()
+  data = _batches()
+  labels = np.full((FLAGS.batch_size, FLAGS.seq_length), -100, np.int64)
+  np.put_along_axis(labels, data["masked_lm_positions"][0], data["masked_lm_ids"][0], axis=1)
+  inputs = common.torch_inputs(data, 0, labels=labels,
+                               next_sentence_label=data["next_sentence_labels"][0, :, 0])
+  optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+  autocast = common.torch_autocast(FLAGS.precision)
+
+  def step():
+    with autocast():
+      loss = model(**inputs).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+
+  for _ in range(2):
+    step()
+  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    for _ in range(FLAGS.steps_per_loop):
+      step()
+  times = collections.Counter()
+  for event in profile.key_averages():
+    times[event.key] += event.self_cpu_time_total
+  return _table(times)
+
+
+def main(argv):
+  del argv
+  result = {"ours": ours()}
+  if FLAGS.peer and not common.missing(["torch", "transformers"]):
+    result["peer"] = peer()
+  for side, rows in result.items():
+    print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} steps, share of op time",
+          file=sys.stderr)
+    for name, ms, share in rows:
+      print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
+  result.update(settings={"batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
+                          "precision": FLAGS.precision, "steps": FLAGS.steps_per_loop,
+                          **common.model_dims()},
+                machine=common.machine(), versions=common.versions())
+  print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
