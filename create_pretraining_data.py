@@ -1878,13 +1878,21 @@ def _call(function):
     return None, e
 
 
-def _worker_error(error):
-  """The InputError (a bad input line, say) that a worker raised, from the runner's report of a
-  failed job, which holds the worker's traceback as text; None if there is none."""
+def _worker_error(error, output_directory):
+  """The InputError (a bad input line, say) or OSError (a full disk) that a worker raised, from
+  the runner's report of a failed job, which holds the worker's traceback as text; None if there
+  is neither. An OSError that names no file (a write that found the disk full) is given the
+  directory the job writes to."""
   # Beam appends the step's name to the message of an error it passes on.
   text = f"InputError: {error}" if isinstance(error, fileio.InputError) else str(error)
   match = re.search(r"InputError: (.+?)(?: \[while running '[^\n]*'\])*$", text, re.M)
-  return fileio.InputError(match.group(1)) if match else None
+  if match:
+    return fileio.InputError(match.group(1))
+  match = re.search(r"(?:OSError|IOError): \[Errno (\d+)\] ([^:\[\n]+?)(?:: '([^'\n]*)')?"
+                    r"(?: \[while running|$)", text, re.M)
+  if match:
+    return OSError(int(match.group(1)), match.group(2), match.group(3) or output_directory)
+  return None
 
 
 @contextlib.contextmanager
@@ -1981,7 +1989,8 @@ def run_beam(options):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
           _beam_remove(temporaries, pieces)
-        error = _worker_error(e) if isinstance(e, Exception) else None
+        error = (_worker_error(e, os.path.dirname(output_files[0]) or ".")
+                 if isinstance(e, Exception) else None)
         if error is None:
           raise
         raise error from None

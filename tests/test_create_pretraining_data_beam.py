@@ -8,6 +8,7 @@ multiset of records the local fast mode writes.
 import collections
 import importlib.util
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -182,6 +183,22 @@ def _beam_workers(root):
     tree.update(children)
     frontier.extend(children)
   return {pid for pid in tree if b"sdk_worker_main" in commands.get(pid, b"")}
+
+
+@requires_shared
+@requires_beam
+def test_a_full_disk_in_a_worker_is_one_error_line_naming_the_output(tmp_path):
+  def limit():  # writes past 200 kB fail with EFBIG, as they would with ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+  done = run_script([os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={WIKITEXT}",
+                     f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
+                     "--num_output_shards=1", f"--beam_pipeline_options={TWO_WORKERS}"],
+                    env=ENV, preexec_fn=limit)
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert done.stderr.strip().splitlines()[-1] == f"error: {tmp_path}/out: File too large"
+  assert not os.path.exists(tmp_path / "out")
 
 
 @requires_shared
