@@ -1697,9 +1697,10 @@ class _BeamChunkRecords:
                                  self._state)
     for field in dataclasses.fields(stats):
       beam.metrics.Metrics.counter(_BEAM_METRICS, field.name).inc(getattr(stats, field.name))
-    for shard in range(min(self._num_shards, len(records))):
+    for j in range(min(self._num_shards, len(records))):  # record j, j + shards, ... go to
+      shard = (index + j) % self._num_shards              # the same shard
       piece = _beam_piece_name(self._pieces, index, shard)
-      _beam_write_piece(piece, records[(shard - index) % self._num_shards::self._num_shards])
+      _beam_write_piece(piece, records[j::self._num_shards])
       yield shard, (index, piece)
     yield beam.pvalue.TaggedOutput("stats", stats)
 
@@ -1724,9 +1725,9 @@ def _beam_read_piece(path):
   """Yields the records of a piece that _beam_write_piece wrote, one at a time."""
   with _beam_open(path) as f:
     while header := f.read(8):
-      (length,) = struct.unpack("<Q", header)
-      record = f.read(length)
-      if len(header) != 8 or len(record) != length:
+      length = struct.unpack("<Q", header)[0] if len(header) == 8 else -1  # -1: header cut
+      record = f.read(max(length, 0))
+      if len(record) != length:
         raise RuntimeError(f"{path}: truncated piece of records")
       yield record
 

@@ -122,6 +122,21 @@ def test_beam_job_outputs_and_counts_in_process(tmp_path):
 
 @requires_shared
 @requires_beam
+def test_beam_job_with_more_shards_than_records_per_chunk(tmp_path):
+  # One document per chunk and 200 shards: a chunk's records reach only some of the shards,
+  # starting at the shard after the previous chunk's last.
+  kwargs = dict(chunk_documents=1, num_output_shards=200)
+  local = cpd.run(options(tmp_path, "local/", **kwargs))
+  beam = cpd.run(options(tmp_path, "beam/", beam_pipeline_options="runner=FnApiRunner", **kwargs))
+  assert beam == local
+  names = sorted(os.listdir(tmp_path / "local"))
+  assert sorted(os.listdir(tmp_path / "beam")) == names and len(names) == 200
+  read = lambda d: collections.Counter(r for n in names for r in tfrecords(tmp_path / d / n))
+  assert read("beam") == read("local") and sum(read("beam").values()) == local.instances
+
+
+@requires_shared
+@requires_beam
 def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path):
   bad = tmp_path / "bad.txt"
   bad.write_bytes("Fine line.\n\nCaf\u00e9 ".encode() + b"\xff\xfe broken\n")
