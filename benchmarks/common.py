@@ -232,7 +232,7 @@ def dispatch(sides):
 # --- create_pretraining_data runs (its speed and Beam benchmarks) -------------------------------
 
 
-# The original create_pretraining_data.py, run on TensorFlow 2 through tf.compat.v1 (needs `six`).
+# The original create_pretraining_data.py, run on TensorFlow 2 through its TF1 compatibility API (needs `six`).
 RUN_ORIGINAL = os.path.join(SHARED, "reference", "original", "run_original.py")
 
 

@@ -11,7 +11,7 @@ each a process of its own, wall time with start-up included:
   fast:     --mode=fast --num_workers=2, the local run the Beam job must match record for record
             (the number of records of both is compared);
   original: the original google-research/bert script (../shared/reference/original/
-            run_original.py, TF 2 through tf.compat.v1; needs `six`), the peer.
+            run_original.py, TF 2 through its TF1 compatibility API; needs `six`), the peer.
 Then the Beam job again on the corpus (1x) and on --scale times as much text, with smaller chunks
 so that both span many: the peak RSS of each Beam worker process (VmHWM, read from /proc every
 0.1 s) must not grow with the corpus. The runner process itself (the local runner, which holds

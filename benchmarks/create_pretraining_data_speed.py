@@ -11,7 +11,7 @@ counts the pages they share with their parent once).
 
 The peer is the original google-research/bert script itself, run in the same invocation on the
 same text with the same flags, through ../shared/reference/original/run_original.py (which loads
-it on TensorFlow 2 through tf.compat.v1; it needs `six`). Throughput is compared in MB of text
+it on TensorFlow 2 through its TF1 compatibility API; it needs `six`). Throughput is compared in MB of text
 per second. Note that repeated text makes the tokenizer's word cache (ours) hit more often than
 4.3 MB of fresh Wikipedia text would. Issue #13 targets: fast mode >= 20x the original's
 throughput, exact mode >= 10x.
