@@ -90,6 +90,10 @@ def predict_fn(ctx, dataset_fn):
     batch = {k: tf.where(keep, v, tf.zeros_like(v)) if k in ("input_ids", "input_mask",
                                                              "segment_ids") else v
              for k, v in batch.items()}
+    # Masked positions past the cut would point outside the cut record: drop them.
+    kept = tf.cast(batch["masked_lm_positions"], tf.int64) < length[:, tf.newaxis]
+    for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+      batch[k] = tf.where(kept, batch[k], tf.zeros_like(batch[k]))
     return input_pipeline.trim_to_longest(batch, 1)
   return tf.data.Dataset.zip(dataset_fn(ctx), lengths).map(cut)
 

@@ -181,7 +181,9 @@ def test_mixed_precision_is_close_to_float32(dtype):
                              atol=0.1)
 
 
-def test_masked_lm_head_gathers_only_masked_positions():
+def test_pretraining_heads_read_the_full_encoder_at_their_positions():
+  """The pre-training model runs its last layer only at [CLS] and the masked positions; its
+  outputs are the heads applied to the full encoder's output there."""
   model = modeling.BertPretrainer(_tiny_config())
   features = {"input_ids": tf.constant([[2, 7, 9, 3], [2, 8, 3, 0]]),
               "input_mask": tf.constant([[1, 1, 1, 1], [1, 1, 1, 0]]),
@@ -189,12 +191,51 @@ def test_masked_lm_head_gathers_only_masked_positions():
               "masked_lm_positions": tf.constant([[1, 2, 0], [2, 0, 0]])}
   out = model(features)
   assert out["masked_lm_log_probs"].shape == (6, 50)
+  full = model.bert(features["input_ids"], features["input_mask"], features["segment_ids"])
   # Row 1 of example 0 is the head applied to sequence position 2 of example 0.
-  seq = out["sequence_output"]
-  h = model.masked_lm.layer_norm(model.masked_lm.dense(seq[0:1, 2]))
+  h = model.masked_lm.layer_norm(model.masked_lm.dense(full["sequence_output"][0:1, 2]))
   logits = tf.matmul(h, model.bert.embedding_table, transpose_b=True) + model.masked_lm.output_bias
   np.testing.assert_allclose(out["masked_lm_log_probs"][1].numpy(),
                              tf.nn.log_softmax(logits)[0].numpy(), atol=1e-5)
+  np.testing.assert_allclose(out["next_sentence_log_probs"].numpy(),
+                             model.next_sentence(full["pooled_output"]).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_output_positions_give_the_full_last_layer_there_and_its_gradients(packed):
+  """`output_positions` computes the last layer at those positions only: the same outputs as
+  the full encoder gathered there, and the same gradients for every variable (training mode,
+  dropout 0 so both paths are deterministic; packed sequences: a mask row per query)."""
+  config = _tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  model = modeling.BertModel(config)
+  ids = tf.constant([[2, 7, 9, 3, 5, 6], [2, 8, 3, 4, 0, 0]])
+  mask = tf.constant([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+  positions = tf.constant([[0, 4, 2, 2], [0, 3, 1, 0]])  # repeats, as padded predictions
+  kwargs = {}
+  if packed:
+    instance_ids = tf.constant([[1, 1, 1, 2, 2, 2], [1, 1, 2, 2, 0, 0]])
+    kwargs = {"instance_ids": instance_ids,
+              "position_ids": modeling.packed_position_ids(instance_ids)}
+  weights = tf.random.stateless_normal([2, 4, 16], [1, 2])
+
+  def losses(training):
+    with tf.GradientTape(persistent=True) as tape:
+      full = model(ids, mask, training=training, **kwargs)
+      part = model(ids, mask, training=training, output_positions=positions, **kwargs)
+      want = tf.gather(full["sequence_output"], positions, batch_dims=1)
+      got = part["sequence_output"]
+      loss_full = tf.reduce_sum(want * weights) + tf.reduce_sum(full["pooled_output"])
+      loss_part = tf.reduce_sum(got * weights) + tf.reduce_sum(part["pooled_output"])
+    return want, got, tape.gradient(loss_full, model.trainable_variables), tape.gradient(
+        loss_part, model.trainable_variables)
+
+  for training in (False, True):
+    want, got, grads_full, grads_part = losses(training)
+    assert got.shape == (2, 4, 16)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+    for v, a, b in zip(model.trainable_variables, grads_full, grads_part):
+      a, b = (tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v) for g in (a, b))
+      np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-4, err_msg=v.name)
 
 
 GOOD_CONFIG = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
@@ -287,3 +328,16 @@ def test_config_file_errors_name_the_file(tmp_path):
   bad.write_text(json.dumps(dict(GOOD_CONFIG, model_type="bert", hidden_act=["gelu"])))
   with pytest.raises(modeling.fileio.InputError, match="bert_config.json: HuggingFace hidden_act"):
     modeling.BertConfig.from_json_file(str(bad))
+
+
+def test_a_batch_of_zero_rows_gives_empty_outputs():
+  """A multi-worker job hands an exhausted worker empty batches until every worker is done: the
+  model must take them (a reshape with -1 could not)."""
+  model = modeling.BertPretrainer(_tiny_config())
+  empty = tf.zeros([0, 6], tf.int32)
+  full = model.bert(empty, empty, empty)
+  assert full["sequence_output"].shape == (0, 6, 16) and full["pooled_output"].shape == (0, 16)
+  out = model({"input_ids": empty, "input_mask": empty, "segment_ids": empty,
+               "masked_lm_positions": tf.zeros([0, 3], tf.int32)}, training=True)
+  assert out["masked_lm_log_probs"].shape == (0, 50)
+  assert out["next_sentence_log_probs"].shape == (0, 2)
