@@ -38,9 +38,6 @@ from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 
-# Words are split with tokenization.py's own (private) steps, exactly as the tokenizer splits them.
-# pylint: disable=protected-access
-
 
 def define_flags():
   script_flags.define_input_file_flag()
@@ -85,8 +82,7 @@ def count_words(sentences, do_lower_case):
   basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
   raw = collections.Counter()
   for sentence in sentences:
-    text = basic._tokenize_chinese_chars(basic._clean_text(sentence))
-    raw.update(text.split())
+    raw.update(basic.whitespace_words(sentence))
   words = collections.Counter()
   for word, count in raw.items():
     for part in basic.split_word(word):

@@ -13,6 +13,7 @@ standalone evaluate_squad.py.
 """
 
 import collections
+import dataclasses
 import re
 import string
 
@@ -217,6 +218,7 @@ class _ChunkTracker:
     return closed, opened, previous_kind
 
 
+@dataclasses.dataclass
 class ConllCounts:
   """Chunk and token counts accumulated over sentences, overall and per entity type.
 
@@ -224,16 +226,16 @@ class ConllCounts:
   tags; found_correct: chunks in the gold tags; found_guessed: chunks in the predictions;
   correct_tags / tokens: token-level tag accuracy.
   """
-
-  def __init__(self):
-    self.correct_chunks = 0
-    self.found_correct = 0
-    self.found_guessed = 0
-    self.correct_tags = 0
-    self.tokens = 0
-    self.correct_by_type = collections.Counter()
-    self.found_correct_by_type = collections.Counter()
-    self.found_guessed_by_type = collections.Counter()
+  correct_chunks: int = 0
+  found_correct: int = 0
+  found_guessed: int = 0
+  correct_tags: int = 0
+  tokens: int = 0
+  correct_by_type: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  found_correct_by_type: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
+  found_guessed_by_type: collections.Counter = dataclasses.field(
+      default_factory=collections.Counter)
 
 
 def conll_counts(true_sequences, pred_sequences, outside="O"):

@@ -191,14 +191,18 @@ class BasicTokenizer:
     self.do_lower_case = do_lower_case
 
   def tokenize(self, text):
+    words = []
+    for word in self.whitespace_words(text):
+      words.extend(self.split_word(word))
+    return words
+
+  def whitespace_words(self, text):
+    """The text cleaned and split on whitespace, each CJK ideograph a word of its own: the words
+    `split_word` takes (a vocabulary builder counts these once each)."""
     text = self._clean_text(convert_to_unicode(text))
     # Chinese puts no spaces between words, so each ideograph is made a word of its own. English
     # models do this too: their vocab has the ideographs that occur in English Wikipedia.
-    text = self._tokenize_chinese_chars(text)
-    words = []
-    for word in whitespace_tokenize(text):
-      words.extend(self.split_word(word))
-    return words
+    return whitespace_tokenize(self._tokenize_chinese_chars(text))
 
   def split_word(self, word):
     """One whitespace-free word -> its lower-cased, accent-stripped, punctuation-split parts."""
