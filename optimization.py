@@ -112,6 +112,11 @@ class _Optimizer(tf.Module):
   def _decays(self, name):
     return self.weight_decay_rate > 0 and not _matches_any(name, self.exclude_from_weight_decay)
 
+  def scale_loss(self, loss):
+    """The loss to differentiate: times the fp16 loss scale when there is one (apply_gradients
+    divides the gradients by it again)."""
+    return loss * self.loss_scale.scale if self.loss_scale is not None else loss
+
   def apply_gradients(self, gradients, variables):
     """Applies one update (or skips it if a gradient is not finite). Call from replica context
     with gradients that are already summed across replicas; returns (applied, global_norm)."""

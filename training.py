@@ -269,7 +269,6 @@ class Trainer:
     ctx = tf.distribute.get_replica_context()
     step = self.optimizer.iterations
     grads, totals = None, None
-    loss_scale = self.optimizer.loss_scale
     for i in range(self.accumulation):
       features = {k: v[i] for k, v in stack.items()}
       seed = tf.stack([self.seed + step * self.accumulation + i,
@@ -279,9 +278,7 @@ class Trainer:
         loss_names = sorted(k for k in stats if k.endswith("_loss"))
         counts = ctx.all_reduce("SUM", [stats[k][1] for k in loss_names])
         loss = tf.add_n([stats[k][0] / tf.maximum(c, 1e-12) for k, c in zip(loss_names, counts)])
-        loss /= self.accumulation
-        if loss_scale is not None:
-          loss *= loss_scale.scale
+        loss = self.optimizer.scale_loss(loss / self.accumulation)
       # Variables the loss does not reach (the pooler under a span head) get zero gradients.
       new = [tf.convert_to_tensor(g) for g in tape.gradient(
           loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
