@@ -22,7 +22,11 @@ def spans(num_tokens, max_tokens, stride):
   """The windows over `num_tokens` tokens, as run_squad.py (and the original) cuts a context: at
   most `max_tokens` long, each starting `stride` tokens after the previous one (or right after
   it, when the window is shorter than the stride), the last ending at the last token. No tokens:
-  no window."""
+  no window. ValueError unless both `max_tokens` and `stride` are at least 1: with either below,
+  the next window would start where the last one did, and the loop would never end."""
+  if max_tokens < 1 or stride < 1:
+    raise ValueError(f"windows need max_tokens and stride of at least 1, not {max_tokens} and "
+                     f"{stride}")
   result = []
   start = 0
   while start < num_tokens:
@@ -75,20 +79,27 @@ def sequence_windows(tokens_a, tokens_b, max_seq_length, doc_stride=None):
   text's first max_seq_length - 2 tokens otherwise. With `doc_stride` a longer text is read
   whole in windows `doc_stride` tokens apart (`spans`): a single text in windows of
   max_seq_length - 2 tokens; in a pair text_b, after the text_a that truncate_seq_pair would keep
-  (all of it when it is no longer than b's share), in windows of the tokens left.
+  (all of it when it is no longer than b's share), in windows of the tokens left. Only text_b is
+  windowed: text_a longer than its share is truncated all the same.
+
+  A pair with a budget of one token (max_seq_length 4) keeps at most a token of a and none of
+  b, so no window could read b: it is cut as without `doc_stride`. A pair cut to no b reads as
+  the original writes it, [CLS] a [SEP] (no second [SEP]; its one span is over a).
   """
   pair = bool(tokens_b)
   budget = max_seq_length - (3 if pair else 2)  # [CLS], [SEP] (and the second [SEP])
   a, b = list(tokens_a), list(tokens_b)
-  if doc_stride is None or len(a) + len(b) <= budget:
-    if pair:
-      tokenization.truncate_seq_pair(a, b, budget)
-    else:
-      a = a[:budget]
-    return a, b, [Span(0, len(b) if pair else len(a))]
   if not pair:
+    if doc_stride is None or len(a) <= budget:
+      a = a[:budget]
+      return a, b, [Span(0, len(a))]
     return a, b, spans(len(a), budget, doc_stride)
-  tokenization.truncate_seq_pair(a, list(b), budget)
+  kept_b = list(b)
+  tokenization.truncate_seq_pair(a, kept_b, budget)
+  # The windows over b hold budget - len(a) >= len(kept_b) tokens: at least one while
+  # truncate_seq_pair leaves b a token, which it does for any budget of 2 or more.
+  if doc_stride is None or len(kept_b) == len(b) or not kept_b:
+    return a, kept_b, [Span(0, len(kept_b) if kept_b else len(a))]
   return a, b, spans(len(b), budget - len(a), doc_stride)
 
 

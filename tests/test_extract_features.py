@@ -1,8 +1,11 @@
 """extract_features.py: HuggingFace's hidden states of a real checkpoint, the original's JSON
 format, pair splitting and truncation, streaming in chunks, and input errors."""
 
+import functools
 import json
 import os
+import resource
+import signal
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from conftest import (SHARED, VOCAB, WIKITEXT, import_script, minilm_dir, requir
                       run_script)
 
 from bert_tf2 import fileio
+from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "minilm_hf_reference.npz")
@@ -366,3 +370,52 @@ def test_doc_stride_command_line(tmp_path):
       ["[CLS]", *words * 4, "[SEP]"], ["[CLS]", "jack", "[SEP]", *words * 4, "[SEP]"],
       ["[CLS]", "all", "work", "[SEP]"]]
   assert all(len(f["layers"][0]["values"]) == 4 for o in outputs for f in o["features"])
+  # A pair at --max_seq_length=4 has a budget of one token: truncation keeps it for text_a and
+  # leaves no window for text_b. Windows of no token never advanced (the run grew without
+  # bound); now the pair is cut as without --doc_stride, [CLS] a [SEP] as the original writes
+  # it. The timeout and a data limit far above the run's needs (it fits in under 1 GiB) make a
+  # regression fail within a minute rather than hang or fill the machine's memory.
+  input_file.write_text("jack jack ||| jack jack\nall work\n", encoding="utf-8")
+  limit = lambda: resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+  texts = []
+  for stride in (["--doc_stride=1"], []):
+    result = run_script([*common, "--max_seq_length=4", *stride], timeout=180, preexec_fn=limit)
+    assert result.returncode == 0, result.stderr[-3000:]
+    texts.append(output_file.read_text(encoding="utf-8"))
+  assert texts[0] == texts[1]
+  assert [[f["token"] for f in json.loads(line)["features"]] for line in texts[0].splitlines()] == [
+      ["[CLS]", "jack", "[SEP]"], ["[CLS]", "all", "work", "[SEP]"]]
+
+
+def _within(seconds, call):
+  """call(), failed with TimeoutError after `seconds`: a window loop that never advances fails
+  the test instead of hanging it (SIGALRM interrupts Python code in the main thread)."""
+  def expire(*_):
+    raise TimeoutError(f"still running after {seconds} s")
+  previous = signal.signal(signal.SIGALRM, expire)
+  signal.alarm(seconds)
+  try:
+    return call()
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_windows_of_no_token_are_refused():
+  """spans() refuses windows of no token or a stride of none (the loop would never advance);
+  sequence_windows reads a pair that leaves text_b no window token as one truncated window."""
+  for max_tokens, stride in ((0, 1), (-1, 1), (1, 0)):
+    with pytest.raises(ValueError, match="at least 1"):
+      _within(5, functools.partial(sliding_windows.spans, 2, max_tokens, stride))
+  pair = (["jack", "jack"], ["jack", "jack"])
+  for doc_stride in (1, None):
+    windows = _within(5, functools.partial(sliding_windows.sequence_windows, *pair, 4, doc_stride))
+    assert windows == (["jack"], [], [sliding_windows.Span(0, 1)])
+  a, b, spans = sliding_windows.sequence_windows(*pair, 4, 1)
+  assert sliding_windows.window_tokens(a, b, spans[0]) == (["[CLS]", "jack", "[SEP]"], [0, 0, 0])
+  # The smallest budget that windows text_b (run_classifier's least for a pair, --max_seq_length=5):
+  # one token of each, text_b read whole a token at a time.
+  a, b, spans = _within(5, functools.partial(sliding_windows.sequence_windows, ["x", "y"],
+                                             ["p", "q", "r"], 5, 1))
+  assert [sliding_windows.window_tokens(a, b, s)[0] for s in spans] == [
+      ["[CLS]", "x", "[SEP]", t, "[SEP]"] for t in ("p", "q", "r")]

@@ -333,6 +333,19 @@ def _windows_of(tokenizer, example, max_seq_length, stride):
   return windows
 
 
+def test_doc_stride_windows_a_pair_at_the_smallest_sequence_length(tokenizer):
+  """--max_seq_length=5, the least a pair may have (_check_flags refuses 4, whose one-token budget
+  would leave text_b no window), with --doc_stride=1: text_a keeps a token and text_b is read
+  whole, a token per window, as _windows_of cuts it."""
+  example = run_classifier.InputExample("dev-1", "the cat sat", "a dog ran far", "1")
+  features = run_classifier.convert_example_windows(1, example, ["0", "1"], 5, tokenizer,
+                                                    doc_stride=1)
+  windows = _windows_of(tokenizer, example, 5, 1)
+  assert windows == [["[CLS]", "the", "[SEP]", word, "[SEP]"] for word in "a dog ran far".split()]
+  assert [f.input_ids for f in features] == [tokenizer.convert_tokens_to_ids(w) for w in windows]
+  assert [f.segment_ids for f in features] == [[0, 0, 0, 1, 1]] * 4
+
+
 def _results(path):
   return {key: float(value) for key, value in
           (line.split(" = ") for line in path.read_text().splitlines())}
