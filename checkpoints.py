@@ -352,6 +352,32 @@ def config_beside(path):
                if os.path.exists(os.path.join(directory, n))), None)
 
 
+def num_classifier_outputs(init_checkpoint):
+  """A classifier checkpoint's label count: the length of its output_bias (any format; None for
+  a HuggingFace checkpoint or one without that variable)."""
+  kind, path = resolve_checkpoint(init_checkpoint)
+  if kind == "hf":
+    return None
+  for name, shape in tf.train.list_variables(path):
+    if name in ("output_bias", "model/output_layer/output_bias" + _VALUE_SUFFIX):
+      return shape[0]
+  return None
+
+
+def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint"):
+  """--bert_config_file, else the config beside `checkpoint`; InputError when neither is."""
+  path = bert_config_file or (config_beside(checkpoint) if checkpoint else None)
+  if not path:
+    raise fileio.InputError(f"--bert_config_file is required (no config.json / bert_config.json "
+                            f"beside {checkpoint_flag})")
+  return path
+
+
+def vocab_beside(checkpoint):
+  """The vocab.txt path in the checkpoint's directory (it may not exist)."""
+  return os.path.join(checkpoint_directory(checkpoint), "vocab.txt")
+
+
 def check_seq_length(max_seq_length, config, config_source):
   """InputError when --max_seq_length does not fit the model's position embeddings."""
   if max_seq_length > config.max_position_embeddings:
@@ -362,10 +388,7 @@ def check_seq_length(max_seq_length, config, config_source):
 def load_bert_config(bert_config_file, init_checkpoint, max_seq_length):
   """The model config: --bert_config_file, else the config.json / bert_config.json beside
   --init_checkpoint (a HuggingFace directory needs no separate flag). Checks max_seq_length."""
-  path = bert_config_file or (config_beside(init_checkpoint) if init_checkpoint else None)
-  if not path:
-    raise fileio.InputError("--bert_config_file is required (no config.json / bert_config.json "
-                            "beside --init_checkpoint)")
+  path = config_path(bert_config_file, init_checkpoint)
   config = modeling.BertConfig.from_json_file(path)
   check_seq_length(max_seq_length, config, path)
   return config

@@ -54,12 +54,8 @@ def define_flags():
 
 def find_sidecars(input_path, bert_config_file=None, vocab_file=None):
   """(config path, vocab path or None) for the input checkpoint."""
-  directory = checkpoints.checkpoint_directory(input_path)
-  config = bert_config_file or checkpoints.config_beside(input_path)
-  if not config:
-    raise fileio.InputError(f"no bert_config.json / config.json beside {input_path}; give "
-                            "--bert_config_file")
-  vocab = vocab_file or os.path.join(directory, "vocab.txt")
+  config = checkpoints.config_path(bert_config_file, input_path, input_path)
+  vocab = vocab_file or checkpoints.vocab_beside(input_path)
   if vocab_file:
     fileio.check_file(vocab_file, "vocab file")
   elif not os.path.exists(vocab):

@@ -495,13 +495,9 @@ def is_saved_model_directory(path):
 
 def _config_and_vocab_paths(init_checkpoint, bert_config_file=None, vocab_file=None):
   """(config path, vocab path): from the flags, else beside the checkpoint; nothing is read."""
-  directory = checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
-  config_path = bert_config_file or (checkpoints.config_beside(init_checkpoint)
-                                     if init_checkpoint else None)
-  if not config_path:
-    raise fileio.InputError("--bert_config_file is required (no bert_config.json / config.json "
-                            "beside --init_checkpoint)")
-  vocab_path = vocab_file or (os.path.join(directory, "vocab.txt") if directory else None)
+  config_path = checkpoints.config_path(bert_config_file, init_checkpoint)
+  vocab_path = vocab_file or (checkpoints.vocab_beside(init_checkpoint) if init_checkpoint
+                              else None)
   if not vocab_path or not os.path.exists(vocab_path):
     raise fileio.InputError("--vocab_file is required (no vocab.txt beside --init_checkpoint)")
   fileio.check_file(vocab_path, "vocab file")
@@ -520,17 +516,6 @@ def _config_file_for_asset(config, staging_dir):
   with open(path, "w", encoding="utf-8") as f:
     f.write(config.to_json_string())
   return path
-
-
-def _num_outputs_in_checkpoint(init_checkpoint):
-  """The classifier's label count: the length of output_bias in the checkpoint (any format)."""
-  kind, path = checkpoints.resolve_checkpoint(init_checkpoint)
-  if kind == "hf":
-    return None
-  for name, shape in tf.train.list_variables(path):
-    if name in ("output_bias", "model/output_layer/output_bias" + checkpoints._VALUE_SUFFIX):
-      return shape[0]
-  return None
 
 
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
@@ -555,7 +540,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
     squad_doc_stride(max_seq_length, max_query_length, doc_stride)
   if model_type == "preprocessor":
     if not vocab_file and init_checkpoint:
-      vocab_file = os.path.join(checkpoints.checkpoint_directory(init_checkpoint), "vocab.txt")
+      vocab_file = checkpoints.vocab_beside(init_checkpoint)
     fileio.check_file(vocab_file, "vocab file (--vocab_file)")
     inputs = [("vocab_file", vocab_file)]
   else:
@@ -607,7 +592,7 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
                          _config_file_for_asset(config, scratch))
   if model_type == "classifier":
     num_labels = 1 if regression else (len(labels) if labels else
-                                       _num_outputs_in_checkpoint(init_checkpoint))
+                                       checkpoints.num_classifier_outputs(init_checkpoint))
     if not num_labels:
       raise fileio.InputError(f"give --labels: {init_checkpoint} has no classifier output_bias "
                               "to count the labels from")
