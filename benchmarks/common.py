@@ -338,7 +338,9 @@ def count_records(path):
 
 def best(results, key):
   """(variant, value) of the largest `key` among results that have it, or (None, None)."""
-  scored = [(v, r[key]) for v, r in results.items() if isinstance(r, dict) and r.get(key)]
+  # `is not None`, not truth: a figure of 0.0 (no padding left) is a result.
+  scored = [(v, r[key]) for v, r in results.items()
+            if isinstance(r, dict) and r.get(key) is not None]
   return max(scored, key=lambda x: x[1]) if scored else (None, None)
 
 
@@ -348,7 +350,8 @@ def figure(name, unit, ours_results, peer_results, key, target_ratio=None, highe
   ours_variant, ours = best(ours_results, key)
   peer_variant, peer = best(peer_results or {}, key)
   ratio = None
-  if ours and peer:
+  denominator = peer if higher_is_better else ours
+  if ours is not None and peer is not None and denominator:
     ratio = ours / peer if higher_is_better else peer / ours
   return {"name": name, "unit": unit, "ours": _round(ours), "ours_variant": ours_variant,
           "peer": _round(peer), "peer_variant": peer_variant,
