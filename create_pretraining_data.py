@@ -49,7 +49,9 @@ Fast mode has two more options, which run_pretraining recognizes from the record
   next_sentence_labels and next_sentence_weights have --max_instances_per_pack slots (weight 0
   for an unused one); masked-LM positions are in the packed sequence, at most
   --max_predictions_per_seq for the whole pack. Packing draws no random number: the same seed
-  gives the same (masked) instances packed or not.
+  gives the same (masked) instances packed or not. Packed unmasked records also hold the
+  max_predictions_per_seq and masked_lm_prob they were packed for, which run_pretraining's own
+  flags must not outgrow.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
@@ -164,7 +166,8 @@ def define_flags():
       "instance; one next-sentence prediction per instance) instead of padding short ones.")
   flags.DEFINE_integer(
       "max_instances_per_pack", 3,
-      "With --pack_sequences: instances per sequence at most (next-sentence slots per record).",
+      "With --pack_sequences: instances per sequence at most, 2 or more (next-sentence slots "
+      "per record).",
       lower_bound=1)
   flags.DEFINE_string(
       "beam_pipeline_options", "",
@@ -238,6 +241,11 @@ def validate_options(options):
   if options.max_instances_per_pack < 1:
     raise fileio.InputError(
         f"--max_instances_per_pack={options.max_instances_per_pack} must be at least 1")
+  if options.pack_sequences and options.max_instances_per_pack == 1:
+    # Refused rather than honoured: the padded records of the packed kind, with nothing gained.
+    raise fileio.InputError(
+        "--max_instances_per_pack=1 packs nothing (one instance a sequence, padded as without "
+        "packing); use 2 or more, or leave out --pack_sequences")
   if options.beam_pipeline_options and options.mode != "fast":
     raise fileio.InputError(
         f"--beam_pipeline_options runs fast mode; add --mode=fast (--mode={options.mode} draws "
@@ -915,8 +923,12 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
     rows += [("masked_lm_positions", packed_positions, False),
              ("masked_lm_ids", packed_ids, False), ("masked_lm_weights", weights, True)]
   else:
+    # The budget these sequences were packed for: run_pretraining refuses masking flags that
+    # would make more predictions than it (it could only drop the excess, unseen).
     rows += [("token_kinds", packed(token_kinds(ids, lengths, vocab_ids)), False),
-             ("mask_token_id", np.full((m, 1), vocab_ids.mask_id), False)]
+             ("mask_token_id", np.full((m, 1), vocab_ids.mask_id), False),
+             ("max_predictions_per_seq", np.full((m, 1), preds), False),
+             ("masked_lm_prob", np.full((m, 1), options.masked_lm_prob, np.float32), True)]
   sentence_labels, sentence_weights = np.zeros((m, k), np.int64), np.zeros((m, k), np.float32)
   sentence_labels[packing.pack, packing.slot] = labels
   sentence_weights[packing.pack, packing.slot] = 1.0
@@ -1793,9 +1805,10 @@ def _beam_commit(counts, temporaries, pieces, output_files, stats, input_files):
     _beam_remove(temporaries, pieces)
     raise fileio.InputError(_no_documents_message(input_files))
   written = sum(count for _, count in counts)
-  if len(counts) != len(output_files) or written != stats.instances:
+  # Records, not instances: a packed record holds several instances.
+  if len(counts) != len(output_files) or written != stats.records:
     raise RuntimeError(f"{len(counts)} of {len(output_files)} shards with {written} records "
-                       f"written, {stats.instances} made")
+                       f"written, {stats.records} made")
   # A retried commit skips the shards it renamed before.
   pending = [(tmp, path) for tmp, path in zip(temporaries, output_files)
              if FileSystems.exists(tmp)]
@@ -2006,6 +2019,14 @@ def run_beam(options):
 def run(options):
   """Creates the records for `options` and writes them; returns the Stats."""
   validate_options(options)
+  if options.dynamic_masking and options.dupe_factor > 1:
+    # Kept, not overridden: each pass still draws new splits and random next sentences. But the
+    # passes exist to give the original's fixed masks variety, which run_pretraining's masking
+    # (afresh at every read) gives already, so the flag's default of 10 is mostly disk.
+    logging.warning(
+        "--dupe_factor=%d with --dynamic_masking writes every document %d times (new splits, "
+        "no masks: run_pretraining masks each read afresh), %dx the records; --dupe_factor=1 "
+        "is usually enough", options.dupe_factor, options.dupe_factor, options.dupe_factor)
   if options.beam_pipeline_options:
     return run_beam(options)
   input_files = fileio.expand_file_patterns(options.input_file, "input file")

@@ -55,10 +55,14 @@ PRETRAINING_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_pos
 class PretrainingRecords:
   """The kind of create_pretraining_data's records: `dynamic` ones (--dynamic_masking) hold
   token_kinds and mask_token_id instead of masks; packed ones (--pack_sequences) hold
-  instance_ids and `max_instances` next-sentence slots (next_sentence_weights) per sequence."""
+  instance_ids and `max_instances` next-sentence slots (next_sentence_weights) per sequence.
+  Packed dynamic ones also hold the `max_predictions` and `masked_lm_prob` the generator packed
+  them for (0 where absent: masked records, unpacked ones, and those written before)."""
   dynamic: bool = False
   max_instances: int = 1
   packed: bool = False
+  max_predictions: int = 0
+  masked_lm_prob: float = 0.0
 
   @classmethod
   def of_file(cls, path):
@@ -68,9 +72,13 @@ class PretrainingRecords:
     except message.DecodeError as e:
       raise fileio.InputError(f"{path}: record 0 is not a tf.train.Example ({e})") from None
     packed = "instance_ids" in feature
+    budget = {}
+    if "max_predictions_per_seq" in feature and "masked_lm_prob" in feature:
+      budget = dict(max_predictions=feature["max_predictions_per_seq"].int64_list.value[0],
+                    masked_lm_prob=feature["masked_lm_prob"].float_list.value[0])
     return cls(dynamic="token_kinds" in feature, packed=packed,
                max_instances=len(feature["next_sentence_labels"].int64_list.value) if packed
-               else 1)
+               else 1, **budget)
 
   @classmethod
   def of_files(cls, input_files):
@@ -88,7 +96,10 @@ class PretrainingRecords:
   def describe(self):
     kinds = [k for k, on in (("unmasked (--dynamic_masking)", self.dynamic),
                              (f"packed, up to {self.max_instances} instances a sequence",
-                              self.packed)) if on]
+                              self.packed),
+                             (f"for at most {self.max_predictions} predictions a sequence at "
+                              f"masked_lm_prob {np.float32(self.masked_lm_prob)!s}",
+                              self.max_predictions)) if on]
     return ", ".join(kinds) or "masked, one instance a sequence (the original's)"
 
 
@@ -137,9 +148,10 @@ class DynamicMasking:
   of its tokens other than [CLS] and [SEP] (capped at those it has) are predicted, chosen at
   random (with `whole_word_mask`, words in random order, each taken when all its WordPieces still
   fit, else skipped); a prediction becomes [MASK] 80% of the time, a random id of the vocabulary
-  10%, and stays 10%. A packed sequence holds at most max_predictions_per_seq predictions in all
-  (the generator packs so that they fit; with a larger --masked_lm_prob here the last ones of a
-  sequence are dropped).
+  10%, and stays 10%. A packed sequence holds at most max_predictions_per_seq predictions in all:
+  the generator packs so that its own flags' predictions fit, and run_pretraining refuses a
+  larger masked_lm_prob or a smaller max_predictions_per_seq than the records were packed for
+  (the last predictions of a sequence would be dropped).
 
   The draws are stateless, a function of the [2] `seed` a call gets: pretraining_dataset gives
   each batch its own from (seed, input pipeline, batch index), so that every pass over the data
@@ -171,6 +183,8 @@ class DynamicMasking:
     selected = choose_masked_positions(instances, kinds, counts, keys, self.whole_word_mask)
 
     columns = tf.range(seq)
+    # Cuts nothing where a sequence holds one instance (its count is at most preds: the
+    # original's per-instance cap) nor in a packed one within the budget it was packed for.
     positions = tf.sort(tf.where(selected, columns, seq), axis=1)[:, :preds]
     valid = positions < seq
     positions = tf.where(valid, positions, 0)

@@ -16,6 +16,7 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 import json
 import os
 
+import numpy as np
 import tensorflow as tf
 from absl import flags
 from absl import logging
@@ -73,7 +74,36 @@ def check_config_matches_output_dir(config, output_dir, config_file):
           "use that config, or a new --output_dir")
 
 
-def dynamic_masking(records, config):
+def check_prediction_budget(records, source):
+  """Refuses masking flags that make more predictions in a packed sequence than the generator
+  packed it for: its masker keeps the first --max_predictions_per_seq of a sequence, so the rest
+  would be dropped unseen, most of them those of a sequence's later instances. None is with a
+  budget at least the records' and a probability at most theirs: each instance's count is then
+  at most the generator's, or, where the generator's was capped at its budget, the instance is
+  alone in its sequence."""
+  if not (records.dynamic and records.packed):
+    return  # one instance a sequence: its count is capped at the flag, as in the original
+  if not records.max_predictions:
+    logging.warning("%s: packed unmasked records that do not say the --max_predictions_per_seq "
+                    "and --masked_lm_prob they were packed for; give the generator's (larger "
+                    "ones drop predictions), or write them again to have them checked", source)
+    return
+  if FLAGS.max_predictions_per_seq < records.max_predictions:
+    raise fileio.InputError(
+        f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq} is below the "
+        f"{records.max_predictions} predictions a sequence the packed records of {source} were "
+        "made for (create_pretraining_data --max_predictions_per_seq): the fuller sequences "
+        f"would lose predictions; use at least {records.max_predictions}")
+  # Compared as the records store it (float32), so that the generator's own value passes.
+  packed_prob = np.float32(records.masked_lm_prob)
+  if np.float32(FLAGS.masked_lm_prob) > packed_prob:
+    raise fileio.InputError(
+        f"--masked_lm_prob={FLAGS.masked_lm_prob} is above the {packed_prob!s} the packed "
+        f"records of {source} were made for (create_pretraining_data --masked_lm_prob): the "
+        f"fuller sequences would lose predictions; use at most {packed_prob!s}")
+
+
+def dynamic_masking(records, config, source):
   """The masking of records written with --dynamic_masking (None for masked records: the masking
   flags then change nothing, which a warning says when they were given)."""
   if not records.dynamic:
@@ -89,6 +119,7 @@ def dynamic_masking(records, config):
     raise fileio.InputError(
         f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq} must be at most "
         f"--max_seq_length={FLAGS.max_seq_length}")
+  check_prediction_budget(records, source)
   return input_pipeline.DynamicMasking(FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
                                        config.vocab_size, FLAGS.do_whole_word_mask)
 
@@ -118,7 +149,7 @@ def main(_):
   # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
   strategy = script_flags.strategy()
   records = input_pipeline.PretrainingRecords.of_files(input_files)
-  masking = dynamic_masking(records, config)
+  masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq, records)
   limits = input_pipeline.pretraining_value_limits(config.vocab_size, config.type_vocab_size,

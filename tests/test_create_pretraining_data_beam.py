@@ -137,6 +137,24 @@ def test_beam_job_with_more_shards_than_records_per_chunk(tmp_path):
 
 @requires_shared
 @requires_beam
+def test_beam_job_with_packed_sequences_writes_the_local_packed_records(tmp_path):
+  # Packed, a record holds several instances: the commit checks the records written against the
+  # records made (it compared them with the instances, and failed every packed job at the end).
+  for dynamic_masking in (False, True):  # masked here, and unmasked for run_pretraining
+    kwargs = dict(pack_sequences=True, dynamic_masking=dynamic_masking, num_output_shards=2)
+    local_dir, beam_dir = f"local{int(dynamic_masking)}", f"beam{int(dynamic_masking)}"
+    local = cpd.run(options(tmp_path, local_dir + "/", **kwargs))
+    beam = cpd.run(options(tmp_path, beam_dir + "/", beam_pipeline_options="runner=FnApiRunner",
+                           **kwargs))
+    assert beam == local and local.records < local.instances
+    names = sorted(os.listdir(tmp_path / local_dir))
+    assert sorted(os.listdir(tmp_path / beam_dir)) == names and len(names) == 2
+    read = lambda d: collections.Counter(r for n in names for r in tfrecords(tmp_path / d / n))
+    assert read(beam_dir) == read(local_dir) and sum(read(beam_dir).values()) == local.records
+
+
+@requires_shared
+@requires_beam
 def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path):
   bad = tmp_path / "bad.txt"
   bad.write_bytes("Fine line.\n\nCaf\u00e9 ".encode() + b"\xff\xfe broken\n")

@@ -148,6 +148,31 @@ def test_new_options_need_fast_mode(tmp_path):
                                        **{option: True}))
 
 
+def test_packing_one_instance_a_sequence_is_refused(tmp_path):
+  with pytest.raises(fileio.InputError, match=r"^--max_instances_per_pack=1 packs nothing .*"
+                                              r"use 2 or more, or leave out --pack_sequences$"):
+    cpd.validate_options(cpd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
+                                     pack_sequences=True, max_instances_per_pack=1))
+  # Without --pack_sequences the flag means nothing, and is no error.
+  cpd.validate_options(cpd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
+                                   max_instances_per_pack=1))
+
+
+@requires_shared
+def test_dynamic_masking_with_several_passes_warns(tmp_path, caplog):
+  # Each pass of --dupe_factor writes every document again without masks (run_pretraining masks
+  # every read afresh anyway): warned, with the value the README gives, not changed.
+  tiny = dict(chunk_documents=8, max_seq_length=32, max_predictions_per_seq=5)
+  _, once = generate(tmp_path, "once.tfrecord", dynamic_masking=True, **tiny)
+  assert "--dupe_factor" not in caplog.text
+  _, twice = generate(tmp_path, "twice.tfrecord", dynamic_masking=True, dupe_factor=2, **tiny)
+  assert twice.instances > 1.8 * once.instances
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert [w for w in warnings if w.startswith(
+      "--dupe_factor=2 with --dynamic_masking writes every document 2 times") and
+          "--dupe_factor=1" in w], warnings
+
+
 # --- Masking in the input pipeline. ------------------------------------------------------------
 
 
@@ -409,3 +434,25 @@ def test_run_pretraining_on_packed_unmasked_records_resumes_exactly(tmp_path):
   assert failed.returncode == 2 and "Traceback" not in failed.stderr
   assert f"error: {plain} holds records of another kind" in failed.stderr
   assert not os.path.exists(tmp_path / "mixed" / "checkpoint")
+
+
+@requires_shared
+def test_run_pretraining_refuses_masking_flags_that_drop_packed_predictions(tmp_path):
+  # The generator packs each sequence to hold the predictions its own --max_predictions_per_seq
+  # and --masked_lm_prob make for the instances; fewer a sequence or more an instance here, and
+  # the pipeline would drop the last predictions of the fuller sequences without a word.
+  records, _ = generate(tmp_path, "records.tfrecord", dynamic_masking=True, pack_sequences=True,
+                        chunk_documents=2, max_seq_length=64, max_predictions_per_seq=10)
+  kind = input_pipeline.PretrainingRecords.of_file(records)
+  assert (kind.max_predictions, kind.masked_lm_prob) == (10, pytest.approx(0.15))
+  for flag, message in [
+      ("--max_predictions_per_seq=5",
+       "--max_predictions_per_seq=5 is below the 10 predictions a sequence "),
+      ("--masked_lm_prob=0.2", "--masked_lm_prob=0.2 is above the 0.15 "),
+  ]:
+    failed = run_script(_pretrain(tmp_path, records, tmp_path / "out", 2, "--do_train", flag))
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: " + message) and str(records) in last, last
+    assert "Traceback" not in failed.stderr
+    assert not os.path.exists(tmp_path / "out")
