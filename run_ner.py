@@ -24,6 +24,7 @@ from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
+from bert_tf2 import records
 from bert_tf2 import script_flags
 from bert_tf2 import tokenization
 from bert_tf2 import training
@@ -235,13 +236,13 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def write_features(features, max_seq_length, output_file, pad_to_multiple=1):
   """Writes InputFeatures (then padding records, see above) to a TFRecord file atomically."""
   padding = [_padding_feature(max_seq_length)] * (-len(features) % pad_to_multiple)
-  fine_tuning.write_records(output_file, ({
-      "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
-      "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
-      "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
-      "label_ids": input_pipeline.int64_list_feature(feature.label_ids),
-      "label_weights": input_pipeline.float_list_feature(feature.label_weights),
-  } for feature in features + padding), len(features))
+  records.write_examples(output_file, ({
+      "input_ids": records.int64_feature(feature.input_ids),
+      "input_mask": records.int64_feature(feature.input_mask),
+      "segment_ids": records.int64_feature(feature.segment_ids),
+      "label_ids": records.int64_feature(feature.label_ids),
+      "label_weights": records.float_feature(feature.label_weights),
+  } for feature in features + padding))
 
 
 def feature_spec(seq_length):

@@ -15,6 +15,7 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
+from bert_tf2 import records
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
@@ -460,61 +462,22 @@ def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_ans
   return (input_start, input_end)
 
 
-class FeatureWriter:
-  """Writes InputFeatures to a TFRecord file of tf.train.Examples, atomically.
-
-  Records: unique_ids ([1]), input_ids, input_mask, segment_ids ([max_seq_length]), and in
-  training start_positions, end_positions, is_impossible ([1]); all int64. The file appears under
-  `filename` only at `close()`; used as a context manager, an error leaves no partial file.
-  """
-
-  def __init__(self, filename, is_training):
-    self.filename = filename
-    self.is_training = is_training
-    self.num_features = 0
-    self._atomic = fileio.atomic_path(filename)
-    self._writer = tf.io.TFRecordWriter(self._atomic.__enter__())
-
-  def process_feature(self, feature):
-    """Appends one feature as a tf.train.Example record."""
-    self.num_features += 1
-
-    features = collections.OrderedDict()
-    features["unique_ids"] = input_pipeline.int64_list_feature([feature.unique_id])
-    features["input_ids"] = input_pipeline.int64_list_feature(feature.input_ids)
-    features["input_mask"] = input_pipeline.int64_list_feature(feature.input_mask)
-    features["segment_ids"] = input_pipeline.int64_list_feature(feature.segment_ids)
-
-    if self.is_training:
-      features["start_positions"] = input_pipeline.int64_list_feature([feature.start_position])
-      features["end_positions"] = input_pipeline.int64_list_feature([feature.end_position])
-      features["is_impossible"] = input_pipeline.int64_list_feature([int(bool(feature.is_impossible))])
-
-    tf_example = tf.train.Example(features=tf.train.Features(feature=features))
-    # Deterministic: the same features give the same bytes in every run (map fields included).
-    self._writer.write(tf_example.SerializeToString(deterministic=True))
-
-  def close(self, error=None):
-    """Finishes the file (or, given the exception that interrupted writing, discards it)."""
-    if self._writer is None:
-      return
-    self._writer.close()
-    self._writer = None
-    if error is None:
-      self._atomic.__exit__(None, None, None)
-    else:
-      self._atomic.__exit__(type(error), error, error.__traceback__)
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, exc_type, exc, tb):
-    self.close(exc)
-    return False
+def squad_record(feature, is_training):
+  """The record of one window: unique_ids ([1]), input_ids, input_mask, segment_ids
+  ([max_seq_length]), and in training start_positions, end_positions, is_impossible ([1])."""
+  fields = {"unique_ids": records.int64_feature([feature.unique_id]),
+            "input_ids": records.int64_feature(feature.input_ids),
+            "input_mask": records.int64_feature(feature.input_mask),
+            "segment_ids": records.int64_feature(feature.segment_ids)}
+  if is_training:
+    fields["start_positions"] = records.int64_feature([feature.start_position])
+    fields["end_positions"] = records.int64_feature([feature.end_position])
+    fields["is_impossible"] = records.int64_feature([int(bool(feature.is_impossible))])
+  return fields
 
 
 def feature_spec(seq_length, is_training):
-  """name -> tf.io feature of the records FeatureWriter writes (positions only for training)."""
+  """name -> tf.io feature of `squad_record`'s records (positions only for training)."""
   name_to_features = {
       "unique_ids": tf.io.FixedLenFeature([], tf.int64),
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -919,11 +882,11 @@ def _main():
     train_file = os.path.join(out, "train.tf_record")
 
     def write_train_records():
-      with FeatureWriter(train_file, is_training=True) as writer:
+      with records.ExampleWriter(train_file) as writer:
         convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
                                      FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
-                                     output_fn=writer.process_feature)
-      logging.info("%s: %d windows", train_file, writer.num_features)
+                                     output_fn=lambda f: writer.write(squad_record(f, True)))
+      logging.info("%s: %d windows", train_file, writer.count)
 
     fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True),
                                 write_train_records)
@@ -957,11 +920,9 @@ def predict(trainer, tokenizer, global_step, examples):
            else range(len(features)))
 
   def write_records(padded_to):
-    with FeatureWriter(predict_file, is_training=False) as writer:
-      for i in order:
-        writer.process_feature(features[i])
-      for _ in range(-len(features) % padded_to):
-        writer.process_feature(_padding_feature(FLAGS.max_seq_length))
+    padding = [_padding_feature(FLAGS.max_seq_length)] * (-len(features) % padded_to)
+    records.write_examples(predict_file, (squad_record(f, False) for f in itertools.chain(
+        (features[i] for i in order), padding)))
 
   logging.info("Predicting %d questions (%d windows)", len(examples), len(features))
   results = []

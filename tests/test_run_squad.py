@@ -18,6 +18,7 @@ from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requir
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
+from bert_tf2 import records
 from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
 
@@ -152,10 +153,8 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
       assert (feature.start_position, feature.end_position) == (0, 0)
 
   writer_file = str(tmp_path / "train.tf_record")
-  with run_squad.FeatureWriter(writer_file, is_training=True) as writer:
-    for feature in features:
-      writer.process_feature(feature)
-  assert writer.num_features == len(features)
+  assert records.write_examples(writer_file, (run_squad.squad_record(f, True)
+                                               for f in features)) == len(features)
   input_fn = fine_tuning.input_fn_builder(writer_file, run_squad.feature_spec(384, False), False,
                                           drop_remainder=False)
   # Training records also hold the positions (read here through a training-mode pipeline).
@@ -284,15 +283,17 @@ def test_malformed_squad_files(tmp_path):
     run_squad.convert_examples_to_features([], None, 64, 128, 64, False, print)
 
 
-def test_feature_writer_leaves_no_partial_file(tmp_path):
+def test_example_writer_leaves_no_partial_file(tmp_path):
   output = tmp_path / "eval.tf_record"
   with pytest.raises(RuntimeError):
-    with run_squad.FeatureWriter(str(output), is_training=False) as writer:
-      writer.process_feature(run_squad.InputFeatures(1, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]))
+    with records.ExampleWriter(str(output)) as writer:
+      writer.write(run_squad.squad_record(
+          run_squad.InputFeatures(1, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]), False))
       raise RuntimeError("interrupted")
   assert not list(tmp_path.iterdir())
-  with run_squad.FeatureWriter(str(output), is_training=False) as writer:
-    writer.process_feature(run_squad.InputFeatures(7, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]))
+  with records.ExampleWriter(str(output)) as writer:
+    writer.write(run_squad.squad_record(
+        run_squad.InputFeatures(7, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]), False))
   record = next(iter(tf.data.TFRecordDataset(str(output))))
   parsed = tf.train.Example.FromString(record.numpy()).features.feature
   assert sorted(parsed) == ["input_ids", "input_mask", "segment_ids", "unique_ids"]
