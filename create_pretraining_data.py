@@ -83,13 +83,10 @@ from absl import logging
 import numpy as np
 
 from bert_tf2 import script_flags
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
-
-# The feature names and their order, as the original wrote them and run_pretraining reads them.
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 
 # Fast mode keeps a chunk (and a document) below this many bytes of text, so one huge document
 # or a file without blank lines cannot make a worker's memory grow with the corpus.
@@ -941,187 +938,6 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
 # Encoding and writing records.
 
 
-def _varint_table(size):
-  """_varint(i) for i in range(size), built without a Python loop per byte."""
-  table = [bytes((i,)) for i in range(min(size, 1 << 7))]
-  table += [bytes((i & 0x7F | 0x80, i >> 7)) for i in range(1 << 7, min(size, 1 << 14))]
-  table += [bytes((i & 0x7F | 0x80, (i >> 7) & 0x7F | 0x80, i >> 14))
-            for i in range(1 << 14, min(size, 1 << 21))]
-  return table + [_varint(i) for i in range(1 << 21, size)]
-
-
-def _varint(value):
-  out = bytearray()
-  while value > 0x7F:
-    out.append((value & 0x7F) | 0x80)
-    value >>= 7
-  out.append(value)
-  return bytes(out)
-
-
-class ExampleEncoder:
-  """Serializes instances as tf.train.Example bytes directly, without building protos.
-
-  Building an Example proto per record costs more than creating the instance, and the wire
-  format of these seven features is simple: Example{features: Features{map entries}}, each entry
-  {key, Feature{int64_list | float_list {packed values}}}. Every entry is its key and list tags,
-  lengths and payload; the entries whose payload has a fixed length (input_mask, weights, the
-  label) are precomputed whole. Parsing the result with tf.train.Example gives the features the
-  original wrote (tests compare them); map entries are in FEATURE_NAMES order.
-  """
-
-  def __init__(self, max_seq_length, max_predictions_per_seq, vocab_size):
-    self.max_seq_length = max_seq_length
-    self.max_predictions_per_seq = max_predictions_per_seq
-    seq, preds = max_seq_length, max_predictions_per_seq
-    self._varints = _varint_table(max(vocab_size, seq + 1))
-    self._zeros = [b"\x00" * i for i in range(seq + 1)]
-    self._ones = [b"\x01" * i for i in range(seq + 1)]
-    self._prefixes = {name: {} for name in FEATURE_NAMES}
-    self._input_mask = [self._entry("input_mask", b"\x01" * n + b"\x00" * (seq - n))
-                        for n in range(seq + 1)]
-    one, zero = struct.pack("<f", 1.0), struct.pack("<f", 0.0)
-    self._weights = [self._entry("masked_lm_weights", one * k + zero * (preds - k), is_float=True)
-                     for k in range(preds + 1)]
-    self._labels = [self._entry("next_sentence_labels", bytes([label])) for label in (0, 1)]
-    self._segment_prefix = self._prefix("segment_ids", seq)
-
-  def _prefix(self, name, payload_length, is_float=False):
-    """The bytes of a map entry before its payload (the payload ends the entry)."""
-    prefixes = self._prefixes.setdefault(name, {})
-    prefix = prefixes.get(payload_length)
-    if prefix is None:
-      key = name.encode()
-      values_header = b"\x0a" + _varint(payload_length)
-      list_length = len(values_header) + payload_length
-      feature_header = (b"\x12" if is_float else b"\x1a") + _varint(list_length)
-      feature_length = len(feature_header) + list_length
-      entry_body = (b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(feature_length) +
-                    feature_header + values_header)
-      prefix = b"\x0a" + _varint(len(entry_body) + payload_length) + entry_body
-      prefixes[payload_length] = prefix
-    return prefix
-
-  def _entry(self, name, payload, is_float=False):
-    return self._prefix(name, len(payload), is_float) + payload
-
-  def encode(self, input_ids, segment_a_length, positions, label_ids, is_random_next):
-    """One record from an instance's ids (unpadded lists); padding and weights are added here."""
-    varint = self._varints
-    zeros, ones = self._zeros, self._ones
-    n, k = len(input_ids), len(positions)
-    pad = self.max_seq_length - n
-    missing = self.max_predictions_per_seq - k
-    ids = b"".join([varint[i] for i in input_ids]) + zeros[pad]
-    position_bytes = b"".join([varint[i] for i in positions]) + zeros[missing]
-    label_bytes = b"".join([varint[i] for i in label_ids]) + zeros[missing]
-    prefixes = self._prefixes
-    features = b"".join((
-        prefixes["input_ids"].get(len(ids)) or self._prefix("input_ids", len(ids)), ids,
-        self._input_mask[n],
-        self._segment_prefix, zeros[segment_a_length], ones[n - segment_a_length], zeros[pad],
-        (prefixes["masked_lm_positions"].get(len(position_bytes)) or
-         self._prefix("masked_lm_positions", len(position_bytes))), position_bytes,
-        (prefixes["masked_lm_ids"].get(len(label_bytes)) or
-         self._prefix("masked_lm_ids", len(label_bytes))), label_bytes,
-        self._weights[k],
-        self._labels[1 if is_random_next else 0],
-    ))
-    length = len(features)
-    return b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) + features
-
-  def encode_batch(self, ids, lengths, segment_a_lengths, positions, label_ids, counts,
-                   is_random_next):
-    """Records for a batch of numpy rows (ids padded; positions and labels zero after counts).
-
-    The varints of all rows are made at once with numpy, leaving a few slices and one join per
-    record to Python.
-    """
-    ids_data, ids_sizes = _varint_rows(ids)
-    positions_data, positions_sizes = _varint_rows(positions)
-    labels_data, labels_sizes = _varint_rows(label_ids)
-    varint = self._varints
-    zeros, ones = self._zeros, self._ones
-    seq = self.max_seq_length
-    prefixes = self._prefixes
-    records = []
-    ids_end = positions_end = labels_end = 0
-    for n, a, k, nsp, ids_size, positions_size, labels_size in zip(
-        lengths.tolist(), segment_a_lengths.tolist(), counts.tolist(), is_random_next,
-        ids_sizes.tolist(), positions_sizes.tolist(), labels_sizes.tolist()):
-      ids_start, ids_end = ids_end, ids_end + ids_size
-      positions_start, positions_end = positions_end, positions_end + positions_size
-      labels_start, labels_end = labels_end, labels_end + labels_size
-      features = b"".join((
-          prefixes["input_ids"].get(ids_size) or self._prefix("input_ids", ids_size),
-          ids_data[ids_start:ids_end],
-          self._input_mask[n],
-          self._segment_prefix, zeros[a], ones[n - a], zeros[seq - n],
-          (prefixes["masked_lm_positions"].get(positions_size) or
-           self._prefix("masked_lm_positions", positions_size)),
-          positions_data[positions_start:positions_end],
-          (prefixes["masked_lm_ids"].get(labels_size) or
-           self._prefix("masked_lm_ids", labels_size)),
-          labels_data[labels_start:labels_end],
-          self._weights[k],
-          self._labels[1 if nsp else 0],
-      ))
-      length = len(features)
-      records.append(b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) +
-                     features)
-    return records
-
-
-  def encode_rows(self, columns):
-    """Records of any features given as rows: `columns` is [(name, values [N, width], is_float)]
-    (the records of --dynamic_masking and --pack_sequences, whose features differ from the
-    original's seven). Varints and floats of each column are made at once with numpy."""
-    encoded = []
-    for name, values, is_float in columns:
-      if is_float:
-        data = np.ascontiguousarray(values, "<f4").tobytes()
-        sizes = [values.shape[1] * 4] * len(values)
-      else:
-        data, sizes = _varint_rows(values)
-        sizes = sizes.tolist()
-      encoded.append((name, is_float, data, sizes))
-    varint = self._varints
-    records = []
-    ends = [0] * len(encoded)
-    for row in range(len(columns[0][1])):
-      pieces = []
-      for j, (name, is_float, data, sizes) in enumerate(encoded):
-        start, size = ends[j], sizes[row]
-        ends[j] = start + size
-        pieces += (self._prefixes.get(name, {}).get(size) or self._prefix(name, size, is_float),
-                   data[start:start + size])
-      features = b"".join(pieces)
-      length = len(features)
-      records.append(b"\x0a" + (varint[length] if length < len(varint) else _varint(length)) +
-                     features)
-    return records
-
-
-def _varint_rows(values):
-  """Varint encoding of every value of a 2-D array of ids (< 2**28): (all bytes, bytes per row).
-
-  Byte plane p holds bits 7p..7p+6 with the continuation bit; only the planes the largest value
-  needs are built, and a value's bytes are its planes up to its own length.
-  """
-  v = np.asarray(values, dtype=np.uint32)
-  num_planes = max(1, (int(v.max(initial=0)).bit_length() + 6) // 7)
-  planes = np.empty(v.shape + (num_planes,), np.uint8)
-  keep = np.ones(v.shape + (num_planes,), bool)
-  for p in range(num_planes):
-    plane = (v >> (7 * p)) & 0x7F
-    if p + 1 < num_planes:
-      more = v >= (1 << (7 * (p + 1)))
-      plane |= more.astype(np.uint32) << 7
-      keep[..., p + 1] = more
-    planes[..., p] = plane
-  return planes[keep].tobytes(), keep.sum(axis=(1, 2))
-
-
 def example_feature_spec(max_seq_length, max_predictions_per_seq):
   """The tf.io.parse_example spec of these records (for readers such as run_pretraining)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -1135,33 +951,6 @@ def example_feature_spec(max_seq_length, max_predictions_per_seq):
       "masked_lm_weights": fixed([max_predictions_per_seq], tf.float32),
       "next_sentence_labels": fixed([1], tf.int64),
   }
-
-
-def write_records(records, output_files, batch_size=4096):
-  """Writes serialized records round-robin to `output_files`; returns how many were written.
-
-  Each file is written under a temporary name and renamed only once every record is written, so
-  an error or interruption never leaves a partial file under an output name. The TFRecord framing
-  is fileio's, byte for byte what tf.io.TFRecordWriter writes, so this process never imports
-  TensorFlow (about 2.5 s of CPU, more than the whole preparation of a few MB of text).
-  """
-  count = 0
-  with contextlib.ExitStack() as stack:
-    files = []
-    for path in output_files:
-      with fileio.naming_output(path):  # Too many open files, say.
-        files.append(stack.enter_context(open(stack.enter_context(fileio.atomic_path(path)), "wb")))
-    for batch in _batched(records, batch_size * len(files)):
-      # Record i of the whole output goes to file i mod len(files).
-      offset = count % len(files)
-      for i, (f, path) in enumerate(zip(files, output_files)):
-        with fileio.naming_output(path):
-          f.write(fileio.tfrecord_bytes(batch[(i - offset) % len(files)::len(files)]))
-      count += len(batch)
-    for f, path in zip(files, output_files):
-      with fileio.naming_output(path):
-        f.close()
-  return count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1254,7 +1043,8 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
   # Text never tokenizes to [CLS] or [SEP] (brackets are split off as punctuation); checked once
   # here so masking can take the candidate positions from the instance layout.
   layout_only = (vocab_ids.cls_id not in corpus.tokens and vocab_ids.sep_id not in corpus.tokens)
-  encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq, vocab_ids.size)
+  encoder = tfrecord_io.ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
+                                       vocab_ids.size)
   stats = Stats(documents=len(documents))
   records = []
   progress = Progress("creating instances", options.dupe_factor * len(documents), "documents",
@@ -1293,7 +1083,7 @@ class _WorkerState:
   options: Options
   tokenizer: object
   vocab_ids: VocabIds
-  encoder: ExampleEncoder
+  encoder: tfrecord_io.ExampleEncoder
 
 
   @classmethod
@@ -1302,7 +1092,7 @@ class _WorkerState:
       tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                              do_lower_case=options.do_lower_case)
     vocab_ids = VocabIds(tokenizer.vocab)
-    encoder = ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
+    encoder = tfrecord_io.ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
                              vocab_ids.size)
     return cls(options, tokenizer, vocab_ids, encoder)
 
@@ -1771,15 +1561,12 @@ def _beam_write_shard(shard_pieces, temporaries, output_files, shuffle_buffer_si
   shard, pieces = shard_pieces
   # In chunk order, so that the shard's bytes do not depend on the order the runner gives.
   paths = [path for _, path in sorted(piece for piece in pieces if piece is not None)]
-  records = shuffle_buffer(itertools.chain.from_iterable(map(_beam_read_piece, paths)),
-                           shuffle_buffer_size, ExactRandom(f"{seed}/output/{shard}"))
-  count = 0
+  shard_records = shuffle_buffer(itertools.chain.from_iterable(map(_beam_read_piece, paths)),
+                                 shuffle_buffer_size, ExactRandom(f"{seed}/output/{shard}"))
   with fileio.naming_output(output_files[shard]):
     with FileSystems.create(temporaries[shard],
                             compression_type=CompressionTypes.UNCOMPRESSED) as f:
-      for batch in _batched(records, 4096):
-        f.write(fileio.tfrecord_bytes(batch))
-        count += len(batch)
+      count = tfrecord_io.write_framed(f, shard_records)
   return shard, count
 
 
@@ -2051,7 +1838,7 @@ def run(options):
     # closing(): an error while writing stops the workers now, not when the generator is freed.
     records = create_fast_records(input_files, options, stats, num_workers, tokenizer)
     with contextlib.closing(records):
-      count = write_records(records, output_files)
+      count = tfrecord_io.write_sharded(records, output_files)
     assert count == stats.records
   else:
     workers = num_workers if total_bytes >= _PARALLEL_TOKENIZE_MIN_BYTES else 1
@@ -2071,7 +1858,7 @@ def run(options):
     del corpus
     logging.info("*** Writing %d instances to %d output file(s) ***\n  %s", len(records),
                  len(output_files), "\n  ".join(output_files))
-    write_records(records, output_files)
+    tfrecord_io.write_sharded(records, output_files)
 
   _log_done(stats, start, output_files)
   return stats

@@ -10,7 +10,6 @@ it into features and reads top to bottom; what differs between tasks stays in th
 import glob
 import os
 
-from absl import logging
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
@@ -129,21 +128,6 @@ def padded_ids(tokenizer, tokens, segment_ids, max_seq_length):
   padding = [0] * (max_seq_length - len(input_ids))
   assert len(input_ids) == len(segment_ids) <= max_seq_length
   return input_ids + padding, [1] * len(input_ids) + padding, segment_ids + padding
-
-
-def write_records(output_file, records, count=None):
-  """Writes `records` (an iterable of {name: tf.train.Feature}) as tf.train.Examples to a TFRecord
-  file atomically; returns how many. `count`, when known, is only for the progress lines."""
-  written = 0
-  with fileio.atomic_path(output_file) as tmp_file, tf.io.TFRecordWriter(tmp_file) as writer:
-    for fields in records:
-      if written % 10000 == 0:
-        logging.info("%s: %d of %s examples written", output_file, written, count or "the")
-      example = tf.train.Example(features=tf.train.Features(feature=fields))
-      # Deterministic: the same features give the same bytes in every run (map fields included).
-      writer.write(example.SerializeToString(deterministic=True))
-      written += 1
-  return written
 
 
 def input_fn_builder(input_file, name_to_features, is_training, drop_remainder=True, seed=None,

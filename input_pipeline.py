@@ -1,5 +1,5 @@
-"""TFRecord files of tf.train.Examples (pre-training and fine-tuning): the Feature values the
-fine-tuning scripts write, the parsing specs, and the tf.data pipelines that read them.
+"""TFRecord files of tf.train.Examples (pre-training and fine-tuning): the parsing specs and the
+tf.data pipelines that read them (tfrecord_io writes them).
 
 One reader for every script: files are sharded across input pipelines (workers) when the data has
 at least as many files, shuffled and interleaved when training, records parsed in parallel, and
@@ -27,16 +27,6 @@ import tensorflow as tf
 from google.protobuf import message
 
 from bert_tf2 import fileio
-
-
-def int64_list_feature(values):
-  """A tf.train.Feature of int64 values, for writing a record."""
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def float_list_feature(values):
-  """A tf.train.Feature of float values, for writing a record."""
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
 def int_feature(length):

@@ -36,6 +36,7 @@ from bert_tf2 import metrics
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -685,20 +686,20 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   """
   features = (convert_single_example(index, example, label_list, max_seq_length, tokenizer,
                                      is_regression) for index, example in enumerate(examples))
-  return write_features(features, output_file, is_regression, len(examples))
+  return write_features(features, output_file, is_regression)
 
 
-def write_features(features, output_file, is_regression=False, count=None):
+def write_features(features, output_file, is_regression=False):
   """Writes InputFeatures (an iterable) as records to a TFRecord file atomically; returns how
-  many (`count`, when known, is only for the progress lines)."""
-  label_feature = input_pipeline.float_list_feature if is_regression else input_pipeline.int64_list_feature
-  return fine_tuning.write_records(output_file, ({
-      "input_ids": input_pipeline.int64_list_feature(feature.input_ids),
-      "input_mask": input_pipeline.int64_list_feature(feature.input_mask),
-      "segment_ids": input_pipeline.int64_list_feature(feature.segment_ids),
+  many."""
+  label_feature = tfrecord_io.float_feature if is_regression else tfrecord_io.int64_feature
+  return tfrecord_io.write_examples(output_file, ({
+      "input_ids": tfrecord_io.int64_feature(feature.input_ids),
+      "input_mask": tfrecord_io.int64_feature(feature.input_mask),
+      "segment_ids": tfrecord_io.int64_feature(feature.segment_ids),
       "label_ids": label_feature([feature.label_id]),
-      "is_real_example": input_pipeline.int64_list_feature([int(feature.is_real_example)]),
-  } for feature in features), count)
+      "is_real_example": tfrecord_io.int64_feature([int(feature.is_real_example)]),
+  } for feature in features))
 
 
 def feature_spec(seq_length, is_regression=False):
@@ -887,7 +888,7 @@ def _main():
         lambda: file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
             is_regression) if train_windows is None else write_features(
-                train_windows, train_file, is_regression, len(train_windows)))
+                train_windows, train_file, is_regression))
     # Evaluating or predicting later without --labels reads the labels of this model here.
     training.write_task_record(out, _task(), None if is_regression else label_list)
     num_records = len(train_examples if train_windows is None else train_windows)

@@ -24,8 +24,8 @@ from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
-from bert_tf2 import records
 from bert_tf2 import script_flags
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -236,12 +236,12 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def write_features(features, max_seq_length, output_file, pad_to_multiple=1):
   """Writes InputFeatures (then padding records, see above) to a TFRecord file atomically."""
   padding = [_padding_feature(max_seq_length)] * (-len(features) % pad_to_multiple)
-  records.write_examples(output_file, ({
-      "input_ids": records.int64_feature(feature.input_ids),
-      "input_mask": records.int64_feature(feature.input_mask),
-      "segment_ids": records.int64_feature(feature.segment_ids),
-      "label_ids": records.int64_feature(feature.label_ids),
-      "label_weights": records.float_feature(feature.label_weights),
+  tfrecord_io.write_examples(output_file, ({
+      "input_ids": tfrecord_io.int64_feature(feature.input_ids),
+      "input_mask": tfrecord_io.int64_feature(feature.input_mask),
+      "segment_ids": tfrecord_io.int64_feature(feature.segment_ids),
+      "label_ids": tfrecord_io.int64_feature(feature.label_ids),
+      "label_weights": tfrecord_io.float_feature(feature.label_weights),
   } for feature in features + padding))
 
 

@@ -29,9 +29,9 @@ from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
 from bert_tf2 import modeling
-from bert_tf2 import records
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -465,14 +465,14 @@ def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_ans
 def squad_record(feature, is_training):
   """The record of one window: unique_ids ([1]), input_ids, input_mask, segment_ids
   ([max_seq_length]), and in training start_positions, end_positions, is_impossible ([1])."""
-  fields = {"unique_ids": records.int64_feature([feature.unique_id]),
-            "input_ids": records.int64_feature(feature.input_ids),
-            "input_mask": records.int64_feature(feature.input_mask),
-            "segment_ids": records.int64_feature(feature.segment_ids)}
+  fields = {"unique_ids": tfrecord_io.int64_feature([feature.unique_id]),
+            "input_ids": tfrecord_io.int64_feature(feature.input_ids),
+            "input_mask": tfrecord_io.int64_feature(feature.input_mask),
+            "segment_ids": tfrecord_io.int64_feature(feature.segment_ids)}
   if is_training:
-    fields["start_positions"] = records.int64_feature([feature.start_position])
-    fields["end_positions"] = records.int64_feature([feature.end_position])
-    fields["is_impossible"] = records.int64_feature([int(bool(feature.is_impossible))])
+    fields["start_positions"] = tfrecord_io.int64_feature([feature.start_position])
+    fields["end_positions"] = tfrecord_io.int64_feature([feature.end_position])
+    fields["is_impossible"] = tfrecord_io.int64_feature([int(bool(feature.is_impossible))])
   return fields
 
 
@@ -882,7 +882,7 @@ def _main():
     train_file = os.path.join(out, "train.tf_record")
 
     def write_train_records():
-      with records.ExampleWriter(train_file) as writer:
+      with tfrecord_io.ExampleWriter(train_file) as writer:
         convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
                                      FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
                                      output_fn=lambda f: writer.write(squad_record(f, True)))
@@ -921,7 +921,7 @@ def predict(trainer, tokenizer, global_step, examples):
 
   def write_records(padded_to):
     padding = [_padding_feature(FLAGS.max_seq_length)] * (-len(features) % padded_to)
-    records.write_examples(predict_file, (squad_record(f, False) for f in itertools.chain(
+    tfrecord_io.write_examples(predict_file, (squad_record(f, False) for f in itertools.chain(
         (features[i] for i in order), padding)))
 
   logging.info("Predicting %d questions (%d windows)", len(examples), len(features))

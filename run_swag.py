@@ -23,8 +23,8 @@ import tensorflow as tf
 from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
 from bert_tf2 import modeling
-from bert_tf2 import records
 from bert_tf2 import script_flags
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -187,12 +187,12 @@ def file_based_convert_examples_to_features(examples, max_seq_length, tokenizer,
       (convert_single_example(i, example, max_seq_length, tokenizer)
        for i, example in enumerate(examples)),
       [_padding_feature(max_seq_length)] * (-len(examples) % pad_to_multiple))
-  records.write_examples(output_file, ({
-      "input_ids": records.int64_feature(sum(feature.input_ids, [])),
-      "input_mask": records.int64_feature(sum(feature.input_mask, [])),
-      "segment_ids": records.int64_feature(sum(feature.segment_ids, [])),
-      "label_ids": records.int64_feature([feature.label]),
-      "is_real_example": records.int64_feature([int(feature.is_real_example)]),
+  tfrecord_io.write_examples(output_file, ({
+      "input_ids": tfrecord_io.int64_feature(sum(feature.input_ids, [])),
+      "input_mask": tfrecord_io.int64_feature(sum(feature.input_mask, [])),
+      "segment_ids": tfrecord_io.int64_feature(sum(feature.segment_ids, [])),
+      "label_ids": tfrecord_io.int64_feature([feature.label]),
+      "is_real_example": tfrecord_io.int64_feature([int(feature.is_real_example)]),
   } for feature in features))
   return len(examples)
 

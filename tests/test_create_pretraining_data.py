@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import ROOT, SHARED, VOCAB, requires_shared
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
 REFERENCE = os.path.join(SHARED, "reference", "pretraining")
@@ -111,7 +112,8 @@ def test_exact_random_draws_like_random_random():
 
 
 def test_encoder_matches_tf_train_example():
-  encoder = cpd.ExampleEncoder(max_seq_length=12, max_predictions_per_seq=4, vocab_size=30522)
+  encoder = tfrecord_io.ExampleEncoder(max_seq_length=12, max_predictions_per_seq=4,
+                                       vocab_size=30522)
   input_ids = [101, 2023, 103, 30000, 102, 16384, 127, 128, 102]
   record = encoder.encode(input_ids, 5, [2, 3], [2003, 1037], True)
 
@@ -153,7 +155,7 @@ def test_batch_assembly_and_encoding_match_the_per_instance_path(tokenizer, no_n
   positions, labels, counts = cpd.mask_instances_batch(ids, lengths, 0.15, 7, vocab_ids,
                                                        np.random.default_rng(0))
   is_random_next = [instance[4] for instance in instances]
-  encoder = cpd.ExampleEncoder(48, 7, vocab_ids.size)
+  encoder = tfrecord_io.ExampleEncoder(48, 7, vocab_ids.size)
   batch = encoder.encode_batch(ids, lengths, segment_a, positions, labels, counts,
                                is_random_next)
   for row, record in enumerate(batch):
@@ -335,7 +337,7 @@ def test_no_nsp_writes_single_segments(tmp_path, tokenizer, mode):
 
 @requires_shared
 def test_failure_midway_leaves_no_output_file(tmp_path, monkeypatch):
-  encode_batch = cpd.ExampleEncoder.encode_batch
+  encode_batch = tfrecord_io.ExampleEncoder.encode_batch
   calls = []
 
   def failing_encode_batch(self, *args):
@@ -345,7 +347,7 @@ def test_failure_midway_leaves_no_output_file(tmp_path, monkeypatch):
     return encode_batch(self, *args)
 
   # Fast mode encodes while it writes: two chunks' records are written when the third fails.
-  monkeypatch.setattr(cpd.ExampleEncoder, "encode_batch", failing_encode_batch)
+  monkeypatch.setattr(tfrecord_io.ExampleEncoder, "encode_batch", failing_encode_batch)
   with pytest.raises(RuntimeError, match="disk on fire"):
     cpd.run(options(tmp_path, "out/{shard}.tfrecord", mode="fast", num_output_shards=2,
                     chunk_documents=1, shuffle_buffer_size=0))
@@ -362,9 +364,9 @@ def test_write_records_is_atomic(tmp_path):
 
   paths = [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
   with pytest.raises(RuntimeError, match="interrupted"):
-    cpd.write_records(records(), paths)
+    tfrecord_io.write_sharded(records(), paths)
   assert os.listdir(tmp_path) == []
-  assert cpd.write_records((b"record %d" % i for i in range(5)), paths) == 5
+  assert tfrecord_io.write_sharded((b"record %d" % i for i in range(5)), paths) == 5
   assert read_records(*paths) == [b"record 0", b"record 2", b"record 4", b"record 1",
                                   b"record 3"]
 
@@ -442,11 +444,11 @@ def test_tfrecord_framing_is_byte_identical_to_tensorflow_writer(tmp_path):
   sizes = [0, 1, 2, 3, 4, 5, 7, 8, 9, 255, 256, 1000, 4097]
   sizes += [rng.randrange(3000) for _ in range(40)]
   records = [bytes(rng.randrange(256) for _ in range(n)) for n in sizes]
-  assert int(fileio.crc32c_batch([b"123456789"])[0]) == 0xE3069283  # the CRC-32C check value
+  assert int(tfrecord_io.crc32c_batch([b"123456789"])[0]) == 0xE3069283  # the CRC-32C check value
   path = str(tmp_path / "tf.tfrecord")
   with tf.io.TFRecordWriter(path) as writer:
     for record in records:
       writer.write(record)
   with open(path, "rb") as f:
-    assert fileio.tfrecord_bytes(records) == f.read()
-  assert fileio.tfrecord_bytes([]) == b""
+    assert tfrecord_io.tfrecord_bytes(records) == f.read()
+  assert tfrecord_io.tfrecord_bytes([]) == b""

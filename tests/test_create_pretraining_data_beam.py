@@ -32,7 +32,7 @@ FAST = dict(mode="fast", dupe_factor=1, chunk_documents=8, shuffle_buffer_size=3
 
 
 def tfrecords(path):
-  """The records of a TFRecord file, from its framing (fileio.tfrecord_bytes writes it)."""
+  """The records of a TFRecord file, from its framing (tfrecord_io.tfrecord_bytes writes it)."""
   with open(path, "rb") as f:
     data = f.read()
   records, i = [], 0

@@ -18,8 +18,8 @@ from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requir
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
-from bert_tf2 import records
 from bert_tf2 import sliding_windows
+from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
 
@@ -153,7 +153,7 @@ def test_v2_subset_no_answer_examples_and_null_predictions(tokenizer, tmp_path):
       assert (feature.start_position, feature.end_position) == (0, 0)
 
   writer_file = str(tmp_path / "train.tf_record")
-  assert records.write_examples(writer_file, (run_squad.squad_record(f, True)
+  assert tfrecord_io.write_examples(writer_file, (run_squad.squad_record(f, True)
                                                for f in features)) == len(features)
   input_fn = fine_tuning.input_fn_builder(writer_file, run_squad.feature_spec(384, False), False,
                                           drop_remainder=False)
@@ -286,12 +286,12 @@ def test_malformed_squad_files(tmp_path):
 def test_example_writer_leaves_no_partial_file(tmp_path):
   output = tmp_path / "eval.tf_record"
   with pytest.raises(RuntimeError):
-    with records.ExampleWriter(str(output)) as writer:
+    with tfrecord_io.ExampleWriter(str(output)) as writer:
       writer.write(run_squad.squad_record(
           run_squad.InputFeatures(1, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]), False))
       raise RuntimeError("interrupted")
   assert not list(tmp_path.iterdir())
-  with records.ExampleWriter(str(output)) as writer:
+  with tfrecord_io.ExampleWriter(str(output)) as writer:
     writer.write(run_squad.squad_record(
         run_squad.InputFeatures(7, 0, 0, [], {}, {}, [1, 2], [1, 1], [0, 0]), False))
   record = next(iter(tf.data.TFRecordDataset(str(output))))
