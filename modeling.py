@@ -824,3 +824,54 @@ def softmax_cross_entropy(logits, labels, weights):
   nll = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=len(labels.shape))
   correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
   return tf.reduce_sum(nll * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
+
+
+# The fine-tuning heads' losses, as training.py wants them: {name: (sum, count)}.
+
+
+def classifier_losses(is_regression):
+  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0."""
+
+  def loss_fn(features, outputs):
+    weights = tf.cast(features["is_real_example"], tf.float32)
+    logits = outputs["logits"]
+    if is_regression:
+      squared = tf.square(logits[:, 0] - tf.cast(features["label_ids"], tf.float32))
+      return {"regression_loss": (tf.reduce_sum(squared * weights), tf.reduce_sum(weights))}
+    nll, count, correct = softmax_cross_entropy(logits, features["label_ids"], weights)
+    return {"classification_loss": (nll, count), "accuracy": (correct, count)}
+
+  return loss_fn
+
+
+def squad_losses(features, outputs):
+  """The original's loss, the mean of the start and the end cross-entropies, as training.py wants
+  it: {name: (sum, count)}; both halves are added into the training loss."""
+  weights = tf.ones_like(features["start_positions"], tf.float32)
+  start_nll, count, start_correct = softmax_cross_entropy(
+      outputs["start_logits"], features["start_positions"], weights)
+  end_nll, _, end_correct = softmax_cross_entropy(
+      outputs["end_logits"], features["end_positions"], weights)
+  return {
+      "start_loss": (start_nll / 2.0, count),
+      "end_loss": (end_nll / 2.0, count),
+      "start_accuracy": (start_correct, count),
+      "end_accuracy": (end_correct, count),
+  }
+
+
+def ner_losses(features, outputs):
+  """Cross-entropy and accuracy over the labelled positions (each word's first sub-token) as
+  training.py wants them: {name: (sum, count)}; other positions and padding weigh 0."""
+  nll, count, correct = softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       features["label_weights"])
+  return {"ner_loss": (nll, count), "accuracy": (correct, count)}
+
+
+def swag_losses(features, outputs):
+  """Softmax cross-entropy over the four choices, and accuracy, as training.py wants them:
+  {name: (sum, count)}; padding examples weigh 0."""
+  weights = tf.cast(features["is_real_example"], tf.float32)
+  nll, count, correct = softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       weights)
+  return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}

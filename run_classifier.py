@@ -731,21 +731,6 @@ def mean_over_windows(values, example_index, num_examples):
   return (sums / counts.reshape((-1,) + (1,) * (values.ndim - 1))).astype(values.dtype)
 
 
-def classifier_losses(is_regression):
-  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0."""
-
-  def loss_fn(features, outputs):
-    weights = tf.cast(features["is_real_example"], tf.float32)
-    logits = outputs["logits"]
-    if is_regression:
-      squared = tf.square(logits[:, 0] - tf.cast(features["label_ids"], tf.float32))
-      return {"regression_loss": (tf.reduce_sum(squared * weights), tf.reduce_sum(weights))}
-    nll, count, correct = modeling.softmax_cross_entropy(logits, features["label_ids"], weights)
-    return {"classification_loss": (nll, count), "accuracy": (correct, count)}
-
-  return loss_fn
-
-
 def _padding(count, batch_size, max_seq_length, is_regression):
   """The padding examples' features that fill `count` real ones up to a multiple of the batch
   size: batches of one size (TPU, XLA) without dropping the last real examples, which the
@@ -854,7 +839,7 @@ def _main():
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),
-      classifier_losses(is_regression), num_train_steps, num_warmup_steps, has_checkpoint)
+      modeling.classifier_losses(is_regression), num_train_steps, num_warmup_steps, has_checkpoint)
 
   def model_outputs(name, split, examples):
     """The probabilities (or scores) of `examples` (of `split`) in input order, with

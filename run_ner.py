@@ -284,14 +284,6 @@ def write_conll_predictions(output_file, examples, predicted_tags):
       writer.write("\n")
 
 
-def ner_losses(features, outputs):
-  """Cross-entropy and accuracy over the labelled positions (each word's first sub-token) as
-  training.py wants them: {name: (sum, count)}; other positions and padding weigh 0."""
-  nll, count, correct = modeling.softmax_cross_entropy(outputs["logits"], features["label_ids"],
-                                                       features["label_weights"])
-  return {"ner_loss": (nll, count), "accuracy": (correct, count)}
-
-
 def _tag(trainer, examples, name, split, label_list, tokenizer):
   """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
   tag per word per sentence, mean cross-entropy over the labelled words)."""
@@ -375,7 +367,7 @@ def _main():
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                                      script_flags.compute_dtype()),
-      ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+      modeling.ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -778,22 +778,6 @@ def _compute_softmax(scores):
   return [score / total_sum for score in exp_scores]
 
 
-def squad_losses(features, outputs):
-  """The original's loss, the mean of the start and the end cross-entropies, as training.py wants
-  it: {name: (sum, count)}; both halves are added into the training loss."""
-  weights = tf.ones_like(features["start_positions"], tf.float32)
-  start_nll, count, start_correct = modeling.softmax_cross_entropy(
-      outputs["start_logits"], features["start_positions"], weights)
-  end_nll, _, end_correct = modeling.softmax_cross_entropy(
-      outputs["end_logits"], features["end_positions"], weights)
-  return {
-      "start_loss": (start_nll / 2.0, count),
-      "end_loss": (end_nll / 2.0, count),
-      "start_accuracy": (start_correct, count),
-      "end_accuracy": (end_correct, count),
-  }
-
-
 def _padding_feature(max_seq_length):
   """A record that only fills the last prediction batch (unique_id 0 matches no real window):
   every batch has the same shape, so TPUs and XLA compile once and no real window is dropped."""
@@ -876,7 +860,7 @@ def _main():
                                            version_2_with_negative=FLAGS.version_2_with_negative)
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
-      squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+      modeling.squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

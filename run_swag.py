@@ -209,15 +209,6 @@ def feature_spec(seq_length):
   }
 
 
-def swag_losses(features, outputs):
-  """Softmax cross-entropy over the four choices, and accuracy, as training.py wants them:
-  {name: (sum, count)}; padding examples weigh 0."""
-  weights = tf.cast(features["is_real_example"], tf.float32)
-  nll, count, correct = modeling.softmax_cross_entropy(outputs["logits"], features["label_ids"],
-                                                       weights)
-  return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}
-
-
 def _records_key(split):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   path = os.path.join(FLAGS.data_dir, SwagProcessor.FILES[split])
@@ -269,7 +260,7 @@ def _main():
       FLAGS.num_train_epochs, FLAGS.warmup_proportion)
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
-      swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+      modeling.swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")

@@ -1,7 +1,7 @@
 """Fine-tuning throughput, seq/s: sentence(-pair) classification and SQuAD span labelling.
 
-Ours trains modeling.BertClassifier with run_classifier.classifier_losses (2 labels, as MRPC) and
-modeling.BertSpanLabeler with run_squad.squad_losses, each inside training.Trainer with
+Ours trains modeling.BertClassifier with modeling.classifier_losses (2 labels, as MRPC) and
+modeling.BertSpanLabeler with modeling.squad_losses, each inside training.Trainer with
 optimization.create_optimizer, as run_classifier.py / run_squad.py do (see
 common.ours_training_rate). The peer trains HuggingFace's BertForSequenceClassification /
 BertForQuestionAnswering with torch.optim.AdamW and the same clipping. Variants as in
@@ -47,14 +47,12 @@ def ours(task_variant):
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   data = _batches(task)
   if task == "classifier":
-    from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
     make_model = lambda config, dtype: modeling.BertClassifier(config, _NUM_LABELS, dtype)
-    loss_fn = run_classifier.classifier_losses(is_regression=False)
+    loss_fn = modeling.classifier_losses(is_regression=False)
     names = ("label_ids", "is_real_example")
   else:
-    from bert_tf2 import run_squad  # pylint: disable=g-import-not-at-top
     make_model = modeling.BertSpanLabeler
-    loss_fn = run_squad.squad_losses
+    loss_fn = modeling.squad_losses
     names = ("start_positions", "end_positions")
   features = {k: data[k] for k in ("input_ids", "input_mask", "segment_ids") + names}
   return common.ours_training_rate(make_model, loss_fn, features, variant, FLAGS.steps_per_loop,

@@ -153,7 +153,7 @@ def _train_classifier(run_classifier, path, pad_to_longest, accumulation, head_d
   model = modeling.BertClassifier(_config(), 2, head_dropout=head_dropout)
   optimizer = optimization.create_optimizer(1e-3, 100, 0)
   trainer = training.Trainer(tf.distribute.get_strategy(), model,
-                             run_classifier.classifier_losses(False), optimizer,
+                             modeling.classifier_losses(False), optimizer,
                              gradient_accumulation_steps=accumulation)
   input_fn = fine_tuning.input_fn_builder(path, run_classifier.feature_spec(128), is_training=True,
                                           seed=3, pad_to_longest=pad_to_longest)
