@@ -284,11 +284,11 @@ def _main(_):
         f"{100 * rate:.3f}% of words [UNK], {pieces:.2f} pieces per word)")
 
 
-def run():
-  """Console entry point."""
+def cli():
+  """The command line: `python build_vocab.py` and the `bert-build-vocab` command."""
   define_flags()
   fileio.run_main(main)
 
 
 if __name__ == "__main__":
-  run()
+  cli()

@@ -1,30 +1,22 @@
 """The console commands `pip install .` puts on the PATH, one per script (see pyproject.toml).
 
-Each runs the script exactly as `python SCRIPT.py` does: it imports the script (whose flags are
-defined at import, or by its define_flags()) and hands its main to fileio.run_main. One command
-runs per process, so the scripts' flags never meet.
+Each runs the script's `cli()`, exactly what `python SCRIPT.py` runs (its flags, the required
+ones, its main through fileio.run_main). One command runs per process, so the scripts' flags
+never meet.
 """
 
 import importlib
 
-from absl import flags
-
 from bert_tf2 import fileio
 
 
-def _run(module_name, define=False, required=(), positional=False):
+def _run(module_name):
   fileio.stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  module = importlib.import_module("bert_tf2." + module_name)
-  if define:
-    module.define_flags()
-  for name in required:
-    flags.mark_flag_as_required(name)
-  fileio.run_main(module.main, positional=positional)
+  importlib.import_module("bert_tf2." + module_name).cli()
 
 
 def create_pretraining_data():
-  _run("create_pretraining_data", define=True,
-       required=("input_file", "output_file", "vocab_file"))
+  _run("create_pretraining_data")
 
 
 def run_pretraining():
@@ -48,7 +40,7 @@ def run_swag():
 
 
 def evaluate_squad():
-  _run("evaluate_squad", define=True, positional=True)
+  _run("evaluate_squad")
 
 
 def extract_features():
@@ -56,17 +48,16 @@ def extract_features():
 
 
 def export_model():
-  _run("export_model", define=True)
+  _run("export_model")
 
 
 def build_vocab():
-  _run("build_vocab", define=True)
+  _run("build_vocab")
 
 
 def convert_checkpoint():
-  _run("convert_checkpoint", define=True)
+  _run("convert_checkpoint")
 
 
 def quickstart():
-  from bert_tf2 import quickstart as module  # pylint: disable=g-import-not-at-top
-  raise SystemExit(module.main())
+  _run("quickstart")

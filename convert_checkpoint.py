@@ -216,11 +216,11 @@ def main(_):
   print(f"Wrote {FLAGS.output_format} checkpoint: {path}")
 
 
-def run():
-  """Console entry point."""
+def cli():
+  """The command line: `python convert_checkpoint.py` and the `bert-convert-checkpoint` command."""
   define_flags()
   fileio.run_main(main)
 
 
 if __name__ == "__main__":
-  run()
+  cli()

@@ -1876,9 +1876,13 @@ def main(_):
   run(Options(**{field.name: getattr(FLAGS, field.name) for field in dataclasses.fields(Options)}))
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python create_pretraining_data.py` and the `bert-create-pretraining-data` command."""
   define_flags()
-  flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("output_file")
-  flags.mark_flag_as_required("vocab_file")
+  for name in ("input_file", "output_file", "vocab_file"):
+    flags.mark_flag_as_required(name)
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

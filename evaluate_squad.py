@@ -152,6 +152,11 @@ def main(argv):
   sys.stdout.flush()
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python evaluate_squad.py` and the `bert-evaluate-squad` command."""
   define_flags()
   fileio.run_main(main, positional=True)
+
+
+if __name__ == "__main__":
+  cli()

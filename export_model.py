@@ -626,11 +626,11 @@ def main(_):
          doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite)
 
 
-def run():
-  """Console entry point."""
+def cli():
+  """The command line: `python export_model.py` and the `bert-export-model` command."""
   define_flags()
   fileio.run_main(main)
 
 
 if __name__ == "__main__":
-  run()
+  cli()

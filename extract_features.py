@@ -349,5 +349,10 @@ def main(_):
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python extract_features.py` and the `bert-extract-features` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

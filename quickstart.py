@@ -429,5 +429,10 @@ def _main(argv):
   return 0
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python quickstart.py` and the `bert-quickstart` command."""
   sys.exit(main())
+
+
+if __name__ == "__main__":
+  cli()

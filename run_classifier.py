@@ -915,5 +915,10 @@ def _main():
     logging.info("Wrote %d predictions to %s", len(outputs), output_path)
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python run_classifier.py` and the `bert-run-classifier` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

@@ -406,5 +406,10 @@ def _main():
     logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python run_ner.py` and the `bert-run-ner` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

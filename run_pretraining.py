@@ -206,5 +206,10 @@ def main(_):
       training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python run_pretraining.py` and the `bert-run-pretraining` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

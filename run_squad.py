@@ -949,5 +949,10 @@ def predict(trainer, tokenizer, global_step, examples):
   return scores
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python run_squad.py` and the `bert-run-squad` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()

@@ -300,5 +300,10 @@ def _main():
                  output_file)
 
 
-if __name__ == "__main__":
+def cli():
+  """The command line: `python run_swag.py` and the `bert-run-swag` command."""
   fileio.run_main(main)
+
+
+if __name__ == "__main__":
+  cli()
