@@ -6,13 +6,18 @@ import os
 import shutil
 
 import numpy as np
+import pytest
 
-from conftest import SHARED, minilm_dir, requires_shared, run_ok, run_workers
+from conftest import SHARED, SQUAD, minilm_dir, requires_shared, run_ok, run_workers
 
 pytestmark = requires_shared
 
 MRPC = os.path.join(SHARED, "data", "glue", "MRPC")
 WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
+PRETRAINING_RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
+TINY_CONFIG = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128,
+               "type_vocab_size": 2}
 
 
 def _mrpc_subset(directory):
@@ -41,17 +46,30 @@ def _eval_results(directory):
     return {k: float(v) for k, v in (line.split(" = ") for line in f)}
 
 
-def test_classifier_eval_and_predict_on_two_workers_equal_one_process(tmp_path):
-  data = _mrpc_subset(str(tmp_path / "data"))
+def _score_on_two_workers(args, tmp_path, train, score):
+  """Trains (the modes `train`) and scores (`score`) in one process, then scores the same
+  checkpoint again with two multi_worker_mirrored workers: the one process's output directory and
+  the workers'. `args(output_dir, *modes)`: the script's command line."""
   single, multi = tmp_path / "single", tmp_path / "multi"
-  run_ok(_classifier_args(data, single, "--do_train", "--do_eval", "--do_predict"))
-  # The fine-tuned checkpoint, scored again by two workers.
+  run_ok(args(single, *train, *score))
   os.makedirs(multi)
   for name in os.listdir(single):
-    if name.startswith(("ckpt-", "checkpoint", "task.json")):
+    if name.startswith(("ckpt-", "checkpoint", "task.json", "bert_config.json")):
       shutil.copy(single / name, multi / name)
-  run_workers(_classifier_args(data, multi, "--do_eval", "--do_predict",
-                               "--distribution_strategy=multi_worker_mirrored"))
+  # Warnings and errors only: run_workers drains the workers' pipes one after the other, so a
+  # worker logging more than a pipe holds (64 KiB; run_squad's feature logs do) would block
+  # while the other waits for it in a collective, and the run would hang.
+  run_workers(args(multi, *score, "--distribution_strategy=multi_worker_mirrored",
+                   "--verbosity=-1"))
+  # Only the chief wrote: no other worker's files or scratch directories are left.
+  assert not [n for n in os.listdir(multi) if n.startswith(".worker_tmp")]
+  return single, multi
+
+
+def test_classifier_eval_and_predict_on_two_workers_equal_one_process(tmp_path):
+  data = _mrpc_subset(str(tmp_path / "data"))
+  single, multi = _score_on_two_workers(lambda out, *modes: _classifier_args(data, out, *modes),
+                                        tmp_path, ["--do_train"], ["--do_eval", "--do_predict"])
 
   expected, got = _eval_results(single), _eval_results(multi)
   assert expected.keys() == got.keys() and got["eval_examples"] == 37
@@ -64,8 +82,79 @@ def test_classifier_eval_and_predict_on_two_workers_equal_one_process(tmp_path):
   # pair's: one process and two workers agree row by row.
   assert np.ptp(expected[:, 1]) > 1e-3
   np.testing.assert_allclose(got, expected, atol=1e-5)
-  # Only the chief wrote: no other worker's files or scratch directories are left.
-  assert not [n for n in os.listdir(multi) if n.startswith(".worker_tmp")]
+
+
+def _squad_args(tmp_path):
+  """run_squad.py on SQuAD v1.1 dev questions: 8 of a short paragraph to train on (one step),
+  and 7 to predict of two paragraphs several 64-token windows long, so that the windows of a
+  question are split between the workers."""
+  with open(SQUAD, encoding="utf-8") as f:
+    paragraphs = json.load(f)["data"][0]["paragraphs"]
+  squad = lambda *parts: json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+      {"context": paragraphs[i]["context"], "qas": paragraphs[i]["qas"][:n]} for i, n in parts]}]})
+  (tmp_path / "train.json").write_text(squad((2, 8)), encoding="utf-8")
+  (tmp_path / "dev.json").write_text(squad((0, 4), (1, 3)), encoding="utf-8")
+  model = minilm_dir()
+  return lambda output_dir, *modes: [
+      "run_squad.py", f"--train_file={tmp_path}/train.json",
+      f"--predict_file={tmp_path}/dev.json", f"--vocab_file={model}/vocab.txt",
+      f"--init_checkpoint={model}", "--max_seq_length=64", "--doc_stride=32",
+      "--max_query_length=16", "--train_batch_size=8", "--predict_batch_size=8",
+      "--num_train_epochs=1", "--learning_rate=1e-4", f"--output_dir={output_dir}", *modes]
+
+
+def _swag_args(tmp_path):
+  """run_swag.py on test_run_swag's three rows: trained on them (one step), evaluated on five
+  rows (eval batches of 4 do not divide them) and predicting three."""
+  from test_run_swag import HEADER, ROWS  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "swag"
+  data.mkdir()
+  (data / "train.csv").write_text(HEADER + "".join(ROWS), encoding="utf-8")
+  (data / "val.csv").write_text(HEADER + "".join(ROWS + ROWS[:2]), encoding="utf-8")
+  (data / "test.csv").write_text(HEADER.replace(",label\n", "\n") + "".join(
+      row[:row.rstrip("\n").rfind(",")] + "\n" for row in ROWS), encoding="utf-8")
+  model = minilm_dir()
+  return lambda output_dir, *modes: [
+      "run_swag.py", f"--data_dir={data}", f"--vocab_file={model}/vocab.txt",
+      f"--init_checkpoint={model}", "--max_seq_length=32", "--train_batch_size=3",
+      "--eval_batch_size=4", "--predict_batch_size=4", "--num_train_epochs=1",
+      "--learning_rate=1e-4", f"--output_dir={output_dir}", *modes]
+
+
+@pytest.mark.parametrize("args,score,outputs", [
+    pytest.param(_squad_args, ["--do_predict"],
+                 ["eval_results.txt", "predictions.json", "nbest_predictions.json"],
+                 id="run_squad"),
+    pytest.param(_swag_args, ["--do_eval", "--do_predict"],
+                 ["eval_results.txt", "test_results.tsv"], id="run_swag"),
+])
+def test_squad_and_swag_on_two_workers_equal_one_process(args, score, outputs, tmp_path):
+  """The chief's outputs are the one process's: metrics up to float round-off, the same answers
+  (SQuAD: each question's windows gathered from both workers) and rows in input order."""
+  single, multi = _score_on_two_workers(args(tmp_path), tmp_path, ["--do_train"], score)
+  for name in outputs:
+    if name == "eval_results.txt":
+      expected, got = _eval_results(single), _eval_results(multi)
+      assert expected.keys() == got.keys()
+      for k in expected:
+        np.testing.assert_allclose(got[k], expected[k], atol=1e-5, err_msg=k)
+    elif name == "test_results.tsv":
+      expected, got = np.loadtxt(single / name), np.loadtxt(multi / name)
+      assert got.shape == (3, 4) and np.ptp(expected, axis=0).max() > 1e-4
+      np.testing.assert_allclose(got, expected, atol=1e-5)
+    else:
+      with open(single / name, encoding="utf-8") as f:
+        expected = json.load(f)
+      with open(multi / name, encoding="utf-8") as f:
+        got = json.load(f)
+      assert list(got) == list(expected) and len(got) == 7
+      if name == "predictions.json":
+        assert got == expected
+      else:  # n-best lists: the same candidates, their probabilities up to round-off
+        for qid, candidates in expected.items():
+          assert [c["text"] for c in got[qid]] == [c["text"] for c in candidates]
+          np.testing.assert_allclose([c["probability"] for c in got[qid]],
+                                     [c["probability"] for c in candidates], atol=1e-5)
 
 
 def test_extract_features_on_two_workers_equals_one_process(tmp_path):
@@ -88,3 +177,42 @@ def test_extract_features_on_two_workers_equals_one_process(tmp_path):
     values = lambda line: np.array([[layer["values"] for layer in t["layers"]]
                                     for t in line["features"]])
     np.testing.assert_allclose(values(b), values(a), atol=2e-4)
+
+
+def _split_records(path, counts, directory):
+  """The first records of the TFRecord file `path` as files of `counts` records each (their
+  paths). Frames are copied whole (the data's length in 8 bytes, little-endian, its CRC in 4,
+  the data and its CRC in 4), so the test process needs no TensorFlow to cut the file."""
+  with open(path, "rb") as f:
+    data = f.read()
+  paths, offset = [], 0
+  for index, count in enumerate(counts):
+    start = offset
+    for _ in range(count):
+      offset += 16 + int.from_bytes(data[offset:offset + 8], "little")
+    assert offset <= len(data)
+    paths.append(os.path.join(directory, f"part{index}.tfrecord"))
+    with open(paths[-1], "wb") as f:
+      f.write(data[start:offset])
+  return paths
+
+
+def test_pretraining_eval_on_two_workers_over_unequal_files_equals_one_process(tmp_path):
+  """run_pretraining.py --do_eval with two workers and two record files, of 40 and 8 records:
+  with as many files as workers the input is sharded by file, so after 2 batches of 4 the second
+  worker's input is exhausted and it runs zero-row batches while the first reads 8 more (such a
+  batch once failed a -1 reshape in the model). Both workers finish, and the chief's metrics
+  are those of one process over both files."""
+  files = _split_records(PRETRAINING_RECORDS, [40, 8], tmp_path)
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(TINY_CONFIG))
+  args = lambda output_dir, *modes: [
+      "run_pretraining.py", f"--bert_config_file={config}", f"--input_file={','.join(files)}",
+      f"--output_dir={output_dir}", "--max_seq_length=128", "--max_predictions_per_seq=20",
+      "--train_batch_size=8", "--eval_batch_size=8", "--num_train_steps=1",
+      "--num_warmup_steps=0", "--seed=3", *modes]
+  single, multi = _score_on_two_workers(args, tmp_path, ["--do_train"], ["--do_eval"])
+  expected, got = _eval_results(single), _eval_results(multi)
+  assert expected.keys() == got.keys() and got["global_step"] == 1
+  for k in expected:
+    np.testing.assert_allclose(got[k], expected[k], atol=1e-5, err_msg=k)
