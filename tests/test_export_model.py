@@ -374,9 +374,9 @@ def test_squad_model_answers_as_run_squad_over_every_window(tmp_path, uncased):
                                          features.append)
   windows = collections.Counter(f.example_index for f in features)
   assert len(examples) == 49 and min(windows.values()) >= 2 and max(windows.values()) == 10
-  got = tf.saved_model.load(path).signatures["serving_default"](
-      question=tf.constant([e.question_text for e in examples]),
-      context=tf.constant([" ".join(e.doc_tokens) for e in examples]))
+  serve = tf.saved_model.load(path).signatures["serving_default"]
+  got = serve(question=tf.constant([e.question_text for e in examples]),
+              context=tf.constant([" ".join(e.doc_tokens) for e in examples]))
   answers = [a.decode("utf-8") for a in got["answer"].numpy()]
   # Where no span is valid run_squad writes its placeholder "empty"; the SavedModel answers "",
   # in window -1.
@@ -393,6 +393,11 @@ def test_squad_model_answers_as_run_squad_over_every_window(tmp_path, uncased):
   assert any(a not in [" ".join(e.doc_tokens[i:j]) for i in range(len(e.doc_tokens))
                        for j in range(i + 1, min(i + 12, len(e.doc_tokens)) + 1)]
              for a, e in zip(answers, examples))  # parts of words, as run_squad cuts them
+  # No question at all: an empty batch of each output, of the types a full one has (zero windows
+  # once failed a -1 reshape in the model).
+  empty = serve(question=tf.constant([], tf.string), context=tf.constant([], tf.string))
+  assert {k: (v.shape.as_list(), v.dtype) for k, v in empty.items()} == {
+      k: ([0], v.dtype) for k, v in got.items()}
 
 
 @requires_shared
