@@ -1726,23 +1726,6 @@ def _beam_environment():
       os.environ["PYTHONPATH"] = before
 
 
-def _descendants():
-  """Ids of the processes this one started, and theirs, from /proc (empty elsewhere)."""
-  parents = {}
-  for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-    if entry.isdigit():
-      with contextlib.suppress(OSError, IndexError, ValueError):
-        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-  found, frontier = set(), [os.getpid()]
-  while frontier:
-    parent = frontier.pop()
-    children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
-    found.update(children)
-    frontier.extend(children)
-  return found
-
-
 def run_beam(options):
   """Fast mode as an Apache Beam job (--beam_pipeline_options); returns the Stats, as run does."""
   if __name__ == "__main__":
@@ -1773,7 +1756,7 @@ def run_beam(options):
                  pipeline.options.get_all_options()["runner"], len(input_files),
                  "\n  ".join(input_files))
     start = time.monotonic()
-    before = _descendants()
+    before = fileio.descendants()
     # The temporaries and pieces are removed inside, so that a directory the job made is empty.
     with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
       try:
@@ -1785,7 +1768,7 @@ def run_beam(options):
         # their tracebacks and log lines would bury the one error line, so they are silenced.
         threading.excepthook = lambda args: None
         std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
-        for pid in _descendants() - before:
+        for pid in fileio.descendants() - before:
           with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):

@@ -654,3 +654,22 @@ def _report(message, status, error=None):
     raise error
   print(f"error: {message}", file=sys.stderr)
   sys.exit(status)
+
+
+def descendants(root=None):
+  """Ids of the processes `root` (default: this one) started, and theirs, from /proc (empty
+  where there is no /proc). /proc/PID/task/TID/children is absent on kernels built without
+  CONFIG_PROC_CHILDREN, so the tree comes from every process's parent id."""
+  parents = {}
+  for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if entry.isdigit():
+      with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+  found, frontier = set(), [os.getpid() if root is None else root]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+    found.update(children)
+    frontier.extend(children)
+  return found

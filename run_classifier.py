@@ -805,16 +805,10 @@ def _main():
   processor = processor_from_flags()
   _check_flags(processor)
   out = FLAGS.output_dir
-  init_checkpoint = FLAGS.init_checkpoint
-  has_checkpoint = fine_tuning.check_files(
-      out, _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir)),
-                      ("hub_module_handle", FLAGS.hub_module_handle)],
-      vocab_file, FLAGS.bert_config_file, init_checkpoint)
   pairs = (f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 and 1)"
            if processor.is_pair else None)
-  config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      FLAGS.bert_config_file, init_checkpoint, vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, pairs, FLAGS.hub_module_handle)
+  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+      _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir))], pairs, vocab_file)
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 

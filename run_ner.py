@@ -344,18 +344,13 @@ def main(_):
 
 
 def _main():
-  out, data_dir, init_checkpoint = FLAGS.output_dir, FLAGS.data_dir, FLAGS.init_checkpoint
+  out, data_dir = FLAGS.output_dir, FLAGS.data_dir
   # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-  has_checkpoint = fine_tuning.check_files(
-      out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-            "test_predictions.txt", "task.json"),
+  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+      ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+       "test_predictions.txt", "task.json"),
       [("data_dir", [os.path.join(data_dir, name)
-                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")]),
-       ("hub_module_handle", FLAGS.hub_module_handle)],
-      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
-  config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, hub_module_handle=FLAGS.hub_module_handle)
+                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])])
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
 

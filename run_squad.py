@@ -830,17 +830,12 @@ def main(_):
 def _main():
   _validate_flags()
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint = fine_tuning.check_files(
-      out, _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
-                      ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None),
-                      ("hub_module_handle", FLAGS.hub_module_handle)],
-      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
+  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+      _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
+                 ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None)],
+      "SQuAD windows are pairs (question: segment 0, context: segment 1)")
   training.task_record(out, "run_squad", has_checkpoint)
   training.init_task_record(init_checkpoint, "run_squad", not FLAGS.do_train and not has_checkpoint)
-  config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, "SQuAD windows are pairs (question: segment 0, context: segment 1)",
-      FLAGS.hub_module_handle)
 
   strategy = script_flags.strategy()
   train_examples = None

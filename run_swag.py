@@ -239,18 +239,13 @@ def main(_):
 
 def _main():
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint = fine_tuning.check_files(
-      out, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-            "test_results.tsv", "task.json"),
-      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()]),
-       ("hub_module_handle", FLAGS.hub_module_handle)],
-      FLAGS.vocab_file, FLAGS.bert_config_file, init_checkpoint)
+  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+      ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+       "test_results.tsv", "task.json"),
+      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()])],
+      "SWAG choices are pairs (context: segment 0, ending: segment 1)")
   training.task_record(out, "run_swag", has_checkpoint)
   training.init_task_record(init_checkpoint, "run_swag", not FLAGS.do_train and not has_checkpoint)
-  config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      FLAGS.bert_config_file, init_checkpoint, FLAGS.vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, pairs="SWAG choices are pairs (context: segment 0, ending: segment 1)",
-      hub_module_handle=FLAGS.hub_module_handle)
   processor = SwagProcessor()
 
   strategy = script_flags.strategy()

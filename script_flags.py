@@ -341,6 +341,22 @@ def run_fine_tuning(main, modes, **required):
                   output_dir=FLAGS.output_dir)
 
 
+def fine_tuning_setup(outputs, inputs, pairs=None, vocab_file=None):
+  """What every fine-tuning script does first (fine_tuning.check_files, then
+  load_config_and_tokenizer) with the shared flags: `outputs` are the names the script writes in
+  --output_dir, `inputs` its own (flag, path or paths) pairs, `pairs` why its texts are pairs (if
+  they are). Returns (has_checkpoint, BertConfig, FullTokenizer)."""
+  from bert_tf2 import fine_tuning
+  vocab_file = vocab_file or FLAGS.vocab_file
+  has_checkpoint = fine_tuning.check_files(
+      FLAGS.output_dir, outputs, [*inputs, ("hub_module_handle", FLAGS.hub_module_handle)],
+      vocab_file, FLAGS.bert_config_file, FLAGS.init_checkpoint)
+  config, tokenizer = fine_tuning.load_config_and_tokenizer(
+      FLAGS.bert_config_file, FLAGS.init_checkpoint, vocab_file, FLAGS.do_lower_case,
+      FLAGS.max_seq_length, pairs, FLAGS.hub_module_handle)
+  return has_checkpoint, config, tokenizer
+
+
 def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps,
                         has_checkpoint):
   """(model, optimizer, Trainer, init_fn) as the flags say; the model must match output_dir's

@@ -260,23 +260,8 @@ def build_text(documents, target_bytes, path, seed=0):
 
 def process_tree(root):
   """The ids of process `root` and its descendants, from /proc."""
-  parents = {}
-  for entry in os.listdir("/proc"):
-    if entry.isdigit():
-      try:
-        with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-          parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-      except (OSError, IndexError, ValueError):
-        pass
-  # /proc/PID/task/TID/children is absent on kernels built without CONFIG_PROC_CHILDREN (this
-  # one), so the tree comes from every process's parent id.
-  tree, frontier = {root}, [root]
-  while frontier:
-    pid = frontier.pop()
-    children = [c for c, p in parents.items() if p == pid and c not in tree]
-    tree.update(children)
-    frontier.extend(children)
-  return tree
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  return {root} | fileio.descendants(root)
 
 
 def tree_pss(root):
