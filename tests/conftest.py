@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -28,6 +29,10 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 VOCAB = os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt")
 WIKITEXT = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
+# A tiny BERT in the original's TF1 format (bert_config.json and vocab.txt beside it).
+TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
+TINY_VOCAB = os.path.join(TINY, "vocab.txt")
 
 
 def run_script(args, env=None, timeout=600, **kw):
@@ -56,12 +61,26 @@ def run_workers(args, count=2, timeout=600):
   workers = [f"localhost:{s.getsockname()[1]}" for s in sockets]
   for s in sockets:
     s.close()
+  # Each worker writes to a file, not a pipe: waiting for one worker while another fills its
+  # pipe (about 64 KB of log lines) would block both.
+  logs = [tempfile.TemporaryFile("w+") for _ in range(count)]
   procs = [subprocess.Popen(
-      [PYTHON, *[a.replace("{index}", str(i)) for a in args]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      [PYTHON, *[a.replace("{index}", str(i)) for a in args]], cwd=ROOT, stdout=logs[i],
+      stderr=subprocess.STDOUT, text=True,
       env=dict(ENV, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
                                           "task": {"type": "worker", "index": i}})))
            for i in range(count)]
-  outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+  outputs = []
+  try:
+    for p, log in zip(procs, logs):
+      p.wait(timeout=timeout)
+      log.seek(0)
+      outputs.append(log.read())
+  finally:  # a worker left waiting for its peer must not outlive the test
+    for p, log in zip(procs, logs):
+      if p.poll() is None:
+        p.kill()
+      log.close()
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]
   return outputs
@@ -79,6 +98,12 @@ def tokenizer():
   """The uncased WordPiece tokenizer of VOCAB."""
   from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
   return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def uncased(tokenizer):  # pylint: disable=redefined-outer-name
+  """The same tokenizer, by the name the tests that also use a cased one give it."""
+  return tokenizer
 
 
 def corpus_texts():

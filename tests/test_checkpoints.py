@@ -9,9 +9,8 @@ import tensorflow as tf
 from bert_tf2 import checkpoints
 from bert_tf2 import fileio
 from bert_tf2 import modeling
-from conftest import SHARED, minilm_dir, requires_shared
+from conftest import TINY, minilm_dir, requires_shared
 
-TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 
 
 def _features():

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
+from conftest import ENV, PYTHON, ROOT, TINY, requires_shared, run_ok
 from bert_tf2 import checkpoints
 from bert_tf2 import convert_checkpoint
 from bert_tf2 import fileio
 from bert_tf2 import modeling
 
-TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 
 
 def _model_tensors(prefix):

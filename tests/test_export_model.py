@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, VOCAB, corpus_texts, import_script,
+from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
                       minilm_dir, requires_shared, run_ok, run_script)
 from bert_tf2 import checkpoints
 from bert_tf2 import export_model
@@ -23,7 +23,6 @@ from bert_tf2 import graph_tokenization
 from bert_tf2 import modeling
 from bert_tf2 import tokenization
 
-TINY_TF1 = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 GLUE = os.path.join(SHARED, "data", "glue")
 SMALL_CONFIG = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
@@ -106,11 +105,6 @@ def _mismatches(tokenizer, texts, got):
 @pytest.fixture(scope="module")
 def hub():
   return _import_hub()
-
-
-@pytest.fixture(scope="module")
-def uncased():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +227,7 @@ def _assert_same_tokens(got, want, real):
 @pytest.mark.parametrize("source", ["tiny_tf1", "minilm"])
 def test_encoder_reloads_through_hub_equal_to_in_process_model(source, hub, tmp_path):
   if source == "tiny_tf1":
-    checkpoint, lower = os.path.join(TINY_TF1, "bert_model.ckpt"), True
+    checkpoint, lower = os.path.join(TINY, "bert_model.ckpt"), True
   else:
     checkpoint, lower = minilm_dir(), True
   path = export_model.export("encoder", str(tmp_path / "encoder"), init_checkpoint=checkpoint,
@@ -435,7 +429,7 @@ def test_final_text_is_run_squads_projection_on_the_context(uncased):
 @requires_shared
 def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
   encoder = tmp_path / "encoder"
-  run_ok(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY_TF1}/bert_model.ckpt",
+  run_ok(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY}/bert_model.ckpt",
         f"--export_dir={encoder}"])
   result = run_ok([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
                  f"--dir={encoder}", "--tag_set=serve", "--signature_def=serving_default",
@@ -539,13 +533,13 @@ def test_every_fine_tuning_script_starts_from_an_exported_encoder(script, tmp_pa
 @requires_shared
 def test_export_replaces_atomically_and_reports_bad_inputs(tmp_path):
   target = str(tmp_path / "model")
-  checkpoint = os.path.join(TINY_TF1, "bert_model.ckpt")
+  checkpoint = os.path.join(TINY, "bert_model.ckpt")
   export_model.export("encoder", target, init_checkpoint=checkpoint)
   before = os.path.getmtime(os.path.join(target, "saved_model.pb"))
   with pytest.raises(fileio.InputError, match="checkpoint not found"):
     export_model.export("encoder", target, init_checkpoint=str(tmp_path / "missing"),
-                        bert_config_file=os.path.join(TINY_TF1, "bert_config.json"),
-                        vocab_file=os.path.join(TINY_TF1, "vocab.txt"))
+                        bert_config_file=os.path.join(TINY, "bert_config.json"),
+                        vocab_file=os.path.join(TINY, "vocab.txt"))
   with pytest.raises(fileio.InputError, match="not a fine-tuned classifier"):
     export_model.export("classifier", target, init_checkpoint=checkpoint, labels=["a", "b"],
                         max_seq_length=16)
@@ -570,7 +564,7 @@ def _modes(directory):
 
 @requires_shared
 def test_export_dir_is_replaced_only_when_it_holds_a_saved_model(tmp_path):
-  checkpoint = os.path.join(TINY_TF1, "bert_model.ckpt")
+  checkpoint = os.path.join(TINY, "bert_model.ckpt")
   target = tmp_path / "model"
   export_model.export("encoder", str(target), init_checkpoint=checkpoint)
   # Ordinary permissions (0755 / 0644 under umask 022), not mkdtemp's 0700: a serving process
@@ -602,12 +596,12 @@ def test_export_dir_is_replaced_only_when_it_holds_a_saved_model(tmp_path):
   # A directory holding an input is refused even with overwrite.
   copy = tmp_path / "ckpt"
   copy.mkdir()
-  for name in os.listdir(TINY_TF1):
-    (copy / name).write_bytes((open(os.path.join(TINY_TF1, name), "rb").read()))
+  for name in os.listdir(TINY):
+    (copy / name).write_bytes((open(os.path.join(TINY, name), "rb").read()))
   with pytest.raises(fileio.InputError, match="holding the input --init_checkpoint"):
     export_model.export("encoder", str(copy), init_checkpoint=str(copy / "bert_model.ckpt"),
                         overwrite=True)
-  assert sorted(os.listdir(copy)) == sorted(os.listdir(TINY_TF1))
+  assert sorted(os.listdir(copy)) == sorted(os.listdir(TINY))
   with pytest.raises(fileio.InputError, match="'a' is given twice"):
     export_model.export("classifier", str(tmp_path / "c"), init_checkpoint=checkpoint,
                         labels=["a", "b", "a"])

@@ -56,11 +56,7 @@ def _score_on_two_workers(args, tmp_path, train, score):
   for name in os.listdir(single):
     if name.startswith(("ckpt-", "checkpoint", "task.json", "bert_config.json")):
       shutil.copy(single / name, multi / name)
-  # Warnings and errors only: run_workers drains the workers' pipes one after the other, so a
-  # worker logging more than a pipe holds (64 KiB; run_squad's feature logs do) would block
-  # while the other waits for it in a collective, and the run would hang.
-  run_workers(args(multi, *score, "--distribution_strategy=multi_worker_mirrored",
-                   "--verbosity=-1"))
+  run_workers(args(multi, *score, "--distribution_strategy=multi_worker_mirrored"))
   # Only the chief wrote: no other worker's files or scratch directories are left.
   assert not [n for n in os.listdir(multi) if n.startswith(".worker_tmp")]
   return single, multi

@@ -40,11 +40,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared, run_ok, run_script
+from conftest import (ENV, PYTHON, ROOT, SHARED, TINY, TINY_CKPT, TINY_VOCAB, VOCAB,
+                      requires_shared, run_ok, run_script)
 
-TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
-TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
-TINY_VOCAB = os.path.join(TINY, "vocab.txt")
 SAMPLE_TEXT = os.path.join(SHARED, "reference", "pretraining", "sample_text.txt")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 # The tiny checkpoint's words; its vocab has nothing else but the special tokens.

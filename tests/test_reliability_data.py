@@ -18,14 +18,13 @@ import time
 
 import pytest
 
-from conftest import ENV, PYTHON, ROOT, SHARED, VOCAB, requires_shared
+from conftest import ENV, PYTHON, ROOT, SHARED, TINY, VOCAB, requires_shared
 
 pytestmark = requires_shared
 
 PRETRAINING = os.path.join(SHARED, "reference", "pretraining")
 SAMPLE_TEXT = os.path.join(PRETRAINING, "sample_text.txt")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
-TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 SQUAD_V1 = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 SQUAD_V2 = os.path.join(SHARED, "data", "squad", "dev-v2.0.Normans_subset.json")
 

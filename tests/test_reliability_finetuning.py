@@ -14,14 +14,11 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 
-from conftest import ENV, PYTHON, ROOT, SHARED, concurrently, requires_shared
+from conftest import (ENV, SHARED, TINY, TINY_CKPT, TINY_VOCAB, concurrently, requires_shared,
+                      run_ok, run_script)
 
 DATA = os.path.join(SHARED, "data")
-TINY = os.path.join(DATA, "checkpoints", "tiny_tf1_test_checkpoint")
-TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
-TINY_VOCAB = os.path.join(TINY, "vocab.txt")
 V1_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
 V2_DEV = os.path.join(DATA, "squad", "dev-v2.0.Normans_subset.json")
 TINY_SIZES = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -33,14 +30,11 @@ pytestmark = requires_shared
 
 
 def _run(script, *args, env=ENV):
-  return subprocess.run([PYTHON, script, *args], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=600)
+  return run_script([script, *args], env=env)
 
 
-def _ok(script, *args, **kw):
-  result = _run(script, *args, **kw)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
+def _ok(script, *args, env=ENV):
+  return run_ok([script, *args], env=env)
 
 
 def _error_line(result):

@@ -44,11 +44,6 @@ def _write(path, lines):
 
 
 @pytest.fixture(scope="module")
-def uncased():
-  return tokenization.FullTokenizer(VOCAB, do_lower_case=True)
-
-
-@pytest.fixture(scope="module")
 def cased_vocab_file(tmp_path_factory):
   """A cased vocab built from the uncased one: every whole word also capitalized and upper-cased.
 
