@@ -57,6 +57,13 @@ flags.DEFINE_integer("matmul_size", 4096,
                      "enough that the library's blocking, not call overhead, decides the rate.")
 
 
+def define_pretraining_batch_flags():
+  """--batch_size, --seq_length, --max_predictions: the pre-training batch a benchmark runs."""
+  flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
+  flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
+  flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
+
+
 def define_model_flags():
   """Flags of the model benchmarks: model size (BERT-base by default), variants, the peak."""
   flags.DEFINE_integer("layers", 12, "num_hidden_layers.")

@@ -29,9 +29,7 @@ import common
 FLAGS = flags.FLAGS
 
 common.define_model_flags()
-flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
-flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
-flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
+common.define_pretraining_batch_flags()
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps per timed call.")
 flags.DEFINE_enum("peer_adamw", "default", ["default", "foreach", "fused"],
                   "torch.optim.AdamW implementation of the peer (default: what a user gets).")
