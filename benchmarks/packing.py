@@ -113,6 +113,27 @@ def padding(variant):
           "real_tokens_per_sequence": round(tokens / sequences, 1)}
 
 
+def baseline(variant):
+  """The masked-LM accuracy of always guessing the training records' most frequent masked token,
+  on the held-out records at seq `variant`: what a model that has learned only word frequencies
+  scores (an accuracy near it says the run was too short to compare anything)."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  seq = int(variant)
+
+  def labels(path):
+    counts = collections.Counter()
+    for batch in tf.data.TFRecordDataset(path).batch(1024).map(
+        lambda r: tf.io.parse_example(r, _spec(path, seq))):
+      ids = batch["masked_lm_ids"].numpy()[batch["masked_lm_weights"].numpy() > 0]
+      counts.update(ids.tolist())
+    return counts
+  most_frequent = labels(_records("padded", seq)).most_common(1)[0][0]
+  held_out = labels(_records("eval", seq))
+  return {"masked_lm_accuracy": held_out[most_frequent] / sum(held_out.values()),
+          "token_id": most_frequent}
+
+
 def _with_real_tokens(loss_fn):
   """loss_fn plus a metric: real tokens a step (its value is the mean over the loop's steps)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -238,7 +259,8 @@ def _make_records():
 
 def main(argv):
   del argv
-  if common.dispatch({"padding": padding, "throughput": throughput, "accuracy": accuracy}):
+  if common.dispatch({"padding": padding, "throughput": throughput, "accuracy": accuracy,
+                      "baseline": baseline}):
     return
   own_dir = FLAGS.work_dir is None
   if own_dir:
@@ -261,14 +283,17 @@ def main(argv):
       scores = ({kind: {s: common.run_child("accuracy", f"{kind}/{seq}/{s}")
                         for s in FLAGS.accuracy_seeds} for kind in _KINDS}
                 if FLAGS.accuracy_tokens else {})
+      unigram = common.run_child("baseline", seq) if scores else None
       if scores:
         mean = {kind: {"masked_lm_accuracy": float(np.mean(
             [r["masked_lm_accuracy"] for r in scores[kind].values()]))} for kind in _KINDS}
         figures.append(common.figure(
             f"masked-LM accuracy after {FLAGS.accuracy_tokens} real tokens at seq {seq}, mean "
-            f"over {len(FLAGS.accuracy_seeds)} seed(s)", "accuracy", {"packed": mean["packed"]},
-            {"padded": mean["padded"]}, "masked_lm_accuracy"))
-      details[f"seq {seq}"] = {"padding": pads, "throughput": speed, "accuracy": scores}
+            f"over {len(FLAGS.accuracy_seeds)} seed(s) (most-frequent-token baseline "
+            f"{unigram.get('masked_lm_accuracy', float('nan')):.4f})", "accuracy",
+            {"packed": mean["packed"]}, {"padded": mean["padded"]}, "masked_lm_accuracy"))
+      details[f"seq {seq}"] = {"padding": pads, "throughput": speed, "accuracy": scores,
+                               "most_frequent_token_baseline": unigram}
   finally:
     if own_dir:
       shutil.rmtree(FLAGS.work_dir, ignore_errors=True)

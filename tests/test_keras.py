@@ -118,7 +118,7 @@ def test_keras3_tfsmlayer_serves_the_encoder_and_the_classifier(encoder_dir, tmp
 
 
 @requires_shared
-def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir):
+def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir, tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
   inputs, labels, _ = _mrpc(64)
   keras.utils.set_random_seed(0)
@@ -142,6 +142,18 @@ def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir):
   logits = model.predict(inputs, verbose=0)
   np.testing.assert_allclose(logits, model.predict(inputs, verbose=0), atol=1e-6)
   assert logits.shape == (64, 2)
+  # The fine-tuned encoder saved as the README shows: the same outputs from its signature, and
+  # the export's assets, so the fine-tuning scripts can start from it.
+  tuned = str(tmp_path / "tuned")
+  tf.saved_model.save(model.encoder, tuned)
+  batch = {k: tf.constant(v[:8]) for k, v in inputs.items()}
+  reloaded = tf.saved_model.load(tuned).signatures["serving_default"](**batch)["pooled_output"]
+  np.testing.assert_allclose(reloaded.numpy(),
+                             model.encoder(batch, training=False)["pooled_output"].numpy(),
+                             atol=1e-5)
+  assert not np.allclose(reloaded.numpy(), tf.saved_model.load(encoder_dir).signatures[
+      "serving_default"](**batch)["pooled_output"].numpy(), atol=1e-4)
+  assert sorted(os.listdir(os.path.join(tuned, "assets"))) == ["bert_config.json", "vocab.txt"]
 
 
 @requires_shared
