@@ -146,6 +146,17 @@ def cross_entropy(probabilities, labels):
   return float(-np.mean(np.log(np.maximum(chosen, 1e-30))))
 
 
+def weighted_nll(logits, labels, weights):
+  """(sum of the weighted negative log-likelihoods of integer `labels` under softmax(`logits`)
+  over the last axis, sum of the weights): a token-level evaluation loss in numpy, where padding
+  and unlabelled positions weigh 0."""
+  logits = np.asarray(logits, np.float64)
+  log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+  gold = np.take_along_axis(log_probs, np.asarray(labels)[..., None].astype(int), axis=-1)[..., 0]
+  weights = np.asarray(weights, np.float64)
+  return float(-(gold * weights).sum()), float(weights.sum())
+
+
 def glue_metrics(task_name, labels, predictions):
   """The leaderboard metrics of a GLUE task as an ordered dict (first entry is the main metric).
 

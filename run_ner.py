@@ -306,10 +306,9 @@ def _tag(trainer, examples, name, split, label_list, tokenizer):
     # A batch cut to its longest sentence (--dynamic_padding) gets its padding back.
     predicted.append(np.pad(logits.argmax(-1),
                             [(0, 0), (0, FLAGS.max_seq_length - logits.shape[1])]))
-    log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
-    gold = np.take_along_axis(log_probs, batch["label_ids"][..., None], axis=-1)[..., 0]
-    nll -= float((gold * batch["label_weights"]).sum())
-    count += float(batch["label_weights"].sum())
+    batch_nll, batch_count = metrics.weighted_nll(logits, batch["label_ids"],
+                                                  batch["label_weights"])
+    nll, count = nll + batch_nll, count + batch_count
   # Padding records come last, beyond the real features that word_predictions reads.
   predicted = input_pipeline.unsort(np.concatenate(predicted)[:len(features)], order)
   tags = word_predictions(examples, features, predicted, label_list)

@@ -208,3 +208,14 @@ def test_cross_entropy_is_the_mean_nll_of_the_gold_class():
   assert metrics.cross_entropy(probabilities, labels) == pytest.approx(expected, rel=1e-12)
   assert metrics.cross_entropy(probabilities[:2], np.array([0.0, 2.0])) == pytest.approx(
       -(np.log(0.7) + np.log(0.5)) / 2, rel=1e-12)
+
+
+def test_weighted_nll_sums_the_labelled_positions_only():
+  logits = np.array([[[2.0, 0.0], [0.0, 0.0], [5.0, -5.0]]])
+  labels = np.array([[0, 1, 1]])
+  weights = np.array([[1.0, 1.0, 0.0]])  # the third position is padding
+  total, count = metrics.weighted_nll(logits, labels, weights)
+  assert count == 2.0
+  np.testing.assert_allclose(total, np.log1p(np.exp(-2.0)) + np.log(2.0), rtol=1e-12)
+  # Logits far apart stay finite (log-sum-exp, not a softmax then a log).
+  assert np.isfinite(metrics.weighted_nll([[1000.0, -1000.0]], [1], [1.0])[0])
