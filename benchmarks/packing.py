@@ -123,8 +123,9 @@ def baseline(variant):
 
   def labels(path):
     counts = collections.Counter()
+    spec = _spec(path, seq)  # read eagerly (it reads the file's first record), not while tracing
     for batch in tf.data.TFRecordDataset(path).batch(1024).map(
-        lambda r: tf.io.parse_example(r, _spec(path, seq))):
+        lambda r: tf.io.parse_example(r, spec)):
       ids = batch["masked_lm_ids"].numpy()[batch["masked_lm_weights"].numpy() > 0]
       counts.update(ids.tolist())
     return counts
