@@ -56,6 +56,10 @@ flags.DEFINE_list("accuracy_seeds", ["0"],
                   "Seeds of the accuracy runs (initialisation and data order), one run per side "
                   "and seed; the figure is the mean over the seeds.")
 flags.DEFINE_integer("accuracy_batch_size", 32, "Sequences a step in the accuracy runs.")
+flags.DEFINE_bool("accuracy_same_tokens_per_step", False,
+                  "Packed runs take fewer sequences a step, as many real tokens as a padded "
+                  "step, so both sides take the same steps (else the same sequences a step, and "
+                  "the packed run fewer, larger steps).")
 flags.DEFINE_integer("accuracy_layers", 2, "num_hidden_layers of the accuracy runs' model.")
 flags.DEFINE_integer("accuracy_hidden_size", 128, "hidden_size of the accuracy runs' model.")
 flags.DEFINE_float("accuracy_learning_rate", 1e-3, "Peak learning rate of the accuracy runs.")
@@ -206,6 +210,12 @@ def accuracy(variant):
   path = _records(kind, seq)
   sequences, _, tokens = _token_counts(path, seq)
   batch_size = FLAGS.accuracy_batch_size
+  if kind == "packed" and FLAGS.accuracy_same_tokens_per_step:
+    # Fewer packed sequences a step, holding the padded batch's real tokens: both sides then take
+    # the same number of optimizer steps of the same size, and only the packing differs.
+    padded_sequences, _, padded_tokens = _token_counts(_records("padded", seq), seq)
+    batch_size = max(1, round(batch_size * (padded_tokens / padded_sequences) /
+                              (tokens / sequences)))
   steps = max(1, round(FLAGS.accuracy_tokens / (batch_size * tokens / sequences)))
   hidden = FLAGS.accuracy_hidden_size
   # The larger initializer_range leaves the unigram plateau sooner in a model this small (see
