@@ -394,20 +394,25 @@ class FullTokenizer:
 
   def _run_batch_unpaused(self, texts, cache, word_fn):
     output = []
-    lookup = cache.__getitem__
+    lookup, get = cache.__getitem__, cache.get
+    chain = itertools.chain.from_iterable
     for text in texts:
       words = self._clean_words(text)
       try:
-        output.append(list(itertools.chain.from_iterable(map(lookup, words))))
+        output.append(list(chain(map(lookup, words))))
       except KeyError:
         # Rare once warm: bound the memory on huge corpora of ever-new words (numbers, URLs).
         if len(cache) > _MAX_CACHED_WORDS:
           cache.clear()
           self._part_cache.clear()
+        # One pass that looks each word up once (a cold pass meets a new word in most texts).
+        ids = []
         for word in words:
-          if word not in cache:
-            cache[word] = word_fn(word)
-        output.append(list(itertools.chain.from_iterable(map(lookup, words))))
+          found = get(word)
+          if found is None:
+            found = cache[word] = word_fn(word)
+          ids += found
+        output.append(ids)
     return output
 
   def _clean_words(self, text):
