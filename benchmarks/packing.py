@@ -12,16 +12,20 @@ several a sequence. Here the "peer" of each figure is the padded records (ours =
   modeling.BertPretrainer, training.Trainer), at --tokens_per_batch positions a batch, for the
   --variants' precisions (fp32 / bf16), one timed `_train_loop` of --steps_per_loop steps;
 * masked-LM accuracy: a small model (--accuracy_* flags) trained from scratch, same seed, on
-  --accuracy_tokens real tokens (the packed run takes fewer steps of the same batch size: each
-  carries more real tokens; the warm-up is 10% of the steps either way), then scored on the
-  held-out documents' padded records.
+  --accuracy_tokens real tokens, then scored on the held-out documents' padded records, for each
+  of --accuracy_seeds; the packed side's batches hold fewer sequences, as many real tokens as a
+  padded batch, so both take the same optimizer steps (--noaccuracy_same_tokens_per_step: the
+  same sequences a step, and the packed run fewer, larger steps; the warm-up is 10% of the steps
+  either way). The figure is the mean over the seeds, with the packed - padded difference per
+  seed and its standard error. The defaults (4M tokens, 6 seeds, both lengths) take about an
+  hour on 2 cores; --accuracy_tokens=0 skips them.
 
 Every measurement runs in a child process of this script (see common.py).
 
-  python benchmarks/packing.py      # BERT-base throughput at 128 and 512, 2M-token accuracy runs
+  python benchmarks/packing.py      # BERT-base throughput at 128 and 512, 4M-token accuracy runs
   python benchmarks/packing.py --layers=2 --hidden_size=64 --num_heads=2 --intermediate_size=128 \
       --tokens_per_batch=1024 --steps_per_loop=2 --repeats=1 --variants=fp32 \
-      --accuracy_tokens=20000 --dupe_factor=1       # smoke test
+      --accuracy_tokens=20000 --accuracy_seeds=0,1 --dupe_factor=1       # smoke test
 (the model's vocab_size is at least --vocab_file's, whose ids the records hold)
 """
 
@@ -50,13 +54,15 @@ flags.DEFINE_float("short_seq_prob", 0.1, "create_pretraining_data --short_seq_p
 flags.DEFINE_integer("max_instances_per_pack", 3,
                      "create_pretraining_data --max_instances_per_pack.")
 flags.DEFINE_integer("eval_documents", 10, "Documents held out for the accuracy evaluation.")
-flags.DEFINE_integer("accuracy_tokens", 2_000_000,
+flags.DEFINE_integer("accuracy_tokens", 4_000_000,
                      "Real tokens each accuracy run trains on (0: no accuracy runs).")
-flags.DEFINE_list("accuracy_seeds", ["0"],
+flags.DEFINE_list("accuracy_seeds", ["0", "1", "2", "3", "4", "5"],
                   "Seeds of the accuracy runs (initialisation and data order), one run per side "
-                  "and seed; the figure is the mean over the seeds.")
-flags.DEFINE_integer("accuracy_batch_size", 32, "Sequences a step in the accuracy runs.")
-flags.DEFINE_bool("accuracy_same_tokens_per_step", False,
+                  "and seed; the figure is the mean over the seeds, with the packed - padded "
+                  "difference per seed and its standard error. The seed-to-seed spread is about "
+                  "0.005 at 128 (see benchmarks/README.md): one or two seeds cannot compare.")
+flags.DEFINE_integer("accuracy_batch_size", 16, "Sequences a step in the accuracy runs.")
+flags.DEFINE_bool("accuracy_same_tokens_per_step", True,
                   "Packed runs take fewer sequences a step, as many real tokens as a padded "
                   "step, so both sides take the same steps (else the same sequences a step, and "
                   "the packed run fewer, larger steps).")
@@ -245,6 +251,19 @@ def accuracy(variant):
 # --- the parent --------------------------------------------------------------------------------
 
 
+def _paired_difference(scores):
+  """Packed minus padded accuracy per seed (the same initialisation), their mean and its
+  standard error: whether packing is worse is judged against the seeds' spread."""
+  seeds = [s for s in scores["padded"] if s in scores["packed"]]
+  diffs = [scores["packed"][s]["masked_lm_accuracy"] - scores["padded"][s]["masked_lm_accuracy"]
+           for s in seeds]
+  error = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else None
+  return {"per_seed": {s: {k: round(scores[k][s]["masked_lm_accuracy"], 4) for k in _KINDS}
+                       for s in seeds},
+          "packed_minus_padded": round(float(np.mean(diffs)), 4) if diffs else None,
+          "standard_error": round(error, 4) if error is not None else None}
+
+
 def _make_records():
   """The text of the training and held-out documents, and the records of every kind."""
   documents = common.read_documents(FLAGS.corpus)
@@ -303,6 +322,7 @@ def main(argv):
             f"over {len(FLAGS.accuracy_seeds)} seed(s) (most-frequent-token baseline "
             f"{unigram.get('masked_lm_accuracy', float('nan')):.4f})", "accuracy",
             {"packed": mean["packed"]}, {"padded": mean["padded"]}, "masked_lm_accuracy"))
+        figures[-1].update(_paired_difference(scores))
       details[f"seq {seq}"] = {"padding": pads, "throughput": speed, "accuracy": scores,
                                "most_frequent_token_baseline": unigram}
   finally:
