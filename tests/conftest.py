@@ -12,6 +12,12 @@ import time
 
 import pytest
 
+# The Ctrl-C tests send SIGINT to the scripts. A shell starts background jobs with SIGINT ignored,
+# and an ignored signal stays ignored in every child (Python then installs no handler for it):
+# tests run that way would see scripts that cannot be interrupted. Handlers are reset on exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # TensorFlow's C++ start-up banners (oneDNN, CPU features) would bury test output; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
