@@ -257,7 +257,7 @@ def _bias_add_bf16(y, bias):
   TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: once the running sum is large, each
   new row falls below its rounding step. Measured on rows of small positive values (as a bias
   gradient often is): 22% off at 1,024 rows, 87% at 8,192 (a batch of 64 x 128 tokens), 96% at
-  32,768 (pre-training's 256 x 128); float16 and float32 sum in float32 and are exact to rounding.
+  32,768 (pre-training's 256 x 128). float16 and float32 BiasAddGrads accumulate in float32.
   Here the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN accumulates in
   float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient 652 -> 387 us on the
   2-core EPYC of benchmarks/README.md).

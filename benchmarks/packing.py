@@ -59,8 +59,8 @@ flags.DEFINE_integer("accuracy_tokens", 4_000_000,
 flags.DEFINE_list("accuracy_seeds", ["0", "1", "2", "3", "4", "5"],
                   "Seeds of the accuracy runs (initialisation and data order), one run per side "
                   "and seed; the figure is the mean over the seeds, with the packed - padded "
-                  "difference per seed and its standard error. The seed-to-seed spread is about "
-                  "0.005 at 128 (see benchmarks/README.md): one or two seeds cannot compare.")
+                  "difference per seed and its standard error. The seed-to-seed standard deviation "
+                  "is 0.006-0.008 at 128 (benchmarks/README.md): one or two seeds cannot compare.")
 flags.DEFINE_integer("accuracy_batch_size", 16, "Sequences a step in the accuracy runs.")
 flags.DEFINE_bool("accuracy_same_tokens_per_step", True,
                   "Packed runs take fewer sequences a step, as many real tokens as a padded "
