@@ -30,6 +30,7 @@ from absl import logging
 from bert_tf2 import checkpoints
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
+from bert_tf2 import modeling
 
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
@@ -231,8 +232,9 @@ class Trainer:
     self.seed = seed
     self._use_xla = use_xla
     self._forward = tf.function(self._forward_impl, jit_compile=use_xla)
-    self._predict_forward = tf.function(lambda f: self.model(f, training=False),
-                                        jit_compile=use_xla)
+    self._predict_forward = tf.function(self._inference, jit_compile=use_xla)
+    # Made once per evaluate() / predict() (each replica its own), not at every batch.
+    self._cast_weights = tf.function(self._replica_cast_weights)
     self.variables = model.trainable_variables
     if optimizer is not None:
       with strategy.scope():
@@ -258,6 +260,13 @@ class Trainer:
                                                 step_counter=optimizer.iterations)
       self.last_checkpoint = self._restore_newest()
       self._initialized = self.last_checkpoint is not None
+
+  def _replica_cast_weights(self):
+    return self.strategy.run(modeling.cast_weights, args=(self.model,))
+
+  def _inference(self, features, weights):
+    with modeling.precast_weights(self.model, weights):
+      return self.model(features, training=False)
 
   # --- one step ---------------------------------------------------------------------------
 
@@ -524,21 +533,22 @@ class Trainer:
     return dataset, cut
 
   @tf.function(reduce_retracing=True)
-  def _eval_step(self, features, cut):
-    def replica_fn(features):
+  def _eval_step(self, features, cut, weights):
+    def replica_fn(features, weights):
       if cut:
         features = input_pipeline.trim_to_longest(features, 1)
-      return self.loss_fn(features, self._predict_forward(features))
-    return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(features,)))
+      return self.loss_fn(features, self._predict_forward(features, weights))
+    return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(features, weights)))
 
   def evaluate(self, dataset_fn, max_steps=None):
     """Metrics over a finite dataset (or `max_steps` batches): {name: value, "loss": ...}."""
     totals, steps = None, 0
     dataset, cut = self._finite_batches(dataset_fn)
+    weights = self._cast_weights()
     for features in dataset:
       if max_steps is not None and steps >= max_steps:
         break
-      stats = self._eval_step(features, cut)
+      stats = self._eval_step(features, cut, weights)
       stats = {k: (float(s), float(c)) for k, (s, c) in stats.items()}
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
@@ -562,10 +572,10 @@ class Trainer:
     return _is_chief(self.strategy)
 
   @tf.function(reduce_retracing=True)
-  def _predict_step(self, features, output_keys, cut):
+  def _predict_step(self, features, output_keys, cut, weights):
     gather = self.strategy.num_replicas_in_sync > 1
 
-    def replica_fn(features):
+    def replica_fn(features, weights):
       context = tf.distribute.get_replica_context()
       if cut:
         features = input_pipeline.trim_to_longest(features, 1)
@@ -577,13 +587,13 @@ class Trainer:
         length = tf.reduce_max(context.all_gather(
             tf.identity(tf.shape(features["input_mask"])[-1:]), 0))
         features = input_pipeline.pad_to_length(features, length)
-      outputs = self._predict_forward(features)
+      outputs = self._predict_forward(features, weights)
       kept = {k: outputs[k] for k in output_keys}
       kept.update({k: v for k, v in features.items() if k not in kept})
       if gather:
         kept = {k: context.all_gather(tf.identity(v), axis=0) for k, v in kept.items()}
       return kept
-    return self.strategy.run(replica_fn, args=(features,))
+    return self.strategy.run(replica_fn, args=(features, weights))
 
   def predict(self, dataset_fn, output_keys):
     """Yields dicts of numpy arrays (the model outputs named in `output_keys` plus the input
@@ -597,8 +607,9 @@ class Trainer:
     same number of steps. Every worker gets every output; the chief writes them."""
     dataset, cut = self._finite_batches(dataset_fn)
     workers = self.num_workers
+    weights = self._cast_weights()
     for features in dataset:
-      outputs = self._predict_step(features, tuple(output_keys), cut)
+      outputs = self._predict_step(features, tuple(output_keys), cut, weights)
       batch = {}
       for k, v in outputs.items():
         # Rows by worker, each worker's being consecutive records of its shard: record i of

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_tf2 import checkpoints
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
 from bert_tf2 import optimization
+from bert_tf2 import tokenization
 from bert_tf2 import training
-from conftest import SHARED, requires_shared
+from conftest import SHARED, minilm_dir, requires_shared
 
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
 
@@ -175,3 +177,94 @@ def test_dynamic_padding_trains_as_full_length(tmp_path):
     _assert_same(_train_classifier(run_classifier, path, False, 1, head_dropout),
                  _train_classifier(run_classifier, path, True, accumulation, head_dropout),
                  1e-5, 2e-6)
+
+
+def _minilm_classifier(compute_dtype):
+  """The real MiniLM checkpoint under a 3-label classifier head."""
+  path = minilm_dir()
+  config = modeling.BertConfig.from_json_file(os.path.join(path, "config.json"))
+  tf.random.set_seed(3)
+  model = modeling.BertClassifier(config, 3, compute_dtype)
+  checkpoints.init_from_checkpoint(model.bert, path, require_all=True)
+  return model
+
+
+def _mrpc_features(count=24):
+  """Token ids of real MRPC dev pairs (MiniLM's vocab), padded to the longest."""
+  tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir(), "vocab.txt"), True)
+  with open(os.path.join(SHARED, "data", "glue", "MRPC", "dev.tsv"), encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t") for line in f][1:count + 1]
+  ids = [tokenizer.convert_tokens_to_ids(["[CLS]", *tokenizer.tokenize(a), "[SEP]",
+                                          *tokenizer.tokenize(b), "[SEP]"])
+         for *_, a, b in rows]
+  seq = max(map(len, ids))
+  features = {"input_ids": np.zeros([count, seq], np.int32),
+              "input_mask": np.zeros([count, seq], np.int32),
+              "segment_ids": np.zeros([count, seq], np.int32)}
+  for i, row in enumerate(ids):
+    features["input_ids"][i, :len(row)] = row
+    features["input_mask"][i, :len(row)] = 1
+    sep = row.index(tokenizer.vocab["[SEP]"])
+    features["segment_ids"][i, sep + 1:len(row)] = 1
+  return features
+
+
+@requires_shared
+@pytest.mark.parametrize("compute_dtype", [tf.float32, tf.bfloat16])
+def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dtype):
+  """Inference takes the model's weights cast (and the attention's fused) once, by
+  modeling.cast_weights / precast_weights: the logits of real MRPC pairs through the real MiniLM
+  are bit-identical to the model's own call, and the supplied copies are what the model reads
+  (other values change the logits)."""
+  model = _minilm_classifier(compute_dtype)
+  features = _mrpc_features()
+  plain = tf.function(lambda f: model(f)["logits"])(features).numpy()
+
+  @tf.function
+  def precast(f, weights):
+    with modeling.precast_weights(model, weights):
+      return model(f)["logits"]
+
+  weights = modeling.cast_weights(model)
+  # bf16: every matrix and bias of the 6 layers and the pooler, plus each layer's fused query/key/
+  # value and key/value (the classifier's last layer runs its queries at [CLS] only); float32:
+  # the fused ones alone (the casts are no-ops).
+  assert len(weights) == (6 * 16 + 2 if compute_dtype == tf.bfloat16 else 6 * 4)
+  assert all(w.dtype == compute_dtype for w in weights)
+  np.testing.assert_array_equal(precast(features, weights).numpy(), plain)
+  halved = [w * tf.constant(0.5, w.dtype) for w in weights]
+  assert np.abs(precast(features, halved).numpy() - plain).max() > 1e-2
+  # Closed, the block leaves nothing behind: a new trace casts the variables again.
+  np.testing.assert_array_equal(tf.function(lambda f: model(f)["logits"])(features).numpy(), plain)
+
+
+@requires_shared
+@pytest.mark.parametrize("compute_dtype,atol", [(tf.float32, 1e-5), (tf.bfloat16, 2e-3)])
+def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol):
+  """Trainer.predict / evaluate cast the weights at each call, not once for the model's life:
+  after the weights change (training between evaluations), both see the new ones. (The value
+  projections changed are in the fused query / key / value copies in both dtypes.)"""
+  model = _minilm_classifier(compute_dtype)
+  features = _mrpc_features()
+  labels = np.arange(len(features["input_ids"])) % 3
+  trainer = training.Trainer(tf.distribute.get_strategy(), model,
+                             modeling.classifier_losses(False))
+
+  def dataset_fn(ctx):
+    del ctx
+    return tf.data.Dataset.from_tensor_slices(
+        dict(features, label_ids=labels, is_real_example=np.ones_like(labels))).batch(8)
+
+  before = None
+  for scale in (1.0, 0.5):
+    for layer in model.bert.encoder.layers:
+      value = layer.attention.self_attention.value
+      value.kernel.assign(value.kernel * scale)
+    want = tf.function(lambda f: model(f)["logits"])(features).numpy()
+    got = np.concatenate([b["logits"] for b in trainer.predict(dataset_fn, ["logits"])])
+    np.testing.assert_allclose(got, want, atol=atol)
+    loss = -np.mean(tf.nn.log_softmax(want).numpy()[np.arange(len(labels)), labels])
+    np.testing.assert_allclose(trainer.evaluate(dataset_fn)["loss"], loss, atol=atol)
+    if before is not None:
+      assert np.abs(got - before).max() > 10 * atol
+    before = got
