@@ -265,7 +265,7 @@ class Trainer:
     return self.strategy.run(modeling.cast_weights, args=(self.model,))
 
   def _inference(self, features, weights):
-    with modeling.precast_weights(self.model, weights):
+    with modeling.fast_inference(self.model, weights, bf16_softmax=not self._use_xla):
       return self.model(features, training=False)
 
   # --- one step ---------------------------------------------------------------------------

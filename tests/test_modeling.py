@@ -386,3 +386,19 @@ def test_a_batch_of_zero_rows_gives_empty_outputs():
                "masked_lm_positions": tf.zeros([0, 3], tf.int32)}, training=True)
   assert out["masked_lm_log_probs"].shape == (0, 50)
   assert out["next_sentence_log_probs"].shape == (0, 2)
+
+
+def test_bfloat16_softmax_is_the_float32_softmax_rounded():
+  """Inference's bf16 attention softmax (modeling.fast_inference) relies on TensorFlow's bf16
+  softmax kernel computing in float32 and rounding once: its probabilities must be the float32
+  softmax's rounded to bf16, within one rounding step (XLA's CPU softmax, which accumulates in
+  bf16, is 4% off and would fail). Scores of a seq-384 attention with padded keys."""
+  rng = np.random.default_rng(0)
+  scores = tf.constant(rng.normal(0, 3, [2, 12, 384, 384]), tf.bfloat16)
+  mask_adder = tf.constant((rng.random([2, 1, 1, 384]) < 0.2) * -10000.0, tf.float32)
+  want = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder).numpy()
+  got = tf.cast(tf.nn.softmax(scores + tf.cast(mask_adder, tf.bfloat16)), tf.float32).numpy()
+  assert np.all(got[np.broadcast_to(mask_adder.numpy() < 0, got.shape)] == 0)
+  big = want > 1e-6
+  assert np.max(np.abs(got - want)[big] / want[big]) <= 2.0 ** -8
+  assert np.max(np.abs(got.sum(-1) - 1)) < 0.01
