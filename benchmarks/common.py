@@ -538,6 +538,26 @@ def torch_facts(model, torch, transformers):
           "transformers": transformers.__version__}
 
 
+def bert_encoder(precision):
+  """Our BertModel of the flags' architecture in `precision` (fp32 | bf16), as a module the
+  Trainer can call: `module(features, training=...)` -> BertModel's outputs."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+
+  class Encoder(tf.Module):
+
+    def __init__(self):
+      super().__init__(name="encoder")
+      self.bert = modeling.BertModel(modeling.BertConfig(**model_dims()),
+                                     {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
+
+    def __call__(self, features, training=False, dropout_seed=None):
+      return self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                       training=training, dropout_seed=dropout_seed)
+
+  return Encoder()
+
+
 def hf_config(transformers, **kwargs):
   """HF's BertConfig of the flags' architecture (HF's own "gelu", the exact erf form)."""
   return transformers.BertConfig(**model_dims(), hidden_act="gelu", **kwargs)

@@ -35,27 +35,14 @@ def _batches():
 def ours(variant):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = common.parse_variant(variant)
 
-  # The Trainer calls `model(features, training=...)`; BertModel takes the tensors themselves.
-  class Encoder(tf.Module):
-
-    def __init__(self):
-      super().__init__(name="encoder")
-      self.bert = modeling.BertModel(modeling.BertConfig(**common.model_dims()),
-                                     {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
-
-    def __call__(self, features, training=False, dropout_seed=None):
-      return self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                       training=training, dropout_seed=dropout_seed)
-
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()
   with strategy.scope():
-    model = Encoder()
+    model = common.bert_encoder(precision)
   trainer = training.Trainer(strategy, model, loss_fn=None, use_xla=use_xla)
   features = {k: v for k, v in _batches().items() if k in _FEATURES}
   shapes = []

@@ -1,5 +1,10 @@
-"""Where the time of a BERT pre-training step goes: ours (TensorFlow profiler) and HF's
-(torch.profiler), op by op, on this machine. Not a speed figure: profiling slows both sides.
+"""Where the time of a BERT pre-training step (or, with --encode, of a forward pass) goes: ours
+(TensorFlow profiler) and HF's (torch.profiler), op by op, on this machine. Not a speed figure:
+profiling slows both sides.
+
+--encode profiles encode.py's work instead: ours `training.Trainer.predict` of a BertModel over
+--steps_per_loop batches (the sequence output fetched to numpy), the peer's BertModel under
+torch.inference_mode (and bf16 autocast), the same number of batches.
 
 Ours runs the step pretraining_step.py times (common.ours_training_rate's Trainer, one
 `_train_loop` call of --steps_per_loop steps) under tf.profiler; the trace's leaf events are summed
@@ -10,6 +15,7 @@ on stderr and one JSON line: {"ours": [[op, ms, share], ...], "peer": [...], "ma
 
   python benchmarks/profile_ops.py                        # BERT-base, batch 8, seq 128, bf16
   python benchmarks/profile_ops.py --precision=fp32 --nopeer --top=40   # --peer: common's flag
+  python benchmarks/profile_ops.py --encode --nopeer       # the forward pass, batch 8, seq 128
 """
 
 import collections
@@ -30,6 +36,8 @@ common.define_pretraining_batch_flags()
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps profiled.")
 flags.DEFINE_enum("precision", "bf16", ["fp32", "bf16"], "Compute dtype of both sides.")
 flags.DEFINE_integer("top", 25, "Ops listed per side.")
+flags.DEFINE_bool("encode", False, "Profile the forward pass (encode.py's work), not a training "
+                  "step; --steps_per_loop is then the number of batches.")
 
 _FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
              "masked_lm_weights", "next_sentence_labels")
@@ -60,17 +68,30 @@ def ours():
   features = {k: v for k, v in _batches().items() if k in _FEATURES}
   strategy = tf.distribute.get_strategy()
   dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
-  model = modeling.BertPretrainer(modeling.BertConfig(**common.model_dims()), dtype)
-  optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000, num_warmup_steps=10000)
-  trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
-  iterator = iter(trainer.distribute(
-      lambda ctx: tf.data.Dataset.from_tensor_slices(features).repeat()))
-  steps = tf.constant(FLAGS.steps_per_loop)
+  config = modeling.BertConfig(**common.model_dims())
+  if FLAGS.encode:
+    trainer = training.Trainer(strategy, common.bert_encoder(FLAGS.precision), loss_fn=None)
+
+    def run():
+      dataset = tf.data.Dataset.from_tensor_slices(features).repeat().take(FLAGS.steps_per_loop)
+      for batch in trainer.predict(lambda ctx: dataset, ["sequence_output"]):
+        assert batch["sequence_output"].shape[-1] == config.hidden_size
+  else:
+    model = modeling.BertPretrainer(config, dtype)
+    optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000,
+                                              num_warmup_steps=10000)
+    trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
+    iterator = iter(trainer.distribute(
+        lambda ctx: tf.data.Dataset.from_tensor_slices(features).repeat()))
+    steps = tf.constant(FLAGS.steps_per_loop)
+
+    def run():
+      training.metrics_from_stats(trainer._train_loop(iterator, steps))  # pylint: disable=protected-access
   for _ in range(2):  # compile, then warm up
-    training.metrics_from_stats(trainer._train_loop(iterator, steps))  # pylint: disable=protected-access
+    run()
   with tempfile.TemporaryDirectory() as logdir:
     tf.profiler.experimental.start(logdir)
-    training.metrics_from_stats(trainer._train_loop(iterator, steps))  # pylint: disable=protected-access
+    run()
     tf.profiler.experimental.stop()
     path = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)[0]
     data, _ = _pywrap_profiler_plugin.xspace_to_tools_data([path], "trace_viewer@", {})
@@ -93,15 +114,26 @@ def peer():
   import transformers  # pylint: disable=g-import-not-at-top
 
   torch.manual_seed(0)
+  data = _batches()
+  autocast = common.torch_autocast(FLAGS.precision)
+  if FLAGS.encode:
+    encoder = transformers.BertModel(common.hf_config(transformers))
+    encoder.eval()
+    batches = [common.torch_inputs(data, i) for i in range(len(data["input_ids"]))]
+
+    def forward():
+      with torch.inference_mode(), autocast():
+        for i in range(FLAGS.steps_per_loop):
+          encoder(**batches[i % len(batches)]).last_hidden_state.float().numpy()
+
+    return _torch_profile(torch, forward, 1)
   model = transformers.BertForPreTraining(common.hf_config(transformers))
   model.train()
-  data = _batches()
   labels = np.full((FLAGS.batch_size, FLAGS.seq_length), -100, np.int64)
   np.put_along_axis(labels, data["masked_lm_positions"][0], data["masked_lm_ids"][0], axis=1)
   inputs = common.torch_inputs(data, 0, labels=labels,
                                next_sentence_label=data["next_sentence_labels"][0, :, 0])
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-  autocast = common.torch_autocast(FLAGS.precision)
 
   def step():
     with autocast():
@@ -111,11 +143,16 @@ def peer():
     optimizer.step()
     optimizer.zero_grad()
 
+  return _torch_profile(torch, step, FLAGS.steps_per_loop)
+
+
+def _torch_profile(torch, call, calls):
+  """torch.profiler's self CPU time by op of `calls` calls of `call`, after two untimed ones."""
   for _ in range(2):
-    step()
+    call()
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-    for _ in range(FLAGS.steps_per_loop):
-      step()
+    for _ in range(calls):
+      call()
   times = collections.Counter()
   for event in profile.key_averages():
     times[event.key] += event.self_cpu_time_total
@@ -128,12 +165,14 @@ def main(argv):
   if FLAGS.peer and not common.missing(["torch", "transformers"]):
     result["peer"] = peer()
   for side, rows in result.items():
-    print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} steps, share of op time",
+    print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} {'batches' if FLAGS.encode else 'steps'},"
+          " share of op time",
           file=sys.stderr)
     for name, ms, share in rows:
       print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
   result.update(settings={"batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
                           "precision": FLAGS.precision, "steps": FLAGS.steps_per_loop,
+                          "profiled": "forward pass" if FLAGS.encode else "training step",
                           **common.model_dims()},
                 machine=common.machine(), versions=common.versions())
   print(json.dumps(result), flush=True)
