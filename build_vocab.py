@@ -22,6 +22,7 @@ Outputs are written under temporary names and renamed when complete.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
@@ -287,7 +288,7 @@ def _main(_):
 def cli():
   """The command line: `python build_vocab.py` and the `bert-build-vocab` command."""
   define_flags()
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

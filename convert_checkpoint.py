@@ -18,6 +18,7 @@ config the tanh GELU is called "gelu", as the original code knows it.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import os
@@ -219,7 +220,7 @@ def main(_):
 def cli():
   """The command line: `python convert_checkpoint.py` and the `bert-convert-checkpoint` command."""
   define_flags()
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

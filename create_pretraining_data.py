@@ -55,6 +55,7 @@ Fast mode has two more options, which run_pretraining recognizes from the record
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import bisect
@@ -1864,7 +1865,7 @@ def cli():
   define_flags()
   for name in ("input_file", "output_file", "vocab_file"):
     flags.mark_flag_as_required(name)
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

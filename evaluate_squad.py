@@ -22,6 +22,7 @@ script's; the v2.0 script fails on a partial predictions file).
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import json
@@ -155,7 +156,7 @@ def main(argv):
 def cli():
   """The command line: `python evaluate_squad.py` and the `bert-evaluate-squad` command."""
   define_flags()
-  fileio.run_main(main, positional=True)
+  commands.run_main(main, positional=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import os
@@ -629,7 +630,7 @@ def main(_):
 def cli():
   """The command line: `python export_model.py` and the `bert-export-model` command."""
   define_flags()
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ appears under --output_file only when the whole input has been processed.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
@@ -351,7 +352,7 @@ def main(_):
 
 def cli():
   """The command line: `python extract_features.py` and the `bert-extract-features` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import time
 
+from bert_tf2 import commands
 from bert_tf2 import fileio
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -269,10 +270,10 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 def main(argv=None):
   """Runs the quick start; Ctrl-C or SIGTERM stops it (and its running step) with one line."""
-  fileio.raise_on_stop_signals()
+  commands.raise_on_stop_signals()
   try:
     return _main(argv)
-  except (KeyboardInterrupt, fileio.Interrupted) as e:
+  except (KeyboardInterrupt, commands.Interrupted) as e:
     sigint = isinstance(e, KeyboardInterrupt)
     print(f"error: stopped by {'SIGINT (Ctrl-C)' if sigint else e}", file=sys.stderr)
     return 130 if sigint else 143

@@ -18,6 +18,7 @@ columns or an unknown label is reported with its file and line. A task of your o
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
@@ -911,7 +912,7 @@ def _main():
 
 def cli():
   """The command line: `python run_classifier.py` and the `bert-run-classifier` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

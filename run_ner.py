@@ -10,6 +10,7 @@ score entities as conlleval does. `main` fine-tunes a `BertTokenClassifier` with
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
@@ -402,7 +403,7 @@ def _main():
 
 def cli():
   """The command line: `python run_ner.py` and the `bert-run-ner` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

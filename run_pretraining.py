@@ -11,6 +11,7 @@ their instances apart in attention, positions and next-sentence prediction.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import json
@@ -208,7 +209,7 @@ def main(_):
 
 def cli():
   """The command line: `python run_pretraining.py` and the `bert-run-pretraining` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

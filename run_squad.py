@@ -11,6 +11,7 @@ with `evaluate_squad.py` when the predict file has answers.
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
@@ -946,7 +947,7 @@ def predict(trainer, tokenizer, global_step, examples):
 
 def cli():
   """The command line: `python run_squad.py` and the `bert-run-squad` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ four with one shared output unit and a softmax over the choices. `main` fine-tun
 """
 
 # First, before the slow imports: Ctrl-C while they load ends in one error line.
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
@@ -297,7 +298,7 @@ def _main():
 
 def cli():
   """The command line: `python run_swag.py` and the `bert-run-swag` command."""
-  fileio.run_main(main)
+  commands.run_main(main)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from bert_tf2 import modeling
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
 
-  A ReportedError, so the scripts' `fileio.run_main` prints it as one line, not a traceback."""
+  A ReportedError, so the scripts' `commands.run_main` prints it as one line, not a traceback."""
 
 
 def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=None):
