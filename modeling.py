@@ -331,9 +331,10 @@ def fast_inference(module, weights, bf16_softmax=True):
   - With `bf16_softmax`, bfloat16 attention adds its mask and takes its softmax in bfloat16
     instead of float32. TensorFlow's own kernels compute a bfloat16 softmax in float32 (oneDNN
     on CPU, CUDA's in float32 too) and round once: the probabilities are the float32 softmax's
-    rounded to bfloat16, as they were (tested bit-identical), without the two casts, and oneDNN
-    fuses the mask add into the scores' batch matmul: a seq-384 attention 13.5 -> 7.3 ms. Not
-    under XLA: its CPU softmax accumulates in bfloat16 (probabilities 4% off): pass False.
+    rounded to bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one
+    rounding step at most), without the two casts, and oneDNN fuses the mask add into the
+    scores' batch matmul: a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax
+    accumulates in bfloat16 (probabilities 4% off): pass False.
   """
   previous = getattr(_inference, "weights", None), getattr(_inference, "bf16_softmax", False)
   _inference.weights = {(tuple(v.ref() for v in variables), dtype): weight
