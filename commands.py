@@ -29,7 +29,7 @@ class Interrupted(BaseException):
   (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""
 
 
-# --- Every script's entry point --------------------------------------------------------------------
+# --- Every script's entry point -------------------------------------------------------------------
 
 
 def _flag_error(message):
@@ -142,7 +142,6 @@ def _report(message, status, error=None):
     raise error
   print(f"error: {message}", file=sys.stderr)
   sys.exit(status)
-
 
 
 def _run(module_name):

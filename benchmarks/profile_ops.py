@@ -67,7 +67,6 @@ def ours():
 
   features = {k: v for k, v in _batches().items() if k in _FEATURES}
   strategy = tf.distribute.get_strategy()
-  dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
   config = modeling.BertConfig(**common.model_dims())
   if FLAGS.encode:
     trainer = training.Trainer(strategy, common.bert_encoder(FLAGS.precision), loss_fn=None)
@@ -77,6 +76,7 @@ def ours():
       for batch in trainer.predict(lambda ctx: dataset, ["sequence_output"]):
         assert batch["sequence_output"].shape[-1] == config.hidden_size
   else:
+    dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
     model = modeling.BertPretrainer(config, dtype)
     optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000,
                                               num_warmup_steps=10000)
@@ -165,8 +165,8 @@ def main(argv):
   if FLAGS.peer and not common.missing(["torch", "transformers"]):
     result["peer"] = peer()
   for side, rows in result.items():
-    print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} {'batches' if FLAGS.encode else 'steps'},"
-          " share of op time",
+    unit = "batches" if FLAGS.encode else "steps"
+    print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} {unit}, share of op time",
           file=sys.stderr)
     for name, ms, share in rows:
       print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
