@@ -30,9 +30,9 @@ import time
 
 from absl import flags
 
-# The project root first on the path, so that `from bert_tf2 import modeling` works from
-# benchmarks/ (the root's bert_tf2.py makes the checkout the package bert_tf2); the package
-# prefix also keeps benchmarks/tokenization.py from standing in for the project's module.
+# The project root (which holds the package folder bert_tf2/) first on the path, so that `from
+# bert_tf2 import modeling` works from benchmarks/; the package prefix also keeps
+# benchmarks/tokenization.py from standing in for the project's module.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [ROOT] + [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")

@@ -121,16 +121,17 @@ def test_loss_plot_draws_each_panel_in_its_color(tmp_path):
 
 
 def test_pip_install_gives_the_console_commands(tmp_path):
-  """pyproject.toml: the top-level modules install as the one package bert_tf2 (no generic
-  top-level names in site-packages) and each script has its bert-* command."""
+  """pyproject.toml: the folder bert_tf2/ installs as the one package bert_tf2 (no generic
+  top-level names in site-packages: the checkout's top-level entry points stay behind) and each
+  script has its bert-* command."""
   import glob  # pylint: disable=g-import-not-at-top
   import shutil  # pylint: disable=g-import-not-at-top
   tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11+")
   with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
     project = tomllib.load(f)
-  modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+  package = os.path.join(ROOT, "bert_tf2")
+  modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(package, "*.py")))
   assert project["tool"]["setuptools"]["packages"] == ["bert_tf2"]
-  assert project["tool"]["setuptools"]["package-dir"] == {"bert_tf2": "."}
   scripts = project["project"]["scripts"]
   for name in ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
                "extract_features", "export_model", "build_vocab", "convert_checkpoint"):
@@ -139,8 +140,9 @@ def test_pip_install_gives_the_console_commands(tmp_path):
   # checkout gets no build/ or egg-info.
   source = tmp_path / "source"
   source.mkdir()
+  (source / "bert_tf2").mkdir()
   for name in modules:
-    shutil.copy(os.path.join(ROOT, f"{name}.py"), source)
+    shutil.copy(os.path.join(package, f"{name}.py"), source / "bert_tf2")
   for name in ("pyproject.toml", "README.md"):
     shutil.copy(os.path.join(ROOT, name), source)
   pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
@@ -153,6 +155,22 @@ def test_pip_install_gives_the_console_commands(tmp_path):
   assert sorted(p for p in os.listdir(site) if not p.endswith(".dist-info")) == ["bert_tf2"]
   installed = os.listdir(os.path.join(site, "bert_tf2"))
   assert not [m for m in modules if f"{m}.py" not in installed]
+  # A static tool (jedi) resolves each module of the installed package, from a user's file and
+  # from inside the package (run_classifier.py's own imports).
+  jedi = pytest.importorskip("jedi", reason="jedi is in requirements-test.txt")
+  project = jedi.Project(str(tmp_path), sys_path=[site])
+  for name in (m for m in modules if not m.startswith("__")):
+    script = jedi.Script(f"from bert_tf2 import {name}\n", path=str(tmp_path / "user.py"),
+                         project=project)
+    assert ({str(n.module_path) for n in script.goto(1, 21, follow_imports=True)}
+            == {os.path.join(site, "bert_tf2", f"{name}.py")}), name
+  installed_script = os.path.join(site, "bert_tf2", "run_classifier.py")
+  with open(installed_script, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  line = next(i for i, text in enumerate(lines, 1) if text == "from bert_tf2 import fine_tuning")
+  script = jedi.Script("\n".join(lines), path=installed_script, project=project)
+  assert ({str(n.module_path) for n in script.goto(line, 21, follow_imports=True)}
+          == {os.path.join(site, "bert_tf2", "fine_tuning.py")})
   env = dict(os.environ, PYTHONPATH=site, TF_CPP_MIN_LOG_LEVEL="3")
   for command in scripts:
     assert os.access(tmp_path / "prefix" / "bin" / command, os.X_OK), command

@@ -1,14 +1,15 @@
-"""How a command runs, and the console commands `pip install .` puts on the PATH.
+"""How a command runs: every script's entry point, and the commands that start the scripts.
 
-`run_main` is every script's entry point (`python SCRIPT.py` and its console command alike): absl's
-app.run, with a bad flag, a `fileio.ReportedError`, an OS error on a named path (missing,
-read-only, disk full) and Ctrl-C / SIGTERM each ending in one `error: ...` line and an exit status
-instead of a traceback. A script imports this module before its slow imports (TensorFlow), so that
-Ctrl-C while they load ends in one line too.
+`run_main` is every script's main loop: absl's app.run, with a bad flag, a
+`fileio.ReportedError`, an OS error on a named path (missing, read-only, disk full) and Ctrl-C /
+SIGTERM each ending in one `error: ...` line and an exit status instead of a traceback.
 
-Each console command runs the script's `cli()`, exactly what `python SCRIPT.py` runs (its flags,
-the required ones, its main through run_main). One command runs per process, so the scripts'
-flags never meet.
+`run_script(NAME)` starts the script bert_tf2/NAME.py, and it is what every way of starting one
+runs: the checkout's `python NAME.py`, the `bert-*` console commands of `pip install .` and
+`python -m bert_tf2 NAME`. It makes Ctrl-C while the slow imports (TensorFlow) load end in one
+line, then imports the script under its package name and runs its `cli()` (its flags, the
+required ones, its main through run_main). One script runs per process, so the scripts' flags
+never meet.
 """
 
 import importlib
@@ -83,17 +84,6 @@ def stop_quietly_while_starting():
       signal.signal(signum, _early_signal)
 
 
-def _main_is_a_script_here():
-  main = sys.modules.get("__main__")
-  path = getattr(main, "__file__", None)
-  return bool(path) and os.path.dirname(os.path.abspath(path)) == os.path.dirname(
-      os.path.abspath(__file__))
-
-
-if _main_is_a_script_here():
-  stop_quietly_while_starting()
-
-
 def raise_on_stop_signals():
   """From here on Ctrl-C raises KeyboardInterrupt and SIGTERM `Interrupted`, so `finally`
   blocks remove temporaries on the way out (handlers a caller set itself are kept)."""
@@ -144,54 +134,76 @@ def _report(message, status, error=None):
   sys.exit(status)
 
 
-def _run(module_name):
+# --- The commands: one per script --------------------------------------------------------------
+
+SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad", "run_ner",
+           "run_swag", "evaluate_squad", "extract_features", "export_model", "build_vocab",
+           "convert_checkpoint", "quickstart")
+
+
+def run_script(name):
+  """Runs the script bert_tf2/NAME.py: what `python NAME.py` (the checkout's entry point), the
+  `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
+  package name (never as __main__, so no module is loaded twice) and its cli() runs."""
   stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  importlib.import_module("bert_tf2." + module_name).cli()
+  importlib.import_module("bert_tf2." + name).cli()
+
+
+def main():
+  """`python -m bert_tf2 SCRIPT [--flag=value ...]`."""
+  if len(sys.argv) < 2 or sys.argv[1] not in SCRIPTS:
+    got = f"unknown script {sys.argv[1]!r}; " if len(sys.argv) > 1 else ""
+    print(f"error: {got}usage: python -m bert_tf2 SCRIPT [--flag=value ...], SCRIPT one of "
+          + ", ".join(SCRIPTS), file=sys.stderr)
+    sys.exit(2)
+  name = sys.argv.pop(1)
+  sys.argv[0] = name + ".py"
+  run_script(name)
 
 
 def create_pretraining_data():
-  _run("create_pretraining_data")
+  run_script("create_pretraining_data")
 
 
 def run_pretraining():
-  _run("run_pretraining")
+  run_script("run_pretraining")
 
 
 def run_classifier():
-  _run("run_classifier")
+  run_script("run_classifier")
 
 
 def run_squad():
-  _run("run_squad")
+  run_script("run_squad")
 
 
 def run_ner():
-  _run("run_ner")
+  run_script("run_ner")
 
 
 def run_swag():
-  _run("run_swag")
+  run_script("run_swag")
 
 
 def evaluate_squad():
-  _run("evaluate_squad")
+  run_script("evaluate_squad")
 
 
 def extract_features():
-  _run("extract_features")
+  run_script("extract_features")
 
 
 def export_model():
-  _run("export_model")
+  run_script("export_model")
 
 
 def build_vocab():
-  _run("build_vocab")
+  run_script("build_vocab")
 
 
 def convert_checkpoint():
-  _run("convert_checkpoint")
+  run_script("convert_checkpoint")
 
 
 def quickstart():
-  _run("quickstart")
+  run_script("quickstart")

@@ -1,0 +1,989 @@
+"""The BERT model: configuration, the Transformer encoder and the pre-training heads.
+
+Plain `tf.Module`s, one small class per block. Each block creates its variables inside its own name
+scope, so every variable's name *is* its name in the original Google checkpoints
+(`bert/encoder/layer_3/attention/self/query/kernel`, `cls/predictions/output_bias`, ...) and
+checkpoint I/O needs no hand-written table (see checkpoints.py).
+
+Variables are always float32. `compute_dtype` (float32, bfloat16 or float16) is the dtype of the
+matrix work: weights are cast at use, while LayerNorm, softmax and the losses stay in float32 so
+mixed precision changes speed, not the numerics that matter.
+"""
+
+import contextlib
+import copy
+import inspect
+import json
+import math
+import threading
+
+import tensorflow as tf
+from absl import logging
+
+from bert_tf2 import fileio
+
+# hidden_act names. The original's "gelu" is the tanh approximation; HuggingFace's "gelu" is the
+# exact erf form. Configs keep the original meaning; HF configs are translated on load.
+ACTIVATIONS = {
+    "gelu": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_new": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_tanh": lambda x: tf.nn.gelu(x, approximate=True),
+    "gelu_exact": lambda x: tf.nn.gelu(x, approximate=False),
+    "relu": tf.nn.relu,
+    "swish": tf.nn.silu,
+    "silu": tf.nn.silu,
+    "tanh": tf.tanh,
+    "linear": tf.identity,
+}
+
+
+def _gelu_derivative(x, approximate):
+  x = tf.cast(x, tf.float32)
+  if approximate:
+    c = math.sqrt(2.0 / math.pi)
+    t = tf.tanh(c * (x + 0.044715 * x * x * x))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+  return 0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))) + x * tf.exp(
+      -0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+
+
+@tf.function(jit_compile=True)
+def _gelu_grad(x, dy, approximate):
+  return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(x, approximate), dy.dtype)
+
+
+def _gelu_for_training(approximate):
+  """tf.nn.gelu whose gradient is one compiled elementwise pass (in float32) instead of the ten
+  or so ops autodiff makes of it in the compute dtype: the feed-forward block's backward about
+  twice as fast on CPU, and a BERT-base bf16 training step ~6% faster. Same forward op; used
+  only when training, so inference keeps oneDNN's fused matmul + bias + GELU."""
+
+  @tf.custom_gradient
+  def gelu(x):
+    return tf.nn.gelu(x, approximate=approximate), lambda dy: _gelu_grad(x, dy, approximate)
+
+  return gelu
+
+
+TRAINING_ACTIVATIONS = {"gelu": _gelu_for_training(True), "gelu_new": _gelu_for_training(True),
+                        "gelu_tanh": _gelu_for_training(True),
+                        "gelu_exact": _gelu_for_training(False)}
+_HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
+                   "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
+
+
+# Keys a config may carry that do not change this model: the original's unused pooler_* and
+# directionality entries, and what HuggingFace's configs add. Any other unknown key is warned about
+# (a misspelt `num_hidden_layer` would otherwise silently leave the default of 12 layers).
+_IGNORED_KEYS = frozenset((
+    "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
+    "pooler_type", "directionality", "_name_or_path", "architectures", "model_type", "torch_dtype",
+    "transformers_version", "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id",
+    "position_embedding_type", "use_cache", "classifier_dropout", "gradient_checkpointing",
+    "id2label", "label2id", "finetuning_task", "problem_type", "output_past", "tokenizer_class"))
+# The sizes that fix the variables' shapes: a config file must give each (a default of BERT-base's
+# value for a missing one would build a model that does not match the checkpoint or the data).
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+          "intermediate_size", "max_position_embeddings", "type_vocab_size")
+# Sanity bounds, far above any BERT (BERT-large: hidden 1024, 24 layers, 3.4e8 parameters; the
+# largest vocabularies ~1e6). A value beyond is a typo, and building it would exhaust the memory
+# or abort the process inside oneDNN instead of ending in a message naming the key.
+_MAX_SIZE = {"vocab_size": 2**24, "hidden_size": 2**16, "num_hidden_layers": 2**10,
+             "num_attention_heads": 2**12, "intermediate_size": 2**18,
+             "max_position_embeddings": 2**20, "type_vocab_size": 2**16}
+_MAX_PARAMETERS = 2**33  # 32 GiB of float32 weights, before the optimizer's slots.
+
+
+class BertConfig:
+  """Hyper-parameters of a BERT encoder, as in the original's `bert_config.json`.
+
+  Every field is checked (`validate`): the sizes are positive JSON integers (12.0 is refused, not
+  rounded: a config is written by hand or by a tool that writes integers, and a float there is
+  more likely a mistake than a convenience), dropout probabilities in [0, 1), initializer_range
+  and layer_norm_eps positive, and the model within the sanity bounds above.
+  """
+
+  def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+               intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=512, type_vocab_size=16,
+               initializer_range=0.02, layer_norm_eps=1e-12):
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    self.layer_norm_eps = layer_norm_eps
+    self.validate()
+
+  def validate(self, source="config"):
+    """Raises InputError naming `source` (the config file) and the first bad key."""
+    def bad(key, wanted):
+      raise fileio.InputError(f"{source}: {key} must be {wanted}, got "
+                              f"{json.dumps(getattr(self, key), default=repr)}")
+
+    for key in _SIZES:
+      value = getattr(self, key)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        bad(key, "a positive integer")
+      if value > _MAX_SIZE[key]:
+        bad(key, f"at most {_MAX_SIZE[key]} (a sanity bound far above any BERT)")
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      if not _is_number(getattr(self, key)) or not 0 <= getattr(self, key) < 1:
+        bad(key, "a probability in [0, 1)")
+    for key in ("initializer_range", "layer_norm_eps"):
+      if not _is_number(getattr(self, key)) or not 0 < getattr(self, key) < math.inf:
+        bad(key, "a positive number")
+    if not isinstance(self.hidden_act, str) or self.hidden_act not in ACTIVATIONS:
+      bad("hidden_act", f"one of {', '.join(sorted(ACTIVATIONS))}")
+    if self.hidden_size % self.num_attention_heads:
+      raise fileio.InputError(f"{source}: hidden_size {self.hidden_size} is not a multiple of "
+                              f"num_attention_heads {self.num_attention_heads}")
+    h, layers = self.hidden_size, self.num_hidden_layers
+    parameters = ((self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
+                  + layers * (4 * h * h + 2 * h * self.intermediate_size) + h * h)
+    if parameters > _MAX_PARAMETERS:
+      raise fileio.InputError(
+          f"{source}: the model would have about {parameters:.2g} parameters (vocab_size "
+          f"{self.vocab_size}, hidden_size {h}, num_hidden_layers {layers}, intermediate_size "
+          f"{self.intermediate_size}), above the sanity bound of {_MAX_PARAMETERS:.2g}")
+
+  @classmethod
+  def from_dict(cls, d, source="config"):
+    """From the original's keys. The sizes are required; unknown keys are ignored, with a warning
+    unless known to be harmless (pooler_fc_size, directionality, HuggingFace's extras, ...)."""
+    signature = inspect.signature(cls.__init__).parameters
+    names = [k for k in signature if k != "self"]
+    # Warned about first: a misspelt size is then named next to the error for the missing one.
+    unknown = sorted(k for k in d if k not in names and k not in _IGNORED_KEYS)
+    if unknown:
+      logging.warning("%s: unknown key(s) %s in the BERT config are ignored (misspelt?)", source,
+                      ", ".join(unknown))
+    missing = [k for k in _SIZES if k not in d]
+    if missing:
+      raise fileio.InputError(f"{source}: the BERT config has no {missing[0]}")
+    if d.get("position_embedding_type", "absolute") != "absolute":
+      logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
+                      "position embeddings", source, d["position_embedding_type"])
+    config = cls.__new__(cls)
+    for name in names:
+      setattr(config, name, d[name] if name in d else signature[name].default)
+    config.validate(source)
+    return config
+
+  @classmethod
+  def from_hf_dict(cls, d, source="config"):
+    """From a HuggingFace `config.json`: same keys, but HF's "gelu" is the exact erf GELU."""
+    d = dict(d)
+    act = d.get("hidden_act", "gelu")
+    if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
+      raise fileio.InputError(f"{source}: HuggingFace hidden_act {act!r} is not supported")
+    d["hidden_act"] = _HF_ACTIVATIONS[act]
+    return cls.from_dict(d, source)
+
+  @classmethod
+  def from_json_file(cls, path):
+    """Reads an original `bert_config.json` or a HuggingFace `config.json` (told apart by the
+    `model_type` / `architectures` keys that only HF writes)."""
+    fileio.check_file(path, "BERT config file")
+    try:
+      with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    except (ValueError, RecursionError) as e:  # JSON syntax, UTF-8, a 5000-digit number, nesting.
+      raise fileio.InputError(f"{path}: not a JSON config: {e}") from None
+    if not isinstance(d, dict):
+      raise fileio.InputError(f"{path}: a BERT config is a JSON object")
+    if "model_type" in d or "architectures" in d:
+      return cls.from_hf_dict(d, path)
+    return cls.from_dict(d, path)
+
+  def to_dict(self):
+    return copy.deepcopy(self.__dict__)
+
+  def to_json_string(self):
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def to_hf_dict(self):
+    d = self.to_dict()
+    inverse = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_tanh": "gelu_pytorch_tanh",
+               "gelu_exact": "gelu"}
+    d["hidden_act"] = inverse.get(self.hidden_act, self.hidden_act)
+    d.update(model_type="bert", architectures=["BertModel"], pad_token_id=0)
+    return d
+
+  def __eq__(self, other):
+    return isinstance(other, BertConfig) and self.__dict__ == other.__dict__
+
+
+def _is_number(value):
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and not (isinstance(value, float) and math.isnan(value)))
+
+
+def _initializer(config):
+  stddev = config.initializer_range
+  return lambda shape: tf.random.truncated_normal(shape, stddev=stddev)
+
+
+def dropout(x, rate, training, seed):
+  """Dropout only when training. With a seed (a [2] int tensor, see `BertModel.__call__`) the mask is
+  a pure function of that seed, so a resumed run draws the same masks as an uninterrupted one.
+
+  The seeded mask is drawn as 16 random bits per element, kept where they are at least
+  round(rate * 65536): half the random numbers of tf.nn.experimental.stateless_dropout and no
+  conversion to floats (a BERT-base training step 6% faster), and the rate exact to 1/65536,
+  where that op's uniform floats in bfloat16 make a rate of 0.1 into 13/128 = 0.1016.
+  """
+  if not training or rate == 0.0:
+    return x
+  if seed is None:
+    return tf.nn.dropout(x, rate=rate)
+  size = tf.size(x)
+  bits = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
+                                     dtype=tf.uint32)
+  bits = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+  keep = tf.reshape(bits, tf.shape(x)) >= tf.constant(round(rate * 65536), tf.uint16)
+  return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
+
+
+@tf.custom_gradient
+def _bias_add_bf16(y, bias):
+  """tf.nn.bias_add of bfloat16 tensors whose bias gradient is accumulated in float32.
+
+  TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: once the running sum is large, each
+  new row falls below its rounding step. Measured on rows of small positive values (as a bias
+  gradient often is): 22% off at 1,024 rows, 87% at 8,192 (a batch of 64 x 128 tokens), 96% at
+  32,768 (pre-training's 256 x 128). float16 and float32 BiasAddGrads accumulate in float32.
+  Here the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN accumulates in
+  float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient 652 -> 387 us on the
+  2-core EPYC of benchmarks/README.md).
+  """
+
+  def grad(dy):
+    rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
+    return dy, tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
+
+  return tf.nn.bias_add(y, bias), grad
+
+
+def _bias_add(y, bias, training):
+  """y + bias as BiasAdd (see `_bias_add_bf16` for bfloat16 training)."""
+  if training and y.dtype == tf.bfloat16:
+    return _bias_add_bf16(y, bias)
+  return tf.nn.bias_add(y, bias)
+
+
+# While `fast_inference` is open (a trace of the model's call): its weights and softmax choice.
+_inference = threading.local()
+
+
+def _cast_concat(variables, axis, dtype):
+  return tf.cast(variables[0] if len(variables) == 1 else tf.concat(variables, axis), dtype)
+
+
+def _weight(variables, dtype, axis=0):
+  """`variables` (one, or several concatenated along `axis`) as one `dtype` tensor: the copy
+  `fast_inference` supplies, else concatenated and cast here, at this call."""
+  supplied = getattr(_inference, "weights", None)
+  key = (tuple(v.ref() for v in variables), dtype)
+  if supplied and key in supplied:
+    return supplied[key]
+  return _cast_concat(variables, axis, dtype)
+
+
+def _weight_groups(module):
+  """(variables, axis, dtype) of each weight the BertModels in `module` cast or concatenate at
+  every call (what `_weight` is asked for), in a fixed order."""
+  groups = []
+  for bert in [m for m in (module, *module.submodules) if isinstance(m, BertModel)]:
+    dtype = bert.compute_dtype
+    for layer in bert.submodules:
+      for variables, axis in getattr(layer, "weight_groups", lambda: ())():
+        if len(variables) > 1 or variables[0].dtype != dtype:
+          groups.append((variables, axis, dtype))
+  return groups
+
+
+def cast_weights(module):
+  """The weights `module`'s BertModels cast to their compute dtype (and the fused query / key /
+  value matrices they concatenate) at every call, made once, as a list for `fast_inference`.
+
+  Inference calls the model many times with the same weights: casting 85 M float32 parameters
+  of BERT-base to bfloat16 at each call was 12% of a bf16 forward pass (batch 8 x 128 tokens),
+  and more of a batch of short sentences. The copies hold the same values as the casts they
+  replace (outputs are bit-identical) and take half the float32 weights' memory while in use."""
+  return [_cast_concat(variables, axis, dtype) for variables, axis, dtype in _weight_groups(module)]
+
+
+@contextlib.contextmanager
+def fast_inference(module, weights, bf16_softmax=True):
+  """Open it while a tf.function that calls `module` with training=False is traced. Inside:
+
+  - The BertModels of `module` take their matrices from `weights` (`cast_weights(module)`)
+    instead of casting their variables. Pass `weights` in as an argument of that function:
+    traced with copies captured as constants, it would keep using them after the variables
+    change.
+  - With `bf16_softmax`, bfloat16 attention adds its mask and takes its softmax in bfloat16
+    instead of float32. TensorFlow's own kernels compute a bfloat16 softmax in float32 (oneDNN
+    on CPU, CUDA's in float32 too) and round once: the probabilities are the float32 softmax's
+    rounded to bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one
+    rounding step at most), without the two casts, and oneDNN fuses the mask add into the
+    scores' batch matmul: a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax
+    accumulates in bfloat16 (probabilities 4% off): pass False.
+  """
+  previous = getattr(_inference, "weights", None), getattr(_inference, "bf16_softmax", False)
+  _inference.weights = {(tuple(v.ref() for v in variables), dtype): weight
+                        for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
+  _inference.bf16_softmax = bf16_softmax
+  try:
+    yield
+  finally:
+    _inference.weights, _inference.bf16_softmax = previous
+
+
+class Dense(tf.Module):
+  """x @ kernel + bias, the kernel stored [in, out] as in the original's tf.layers.dense."""
+
+  def __init__(self, in_dim, out_dim, config, activation=None, name="dense"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.kernel = tf.Variable(_initializer(config)([in_dim, out_dim]), name="kernel")
+      self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
+    self.activation = activation
+
+  def __call__(self, x, activation=None, training=False):
+    """`activation` replaces the layer's own for this call."""
+    # BiasAdd rather than `+`: grappler's oneDNN remapper then fuses matmul, bias and GELU into
+    # one kernel in inference (the `+` form fused only the bias; GELU ran as separate ops).
+    y = _bias_add(tf.matmul(x, _weight([self.kernel], x.dtype)), _weight([self.bias], x.dtype),
+                  training)
+    activation = activation or self.activation
+    return activation(y) if activation else y
+
+  def weight_groups(self):
+    return [([self.kernel], 0), ([self.bias], 0)]
+
+
+class LayerNorm(tf.Module):
+  """Layer normalisation over the last axis, computed in float32 whatever the compute dtype."""
+
+  def __init__(self, dim, eps, name="LayerNorm"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.beta = tf.Variable(tf.zeros([dim]), name="beta")
+      self.gamma = tf.Variable(tf.ones([dim]), name="gamma")
+    self.eps = eps
+
+  def __call__(self, x, training=False):
+    if training:
+      return _layer_norm_for_training(x, self.gamma, self.beta, self.eps)
+    x32 = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
+    y = (x32 - mean) * tf.math.rsqrt(variance + self.eps) * self.gamma + self.beta
+    return tf.cast(y, x.dtype)
+
+
+@tf.function(jit_compile=True)
+def _layer_norm_forward(x, gamma, beta, eps):
+  x32 = tf.cast(x, tf.float32)
+  centred = x32 - tf.reduce_mean(x32, -1, keepdims=True)
+  rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, -1, keepdims=True) + eps)
+  return tf.cast(centred * rstd * gamma + beta, x.dtype), rstd
+
+
+@tf.function(jit_compile=True)
+def _layer_norm_backward(x, gamma, rstd, dy):
+  """(dx, dgamma, dbeta) of LayerNorm, from its input and 1 / standard deviation."""
+  x32, dy = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
+  normed = (x32 - tf.reduce_mean(x32, -1, keepdims=True)) * rstd
+  dnormed = dy * gamma
+  dx = rstd * (dnormed - tf.reduce_mean(dnormed, -1, keepdims=True)
+               - normed * tf.reduce_mean(dnormed * normed, -1, keepdims=True))
+  rows = lambda t: tf.reshape(t, [-1, tf.shape(t)[-1]])
+  return tf.cast(dx, x.dtype), tf.reduce_sum(rows(dy * normed), 0), tf.reduce_sum(rows(dy), 0)
+
+
+def _layer_norm_for_training(x, gamma, beta, eps):
+  """LayerNorm.__call__ with its forward and backward each one compiled pass (autodiff made a
+  dozen elementwise ops and reductions of it): a BERT-base bf16 training step ~3% faster."""
+
+  @tf.custom_gradient
+  def layer_norm(x, gamma, beta):
+    y, rstd = _layer_norm_forward(x, gamma, beta, eps)
+    return y, lambda dy: _layer_norm_backward(x, gamma, rstd, dy)
+
+  return layer_norm(x, gamma, beta)
+
+
+class Embeddings(tf.Module):
+  """Word + token-type + position embeddings, then LayerNorm and dropout."""
+
+  def __init__(self, config, name="embeddings"):
+    super().__init__(name=name)
+    init = _initializer(config)
+    with self.name_scope:
+      self.word_embeddings = tf.Variable(init([config.vocab_size, config.hidden_size]),
+                                         name="word_embeddings")
+      self.token_type_embeddings = tf.Variable(init([config.type_vocab_size, config.hidden_size]),
+                                               name="token_type_embeddings")
+      self.position_embeddings = tf.Variable(
+          init([config.max_position_embeddings, config.hidden_size]), name="position_embeddings")
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, input_ids, segment_ids, training, seed, position_ids=None):
+    if position_ids is None:
+      positions = self.position_embeddings[tf.newaxis, :tf.shape(input_ids)[1]]
+    else:
+      positions = tf.gather(self.position_embeddings, position_ids)
+    x = (tf.gather(self.word_embeddings, input_ids)
+         + tf.gather(self.token_type_embeddings, segment_ids)
+         + positions)
+    return dropout(self.layer_norm(x, training), self.dropout_prob, training, seed)
+
+
+class SelfAttention(tf.Module):
+  """Multi-head scaled dot-product attention of every position over the unmasked positions."""
+
+  def __init__(self, config, name="self"):
+    super().__init__(name=name)
+    h = config.hidden_size
+    with self.name_scope:
+      self.query = Dense(h, h, config, name="query")
+      self.key = Dense(h, h, config, name="key")
+      self.value = Dense(h, h, config, name="value")
+    self.num_heads = config.num_attention_heads
+    self.head_size = h // config.num_attention_heads
+    self.dropout_prob = config.attention_probs_dropout_prob
+
+  def __call__(self, x, batch, seq, mask_adder, training, seed, queries=None):
+    """`queries`: optional (rows [batch * n] of x, positions [batch, n]): only those positions
+    attend (over every key), and the context is [batch * n, hidden]."""
+    # One [hidden, 3*hidden] matmul instead of three: better use of the matrix units, and one
+    # transpose to the [batch, heads, seq, head_size] layout. The variables stay separate so the
+    # checkpoint names are the original's.
+    dense = [self.query, self.key, self.value] if queries is None else [self.key, self.value]
+    kernel = _weight([d.kernel for d in dense], x.dtype, axis=1)
+    bias = _weight([d.bias for d in dense], x.dtype)
+    projected = _bias_add(tf.matmul(x, kernel), bias, training)
+    projected = tf.reshape(projected, [batch, seq, len(dense), self.num_heads, self.head_size])
+    projected = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))
+    if queries is None:
+      q, k, v = projected
+      rows = seq
+    else:
+      (k, v), (query_rows, positions) = projected, queries
+      rows = tf.shape(positions)[1]
+      q = tf.transpose(tf.reshape(self.query(tf.gather(x, query_rows)),
+                                  [batch, rows, self.num_heads, self.head_size]), [0, 2, 1, 3])
+      if mask_adder.shape[2] != 1:  # a mask per query (packed sequences): the queries' rows
+        mask_adder = tf.gather(mask_adder, positions, axis=2, batch_dims=1)
+    # Scaling q (seq x head_size values) is cheaper than scaling the seq x seq scores.
+    scores = tf.matmul(q * tf.cast(1.0 / math.sqrt(self.head_size), q.dtype), k, transpose_b=True)
+    if not training and scores.dtype == tf.bfloat16 and getattr(_inference, "bf16_softmax", False):
+      probs = tf.nn.softmax(scores + tf.cast(mask_adder, scores.dtype))  # see fast_inference
+    else:
+      # Softmax in float32: the -10000 mask adder and bf16's 8-bit mantissa do not mix well.
+      probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder)
+    probs = dropout(probs, self.dropout_prob, training, seed)
+    context = tf.matmul(tf.cast(probs, v.dtype), v)
+    # No -1 in the shape: a batch of 0 rows (a multi-worker job's exhausted worker) must work.
+    return tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
+                      [batch * rows, self.num_heads * self.head_size])
+
+  def weight_groups(self):
+    """The fused query / key / value weights, and key / value alone (a layer with `queries`)."""
+    return [(fused, axis) for dense in ([self.query, self.key, self.value], [self.key, self.value])
+            for fused, axis in (([d.kernel for d in dense], 1), ([d.bias for d in dense], 0))]
+
+
+class AttentionOutput(tf.Module):
+  """Projection of the attention context, dropout, residual and LayerNorm."""
+
+  def __init__(self, config, name="output"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.hidden_size, config)
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, context, residual, training, seed):
+    return self.layer_norm(dropout(self.dense(context, training=training), self.dropout_prob,
+                                   training, seed)
+                           + residual, training)
+
+
+class Attention(tf.Module):
+
+  def __init__(self, config, name="attention"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.self_attention = SelfAttention(config)
+      self.output = AttentionOutput(config)
+
+  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None):
+    context = self.self_attention(x, batch, seq, mask_adder, training, seeds[0], queries)
+    residual = x if queries is None else tf.gather(x, queries[0])
+    return self.output(context, residual, training, seeds[1])
+
+
+class Intermediate(tf.Module):
+
+  def __init__(self, config, name="intermediate"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.intermediate_size, config,
+                         activation=ACTIVATIONS[config.hidden_act])
+    self.training_activation = TRAINING_ACTIVATIONS.get(config.hidden_act)
+
+  def __call__(self, x, training=False):
+    return self.dense(x, activation=self.training_activation if training else None,
+                      training=training)
+
+
+class Output(tf.Module):
+  """Feed-forward down-projection, dropout, residual and LayerNorm."""
+
+  def __init__(self, config, name="output"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.intermediate_size, config.hidden_size, config)
+      self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    self.dropout_prob = config.hidden_dropout_prob
+
+  def __call__(self, x, residual, training, seed):
+    return self.layer_norm(
+        dropout(self.dense(x, training=training), self.dropout_prob, training, seed) + residual,
+        training)
+
+
+class TransformerLayer(tf.Module):
+
+  def __init__(self, config, name):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.attention = Attention(config)
+      self.intermediate = Intermediate(config)
+      self.output = Output(config)
+
+  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None):
+    """[batch * seq, hidden] -> the same, or with `queries` (see SelfAttention) [batch * n,
+    hidden]: the layer's output at those positions only."""
+    attention_output = self.attention(x, batch, seq, mask_adder, training, seeds[:2], queries)
+    return self.output(self.intermediate(attention_output, training), attention_output, training,
+                       seeds[2])
+
+
+class Encoder(tf.Module):
+
+  def __init__(self, config, name="encoder"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.layers = [TransformerLayer(config, name=f"layer_{i}")
+                     for i in range(config.num_hidden_layers)]
+
+
+class Pooler(tf.Module):
+  """tanh(dense) of the first ([CLS]) token: the sentence-level representation."""
+
+  def __init__(self, config, name="pooler"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.dense = Dense(config.hidden_size, config.hidden_size, config, activation=tf.tanh)
+
+  def __call__(self, sequence_output, training=False):
+    return self.dense(sequence_output[:, 0], training=training)
+
+
+def _dropout_seeds(seed, count):
+  """`count` distinct stateless seeds from one [2] seed (None stays None: stateful dropout)."""
+  if seed is None:
+    return [None] * count
+  seed = tf.cast(seed, tf.int64)
+  return [tf.random.experimental.stateless_fold_in(seed, i) for i in range(count)]
+
+
+class BertModel(tf.Module):
+  """The BERT encoder. Call with int [batch, seq] tensors; returns a dict of outputs:
+
+  - `sequence_output` [batch, seq, hidden]: the last layer;
+  - `pooled_output` [batch, hidden]: the tanh pooler over [CLS];
+  - `encoder_outputs`: list of every layer's output, [batch, seq, hidden] each;
+  - `embedding_output` [batch, seq, hidden]: embeddings after LayerNorm.
+  Outputs are in `compute_dtype`.
+  """
+
+  def __init__(self, config, compute_dtype=tf.float32, name="bert"):
+    super().__init__(name=name)
+    self.config = config
+    self.compute_dtype = tf.as_dtype(compute_dtype)
+    with self.name_scope:
+      self.embeddings = Embeddings(config)
+      self.encoder = Encoder(config)
+      self.pooler = Pooler(config)
+
+  @property
+  def embedding_table(self):
+    return self.embeddings.word_embeddings
+
+  def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
+               dropout_seed=None, position_ids=None, instance_ids=None, output_positions=None):
+    """`dropout_seed`: optional int [2] tensor; when given, dropout is stateless (reproducible
+    across restarts). The training loop passes [step, replica].
+
+    Packed sequences (several instances in one row) give `instance_ids` [batch, seq] (1, 2, ...
+    per instance, 0 for padding): a token then attends only to the tokens of its own instance.
+    `position_ids` [batch, seq] replace 0, 1, 2, ... (packed_position_ids restarts them per
+    instance), so that each instance gets the outputs it would get alone.
+
+    `output_positions` [batch, n]: a head that reads a few positions ([CLS] for a classifier,
+    [CLS] and the masked positions in pre-training) needs the last layer nowhere else, so the
+    last layer runs only there (its keys and values still cover every position; a classifier
+    step does 7% fewer FLOPs). `sequence_output` is then [batch, n, hidden], the last layer at
+    those positions, `pooled_output` the pooler over the first of them, and there are no
+    `encoder_outputs`."""
+    input_ids = tf.convert_to_tensor(input_ids)
+    if input_mask is None:
+      input_mask = tf.ones_like(input_ids)
+    if segment_ids is None:
+      segment_ids = tf.zeros_like(input_ids)
+    batch, seq = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    seeds = _dropout_seeds(dropout_seed, 1 + 3 * self.config.num_hidden_layers)
+
+    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0], position_ids),
+                self.compute_dtype)
+    embedding_output = x
+    # Every query position attends to every non-padding key: 0 for real keys, -10000 for padding
+    # (the original's constant; it underflows to exactly 0 after softmax).
+    if instance_ids is None:
+      mask_adder = (1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    else:  # [batch, 1, seq, seq]: keys of the query's own instance only
+      same = tf.equal(instance_ids[:, :, tf.newaxis], instance_ids[:, tf.newaxis, :]) & (
+          instance_ids[:, tf.newaxis, :] > 0)
+      mask_adder = (1.0 - tf.cast(same, tf.float32)[:, tf.newaxis]) * -10000.0
+    # The encoder works on [batch*seq, hidden] matrices: one big matmul per dense layer.
+    x = tf.reshape(x, [batch * seq, self.config.hidden_size])
+    queries = None
+    if output_positions is not None:
+      output_positions = tf.cast(output_positions, tf.int32)
+      queries = (tf.reshape(output_positions + tf.range(batch)[:, tf.newaxis] * seq, [-1]),
+                 output_positions)
+    encoder_outputs = []
+    for i, layer in enumerate(self.encoder.layers):
+      last = i == len(self.encoder.layers) - 1 and queries is not None
+      x = layer(x, batch, seq, mask_adder, training, seeds[1 + 3 * i:4 + 3 * i],
+                queries if last else None)
+      rows = tf.shape(output_positions)[1] if last else seq
+      encoder_outputs.append(tf.reshape(x, [batch, rows, self.config.hidden_size]))
+    sequence_output = encoder_outputs[-1]
+    if output_positions is not None:
+      return {"sequence_output": sequence_output,
+              "pooled_output": self.pooler(sequence_output, training),
+              "embedding_output": embedding_output}
+    return {
+        "sequence_output": sequence_output,
+        "pooled_output": self.pooler(sequence_output, training),
+        "encoder_outputs": encoder_outputs,
+        "embedding_output": embedding_output,
+    }
+
+
+def packed_position_ids(instance_ids):
+  """Positions that restart at 0 with each instance of packed sequences ([batch, seq] ids of
+  contiguous instances 1, 2, ..., then padding 0)."""
+  batch, seq = tf.shape(instance_ids)[0], tf.shape(instance_ids)[1]
+  columns = tf.broadcast_to(tf.range(seq), [batch, seq])
+  # Runs of equal ids (the first position always starts one), numbered per row, then the first
+  # position of each run.
+  starts = tf.not_equal(instance_ids, tf.pad(instance_ids, [[0, 0], [1, 0]], constant_values=-1)
+                        [:, :-1])
+  run = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+  first = tf.math.unsorted_segment_min(columns, tf.range(batch)[:, tf.newaxis] * seq + run,
+                                       batch * seq)
+  return columns - tf.gather(tf.reshape(first, [batch, seq]), run, batch_dims=1)
+
+
+def instance_starts(instance_ids, num_instances):
+  """[batch, num_instances]: the first position of instances 1 .. num_instances of packed
+  sequences (their [CLS]); 0 for an instance a sequence lacks."""
+  seq = tf.shape(instance_ids)[1]
+  slots = tf.range(1, num_instances + 1)
+  in_slot = tf.equal(instance_ids[:, tf.newaxis, :], slots[tf.newaxis, :, tf.newaxis])
+  first = tf.reduce_min(tf.where(in_slot, tf.range(seq), seq), axis=-1)
+  return tf.where(first < seq, first, 0)
+
+
+class MaskedLMHead(tf.Module):
+  """Masked-LM head: transform + LayerNorm, then logits against the (tied) word embeddings.
+
+  It reads the masked positions only (BertModel's `output_positions`): with 20 predictions in
+  128 tokens that is 6x less of the most expensive matmul in pre-training.
+  """
+
+  def __init__(self, config, name="predictions"):
+    super().__init__(name=name)
+    with self.name_scope:
+      with tf.name_scope("transform"):
+        self.dense = Dense(config.hidden_size, config.hidden_size, config,
+                           activation=ACTIVATIONS[config.hidden_act])
+        self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+      self.output_bias = tf.Variable(tf.zeros([config.vocab_size]), name="output_bias")
+
+  def __call__(self, x, embedding_table, training=False):
+    """The last layer at the masked positions [batch * n, hidden] -> float32 log-probabilities
+    [batch * n, vocab]."""
+    x = self.layer_norm(self.dense(x, training=training))
+    logits = tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+
+class NextSentenceHead(tf.Module):
+  """Is-next-sentence classifier on the pooled output (label 0 = real next, 1 = random)."""
+
+  def __init__(self, config, name="seq_relationship"):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.output_weights = tf.Variable(_initializer(config)([2, config.hidden_size]),
+                                        name="output_weights")
+      self.output_bias = tf.Variable(tf.zeros([2]), name="output_bias")
+
+  def __call__(self, pooled_output):
+    logits = tf.matmul(pooled_output, tf.cast(self.output_weights, pooled_output.dtype),
+                       transpose_b=True)
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+
+class BertPretrainer(tf.Module):
+  """BertModel plus the two pre-training heads, named `bert/...` and `cls/...` as the original."""
+
+  def __init__(self, config, compute_dtype=tf.float32):
+    super().__init__(name="pretrainer")
+    self.bert = BertModel(config, compute_dtype)
+    with tf.name_scope("cls"):
+      self.masked_lm = MaskedLMHead(config)
+      self.next_sentence = NextSentenceHead(config)
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    """Packed sequences (features with instance_ids and next_sentence_labels [batch, k]) get the
+    next-sentence head on the [CLS] of each instance: next_sentence_log_probs [batch * k, 2]."""
+    # The heads read the last layer at the [CLS] of each instance (k of them) and at the masked
+    # positions only: the model computes the last layer there alone.
+    masked = tf.cast(features["masked_lm_positions"], tf.int32)
+    instance_ids = features.get("instance_ids")
+    if instance_ids is None:
+      k, packing = 1, {}
+      starts = tf.zeros_like(masked[:, :1])
+    else:
+      instance_ids = tf.cast(instance_ids, tf.int32)
+      k = features["next_sentence_labels"].shape[-1]
+      packing = {"position_ids": packed_position_ids(instance_ids), "instance_ids": instance_ids}
+      starts = instance_starts(instance_ids, k)
+    outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
+                        training=training, dropout_seed=dropout_seed,
+                        output_positions=tf.concat([starts, masked], axis=1), **packing)
+    selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
+    hidden = self.bert.config.hidden_size
+    pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]), training=training)
+    outputs["masked_lm_log_probs"] = self.masked_lm(tf.reshape(selected[:, k:], [-1, hidden]),
+                                                    self.bert.embedding_table, training)
+    outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
+    return outputs
+
+
+def pretraining_losses(features, outputs):
+  """The paper's losses, masked-LM and next-sentence, as (sum, count) pairs.
+
+  Sums rather than means so that the training loop can divide by the *global* count across
+  replicas and accumulation steps: the loss of a batch is then the same however it is split. Names
+  ending in `_loss` are added up into the training loss; the rest are metrics.
+  """
+  log_probs = outputs["masked_lm_log_probs"]
+  label_ids = tf.reshape(features["masked_lm_ids"], [-1])
+  # Padding predictions (weight 0) exist to give a fixed shape; they must not count.
+  label_weights = tf.cast(tf.reshape(features["masked_lm_weights"], [-1]), tf.float32)
+  mlm_nll = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=1)
+  mlm_correct = tf.cast(tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32),
+                                 tf.cast(label_ids, tf.int32)), tf.float32)
+  nsp_log_probs = outputs["next_sentence_log_probs"]
+  nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)
+  nsp_nll = -tf.gather(nsp_log_probs, nsp_labels, batch_dims=1)
+  nsp_correct = tf.cast(tf.equal(tf.argmax(nsp_log_probs, -1, output_type=tf.int32), nsp_labels),
+                        tf.float32)
+  mlm_count = tf.reduce_sum(label_weights)
+  nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
+  if "next_sentence_weights" in features:  # packed: the sequences' unused instance slots are 0
+    nsp_weights = tf.cast(tf.reshape(features["next_sentence_weights"], [-1]), tf.float32)
+    nsp_nll, nsp_correct = nsp_nll * nsp_weights, nsp_correct * nsp_weights
+    nsp_count = tf.reduce_sum(nsp_weights)
+  return {
+      "masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
+      "next_sentence_loss": (tf.reduce_sum(nsp_nll), nsp_count),
+      "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count),
+      "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), nsp_count),
+  }
+
+
+class OutputLayer(tf.Module):
+  """The one new layer of fine-tuning: logits = x @ output_weights^T + output_bias (float32).
+
+  Created outside any name scope by default, so the variables are `output_weights` /
+  `output_bias` as in the original's run_classifier.py (SQuAD's live under `cls/squad`).
+  """
+
+  def __init__(self, config, num_outputs, scope=None):
+    super().__init__(name="output_layer")
+    with tf.name_scope(scope) if scope else contextlib.nullcontext():
+      self.output_weights = tf.Variable(_initializer(config)([num_outputs, config.hidden_size]),
+                                        name="output_weights")
+      self.output_bias = tf.Variable(tf.zeros([num_outputs]), name="output_bias")
+
+  def __call__(self, x):
+    logits = tf.matmul(x, tf.cast(self.output_weights, x.dtype), transpose_b=True)
+    return tf.cast(logits, tf.float32) + self.output_bias
+
+
+def _head_seed(dropout_seed):
+  """A dropout seed for the output layer distinct from every encoder dropout seed."""
+  if dropout_seed is None:
+    return None
+  return tf.random.experimental.stateless_fold_in(tf.cast(dropout_seed, tf.int64), 1 << 20)
+
+
+class _FineTuningModel(tf.Module):
+  """BertModel + one OutputLayer + dropout before it: what every fine-tuning head shares."""
+
+  def __init__(self, config, num_outputs, compute_dtype, head_dropout, name, scope=None):
+    super().__init__(name=name)
+    self.bert = BertModel(config, compute_dtype)
+    self.output_layer = OutputLayer(config, num_outputs, scope=scope)
+    self.head_dropout = head_dropout
+
+  def _encode(self, features, training, dropout_seed, input_shape=None, pooled_only=False):
+    """`pooled_only`: the head reads `pooled_output` alone, so the last layer runs at [CLS] only
+    (BertModel's `output_positions`)."""
+    reshape = (lambda t: tf.reshape(t, input_shape)) if input_shape is not None else tf.identity
+    input_ids = reshape(features["input_ids"])
+    cls = tf.zeros([tf.shape(input_ids)[0], 1], tf.int32) if pooled_only else None
+    return self.bert(input_ids, reshape(features["input_mask"]), reshape(features["segment_ids"]),
+                     training=training, dropout_seed=dropout_seed, output_positions=cls)
+
+  def _logits(self, x, training, dropout_seed):
+    return self.output_layer(dropout(x, self.head_dropout, training, _head_seed(dropout_seed)))
+
+
+class BertClassifier(_FineTuningModel):
+  """[CLS] classification (softmax over `num_labels`) or regression (`num_labels` = 1)."""
+
+  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(config, num_labels, compute_dtype, head_dropout, name="classifier")
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self._encode(features, training, dropout_seed, pooled_only=True)
+    outputs["logits"] = self._logits(outputs["pooled_output"], training, dropout_seed)
+    return outputs
+
+
+class BertSpanLabeler(_FineTuningModel):
+  """Start / end logits over the sequence (SQuAD): `cls/squad/output_{weights,bias}` [2, H].
+  No dropout before the output layer, as the original."""
+
+  def __init__(self, config, compute_dtype=tf.float32):
+    super().__init__(config, 2, compute_dtype, 0.0, name="span_labeler", scope="cls/squad")
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self._encode(features, training, dropout_seed)
+    logits = self._logits(outputs["sequence_output"], training, dropout_seed)  # [b, seq, 2]
+    outputs["start_logits"], outputs["end_logits"] = logits[..., 0], logits[..., 1]
+    return outputs
+
+
+class BertTokenClassifier(_FineTuningModel):
+  """Per-token logits over `num_labels` (tagging, e.g. NER)."""
+
+  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(config, num_labels, compute_dtype, head_dropout, name="token_classifier")
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    outputs = self._encode(features, training, dropout_seed)
+    outputs["logits"] = self._logits(outputs["sequence_output"], training, dropout_seed)
+    return outputs
+
+
+class BertMultipleChoice(_FineTuningModel):
+  """One score per choice from its [CLS] (SWAG); inputs are [batch, num_choices, seq]."""
+
+  def __init__(self, config, compute_dtype=tf.float32, head_dropout=0.1):
+    super().__init__(config, 1, compute_dtype, head_dropout, name="multiple_choice")
+
+  def __call__(self, features, training=False, dropout_seed=None):
+    num_choices = features["input_ids"].shape[1]
+    outputs = self._encode(features, training, dropout_seed,
+                           input_shape=[-1, tf.shape(features["input_ids"])[2]], pooled_only=True)
+    logits = self._logits(outputs["pooled_output"], training, dropout_seed)
+    outputs["logits"] = tf.reshape(logits, [-1, num_choices])
+    return outputs
+
+
+def softmax_cross_entropy(logits, labels, weights):
+  """(sum of weighted negative log-likelihoods, sum of weights, weighted correct count)."""
+  labels = tf.cast(labels, tf.int32)
+  weights = tf.cast(weights, tf.float32)
+  nll = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=len(labels.shape))
+  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+  return tf.reduce_sum(nll * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
+
+
+# The fine-tuning heads' losses, as training.py wants them: {name: (sum, count)}.
+
+
+def classifier_losses(is_regression):
+  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0."""
+
+  def loss_fn(features, outputs):
+    weights = tf.cast(features["is_real_example"], tf.float32)
+    logits = outputs["logits"]
+    if is_regression:
+      squared = tf.square(logits[:, 0] - tf.cast(features["label_ids"], tf.float32))
+      return {"regression_loss": (tf.reduce_sum(squared * weights), tf.reduce_sum(weights))}
+    nll, count, correct = softmax_cross_entropy(logits, features["label_ids"], weights)
+    return {"classification_loss": (nll, count), "accuracy": (correct, count)}
+
+  return loss_fn
+
+
+def squad_losses(features, outputs):
+  """The original's loss, the mean of the start and the end cross-entropies, as training.py wants
+  it: {name: (sum, count)}; both halves are added into the training loss."""
+  weights = tf.ones_like(features["start_positions"], tf.float32)
+  start_nll, count, start_correct = softmax_cross_entropy(
+      outputs["start_logits"], features["start_positions"], weights)
+  end_nll, _, end_correct = softmax_cross_entropy(
+      outputs["end_logits"], features["end_positions"], weights)
+  return {
+      "start_loss": (start_nll / 2.0, count),
+      "end_loss": (end_nll / 2.0, count),
+      "start_accuracy": (start_correct, count),
+      "end_accuracy": (end_correct, count),
+  }
+
+
+def ner_losses(features, outputs):
+  """Cross-entropy and accuracy over the labelled positions (each word's first sub-token) as
+  training.py wants them: {name: (sum, count)}; other positions and padding weigh 0."""
+  nll, count, correct = softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       features["label_weights"])
+  return {"ner_loss": (nll, count), "accuracy": (correct, count)}
+
+
+def swag_losses(features, outputs):
+  """Softmax cross-entropy over the four choices, and accuracy, as training.py wants them:
+  {name: (sum, count)}; padding examples weigh 0."""
+  weights = tf.cast(features["is_real_example"], tf.float32)
+  nll, count, correct = softmax_cross_entropy(outputs["logits"], features["label_ids"],
+                                                       weights)
+  return {"multiple_choice_loss": (nll, count), "accuracy": (correct, count)}

@@ -1,0 +1,230 @@
+"""Optimizers and the learning-rate schedule of the original, as tf.Modules (checkpointable).
+
+- `LinearWarmupLinearDecay`: the original's schedule. Linear decay from `init_lr` to 0 over
+  `num_train_steps` (power 1, *not* shifted by the warm-up), overridden during the first
+  `num_warmup_steps` by a linear ramp `init_lr * step / num_warmup_steps`. With
+  `decay_after_warmup`, HF's `get_linear_schedule_with_warmup` instead: the decay starts from
+  `init_lr` at the end of the warm-up (after a 10% warm-up the original's rate is 0.9x HF's at
+  every later step).
+- `AdamW`: Adam with bias correction and decoupled weight decay, the update of torch.optim.AdamW
+  (and of HuggingFace's and Model Garden's AdamW): `p -= lr * (m_hat / (sqrt(v_hat) + eps) +
+  wd * p)` with `m_hat = m / (1 - beta_1^t)`, `v_hat = v / (1 - beta_2^t)`, epsilon 1e-8 (torch's).
+  The default of every script (`--optimizer=adamw`).
+- `AdamWeightDecay`: the original's Adam (`--optimizer=adam_weight_decay`): the same update
+  *without* bias correction, epsilon 1e-6. Early on, m / sqrt(v) is then up to ~6x a
+  bias-corrected step (0.1 / sqrt(0.001) at step 1, more at step 10), so a short fine-tuning
+  warm-up hits its peak rate with steps several times too large: small GLUE sets (RTE) then
+  often collapse to the majority class (Mosbach et al., ICLR 2021; benchmarks/README.md has our
+  figures). Over pre-training's 10k-step warm-up the two agree to within a few percent once the
+  rate is non-negligible, so the original's released checkpoints do not depend on it.
+- `Lamb`: layer-wise adaptive moments (You et al. 2019) for large-batch pre-training.
+- `DynamicLossScale`: fp16 loss scaling.
+
+In all of them weight decay is *decoupled* (added to the update, not to the loss, so it does not
+interact with the m/v statistics) and skipped for LayerNorm and bias variables. All clip gradients
+to a global norm (1.0, as the original) and skip any step whose gradients are not finite, so one
+bad batch never reaches the weights; `iterations` counts applied steps only. Updates go through
+`strategy.extended.update`, the same code under every tf.distribute strategy (and none).
+"""
+
+import re
+
+import tensorflow as tf
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+class LinearWarmupLinearDecay:
+  """The original's learning rate as a function of the (0-based) global step."""
+
+  def __init__(self, init_lr, num_train_steps, num_warmup_steps=0, decay_after_warmup=False):
+    self.init_lr = float(init_lr)
+    self.num_train_steps = int(num_train_steps)
+    self.num_warmup_steps = int(num_warmup_steps)
+    self.decay_after_warmup = decay_after_warmup
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    start = float(self.num_warmup_steps) if self.decay_after_warmup else 0.0
+    decay_steps = float(max(self.num_train_steps - start, 1))
+    lr = self.init_lr * (1.0 - tf.clip_by_value(step - start, 0.0, decay_steps) / decay_steps)
+    if self.num_warmup_steps:
+      warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
+      lr = tf.where(step < self.num_warmup_steps, warmup_lr, lr)
+    return lr
+
+
+class DynamicLossScale(tf.Module):
+  """fp16 loss scale: halves on a non-finite step, doubles after `growth_interval` finite ones."""
+
+  def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000):
+    super().__init__(name="loss_scale")
+    self.scale = tf.Variable(float(initial_scale), trainable=False, name="scale",
+                             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.growth_interval = growth_interval
+
+  def update(self, finite):
+    grow = tf.logical_and(finite, self.good_steps + 1 >= self.growth_interval)
+    new_scale = tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                         tf.maximum(self.scale / 2.0, 1.0))
+    self.scale.assign(new_scale)
+    self.good_steps.assign(tf.where(finite & ~grow, self.good_steps + 1,
+                                    tf.zeros_like(self.good_steps)))
+
+
+def _matches_any(name, patterns):
+  return any(re.search(p, name) for p in patterns)
+
+
+class _Optimizer(tf.Module):
+  """Shared plumbing: slots, clipping, non-finite skipping, distributed update."""
+
+  slot_names = ("m", "v")
+
+  def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=1.0, loss_scale=None, jit_update=True, name="optimizer"):
+    super().__init__(name=name)
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+    self.clip_norm = clip_norm
+    self.loss_scale = loss_scale
+    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.slots = None
+    # The update of one variable is ~10 elementwise passes over it (moments, decay, the
+    # non-finite guard, the assignments); XLA fuses them into one read and one in-place write of
+    # each buffer, which matters on CPU where the optimizer is otherwise ~15% of a BERT step.
+    self._update = (tf.function(self._update_variable, jit_compile=True) if jit_update
+                    else self._update_variable)
+
+  def build(self, variables):
+    """Creates the slot variables; call under the strategy's scope, before the first step."""
+    if self.slots is not None:
+      return
+    self.slots = {n: [tf.Variable(tf.zeros_like(v), trainable=False, name=f"{n}_{i}")
+                      for i, v in enumerate(variables)] for n in self.slot_names}
+
+  def _decays(self, name):
+    return self.weight_decay_rate > 0 and not _matches_any(name, self.exclude_from_weight_decay)
+
+  def scale_loss(self, loss):
+    """The loss to differentiate: times the fp16 loss scale when there is one (apply_gradients
+    divides the gradients by it again)."""
+    return loss * self.loss_scale.scale if self.loss_scale is not None else loss
+
+  def apply_gradients(self, gradients, variables):
+    """Applies one update (or skips it if a gradient is not finite). Call from replica context
+    with gradients that are already summed across replicas; returns (applied, global_norm)."""
+    self.build(variables)
+    # Unscaling (fp16) and the original's clip_by_global_norm are one factor applied inside the
+    # fused update; the norm is of the unscaled gradients.
+    unscale = 1.0 / self.loss_scale.scale if self.loss_scale is not None else 1.0
+    global_norm = tf.linalg.global_norm(gradients) * unscale
+    finite = tf.math.is_finite(global_norm)
+    factor = unscale
+    if self.clip_norm:
+      factor *= self.clip_norm / tf.maximum(global_norm, self.clip_norm)
+    # A zero guard keeps a non-finite norm from spreading NaN into the discarded update.
+    factor = tf.where(finite, factor, 0.0)
+    lr = self.learning_rate(self.iterations)
+    tf.distribute.get_replica_context().merge_call(
+        self._distributed_apply, args=(gradients, variables, lr, factor, finite))
+    return finite, global_norm
+
+  def _distributed_apply(self, strategy, gradients, variables, lr, factor, finite):
+    # The compiled update runs only without a tf.distribute strategy: under mirrored and
+    # multi-worker strategies it updated the wrong copy of some variables (tests/
+    # test_run_pretraining.py caught it), so there the plain ops run.
+    update = self._update if not tf.distribute.has_strategy() else self._update_variable
+    for i, (g, v) in enumerate(zip(gradients, variables)):
+      slots = [self.slots[n][i] for n in self.slot_names]
+      strategy.extended.update(
+          v, update, args=(g, *slots, lr, factor, finite),
+          kwargs=dict(decay=self._decays(v.name)), group=False)
+    strategy.extended.update(self.iterations,
+                             lambda it, f: it.assign_add(tf.cast(f, tf.int64)),
+                             args=(finite,), group=False)
+    if self.loss_scale is not None:
+      self.loss_scale.update(strategy.experimental_local_results(finite)[0])
+
+  def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
+    """Updates `var` and its slots in place from the raw gradient times `factor`."""
+    raise NotImplementedError
+
+
+class AdamWeightDecay(_Optimizer):
+  """The original BERT optimizer (AdamWeightDecayOptimizer): Adam without bias correction."""
+
+  bias_correction = False
+
+  def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
+    grad = tf.convert_to_tensor(grad) * factor
+    new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    m_hat, v_hat = new_m, new_v
+    if self.bias_correction:
+      step = tf.cast(self.iterations + 1, tf.float32)
+      m_hat = new_m / (1.0 - tf.pow(self.beta_1, step))
+      v_hat = new_v / (1.0 - tf.pow(self.beta_2, step))
+    update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+    if decay:
+      update += self.weight_decay_rate * var
+    m.assign(tf.where(finite, new_m, m))
+    v.assign(tf.where(finite, new_v, v))
+    var.assign(tf.where(finite, var - lr * update, var))
+
+
+class AdamW(AdamWeightDecay):
+  """Adam with bias correction and decoupled weight decay: torch.optim.AdamW's update, epsilon
+  included (1e-8; it is added to sqrt(v_hat), as torch does). Same slots as the original's, so a
+  checkpoint of either resumes with the other."""
+
+  bias_correction = True
+
+  def __init__(self, learning_rate, epsilon=1e-8, **kwargs):
+    super().__init__(learning_rate, epsilon=epsilon, **kwargs)
+
+
+class Lamb(_Optimizer):
+  """LAMB: Adam with bias correction, decoupled decay, and a per-variable trust ratio
+  ||w|| / ||update|| that keeps each layer's step proportional to its weights (large batches)."""
+
+  def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
+    grad = tf.convert_to_tensor(grad) * factor
+    step = tf.cast(self.iterations + 1, tf.float32)
+    new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+    new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+    m_hat = new_m / (1.0 - tf.pow(self.beta_1, step))
+    v_hat = new_v / (1.0 - tf.pow(self.beta_2, step))
+    update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+    ratio = 1.0
+    if decay:
+      update += self.weight_decay_rate * var
+      # Layer adaptation follows weight decay: LayerNorm and bias variables take plain Adam steps.
+      w_norm, u_norm = tf.norm(var), tf.norm(update)
+      ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / tf.maximum(u_norm, 1e-30), 1.0)
+    m.assign(tf.where(finite, new_m, m))
+    v.assign(tf.where(finite, new_v, v))
+    var.assign(tf.where(finite, var - lr * ratio * update, var))
+
+
+OPTIMIZERS = {"adamw": AdamW, "adam_weight_decay": AdamWeightDecay, "lamb": Lamb}
+
+
+def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
+                     weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None,
+                     decay_after_warmup=False):
+  """The original's `create_optimizer`, returning an optimizer module; `optimizer` is a key of
+  OPTIMIZERS (adamw: bias-corrected, adam_weight_decay: the original's, lamb);
+  `decay_after_warmup` see LinearWarmupLinearDecay."""
+  schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps,
+                                     decay_after_warmup)
+  if optimizer not in OPTIMIZERS:
+    raise ValueError(f"--optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+  return OPTIMIZERS[optimizer](schedule, weight_decay_rate=weight_decay_rate,
+                               clip_norm=clip_norm, loss_scale=loss_scale)

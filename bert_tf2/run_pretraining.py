@@ -1,0 +1,211 @@
+"""Pre-trains BERT (masked LM + next-sentence prediction) on create_pretraining_data.py's records.
+
+The original's flags, plus the shared training flags of script_flags.py (--distribution_strategy,
+--use_xla, --mixed_precision, --gradient_accumulation_steps, --optimizer, ...). Rerunning the same
+command after an interruption resumes from the last checkpoint in --output_dir.
+
+The kind of records is read from their features: records written with --dynamic_masking are
+masked as they are read (--masked_lm_prob, --max_predictions_per_seq, --do_whole_word_mask; new
+masks at every pass, the same ones after a resume), and packed ones (--pack_sequences) keep
+their instances apart in attention, positions and next-sentence prediction.
+"""
+
+from bert_tf2 import commands  # pylint: disable=g-bad-import-order
+from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+from absl import logging
+
+from bert_tf2 import checkpoints
+from bert_tf2 import input_pipeline
+from bert_tf2 import modeling
+from bert_tf2 import script_flags
+from bert_tf2 import training
+
+FLAGS = flags.FLAGS
+
+script_flags.define_training_flags()
+script_flags.define_checkpoint_flags()
+script_flags.define_mode_flags("train", "eval")
+script_flags.define_max_seq_length(128, minimum=2)
+script_flags.define_max_predictions_flag()
+script_flags.define_masking_flags()
+script_flags.define_input_file_flag()
+flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1,
+                     upper_bound=training.MAX_STEPS)
+flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0,
+                     upper_bound=training.MAX_STEPS)
+flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.", lower_bound=1)
+
+# Keys that change no trained weight: a resumed run may change them.
+_TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+
+
+def validate_flags(config):
+  checkpoints.check_seq_length(FLAGS.max_seq_length, config,
+                               f"--bert_config_file={FLAGS.bert_config_file}")
+  if FLAGS.num_warmup_steps > FLAGS.num_train_steps:
+    logging.warning("--num_warmup_steps > --num_train_steps: the learning rate never decays")
+
+
+def check_config_matches_output_dir(config, output_dir, config_file):
+  """Refuses a config that differs from the one the checkpoints in output_dir were trained with,
+  before its bert_config.json is replaced: a different size would fail to restore them, and a
+  key that changes no shape (num_attention_heads, hidden_act) would train another model on top."""
+  saved_path = os.path.join(output_dir, "bert_config.json")
+  if not training.checkpoint_numbers(output_dir) or not os.path.isfile(saved_path):
+    return
+  try:
+    with open(saved_path, encoding="utf-8") as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return  # the checkpoints' own shapes are still checked when they are restored
+  new = config.to_dict()
+  for key in sorted((set(saved) & set(new)) - set(_TRAINING_ONLY_KEYS)):
+    if saved[key] != new[key]:
+      raise fileio.InputError(
+          f"--bert_config_file={config_file} has {key}={new[key]!r}, but the checkpoints in "
+          f"--output_dir={output_dir} were trained with {key}={saved[key]!r} ({saved_path}); "
+          "use that config, or a new --output_dir")
+
+
+def check_prediction_budget(records, source):
+  """Refuses masking flags that make more predictions in a packed sequence than the generator
+  packed it for: its masker keeps the first --max_predictions_per_seq of a sequence, so the rest
+  would be dropped unseen, most of them those of a sequence's later instances. None is with a
+  budget at least the records' and a probability at most theirs: each instance's count is then
+  at most the generator's, or, where the generator's was capped at its budget, the instance is
+  alone in its sequence."""
+  if not (records.dynamic and records.packed):
+    return  # one instance a sequence: its count is capped at the flag, as in the original
+  if not records.max_predictions:
+    logging.warning("%s: packed unmasked records that do not say the --max_predictions_per_seq "
+                    "and --masked_lm_prob they were packed for; give the generator's (larger "
+                    "ones drop predictions), or write them again to have them checked", source)
+    return
+  if FLAGS.max_predictions_per_seq < records.max_predictions:
+    raise fileio.InputError(
+        f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq} is below the "
+        f"{records.max_predictions} predictions a sequence the packed records of {source} were "
+        "made for (create_pretraining_data --max_predictions_per_seq): the fuller sequences "
+        f"would lose predictions; use at least {records.max_predictions}")
+  # Compared as the records store it (float32), so that the generator's own value passes.
+  packed_prob = np.float32(records.masked_lm_prob)
+  if np.float32(FLAGS.masked_lm_prob) > packed_prob:
+    raise fileio.InputError(
+        f"--masked_lm_prob={FLAGS.masked_lm_prob} is above the {packed_prob!s} the packed "
+        f"records of {source} were made for (create_pretraining_data --masked_lm_prob): the "
+        f"fuller sequences would lose predictions; use at most {packed_prob!s}")
+
+
+def dynamic_masking(records, config, source):
+  """The masking of records written with --dynamic_masking (None for masked records: the masking
+  flags then change nothing, which a warning says when they were given)."""
+  if not records.dynamic:
+    given = [f"--{name}" for name in ("masked_lm_prob", "do_whole_word_mask")
+             if FLAGS[name].present]
+    if given:
+      logging.warning("%s: ignored, the records are masked already (only records written with "
+                      "--dynamic_masking are masked here)", " and ".join(given))
+    return None
+  if not 0.0 < FLAGS.masked_lm_prob <= 1.0:
+    raise fileio.InputError(f"--masked_lm_prob={FLAGS.masked_lm_prob} must be in (0, 1]")
+  if FLAGS.max_predictions_per_seq > FLAGS.max_seq_length:
+    raise fileio.InputError(
+        f"--max_predictions_per_seq={FLAGS.max_predictions_per_seq} must be at most "
+        f"--max_seq_length={FLAGS.max_seq_length}")
+  check_prediction_budget(records, source)
+  return input_pipeline.DynamicMasking(FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+                                       config.vocab_size, FLAGS.do_whole_word_mask)
+
+
+def _text(path):
+  try:
+    with open(path, encoding="utf-8") as f:
+      return f.read()
+  except (OSError, ValueError):
+    return None
+
+
+def main(_):
+  tf.random.set_seed(FLAGS.seed)
+  if not FLAGS.do_train and not FLAGS.do_eval:
+    raise fileio.InputError("at least one of --do_train / --do_eval must be set")
+  for name in ("bert_config_file", "input_file", "output_dir"):
+    if not FLAGS[name].value:
+      raise fileio.InputError(f"--{name} is required")
+  config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  validate_flags(config)
+  input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
+  fileio.check_outputs(directories=[("output_dir", FLAGS.output_dir)],
+                       inputs=[("input_file", input_files),
+                               ("bert_config_file", FLAGS.bert_config_file)])
+  check_config_matches_output_dir(config, FLAGS.output_dir, FLAGS.bert_config_file)
+  # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
+  strategy = script_flags.strategy()
+  records = input_pipeline.PretrainingRecords.of_files(input_files)
+  masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
+  name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
+                                                         FLAGS.max_predictions_per_seq, records)
+  limits = input_pipeline.pretraining_value_limits(config.vocab_size, config.type_vocab_size,
+                                                   FLAGS.max_seq_length, FLAGS.bert_config_file,
+                                                   records)
+  input_pipeline.check_records(input_files, name_to_features, limits)
+  logging.info("Reading %d input files: %s records", len(input_files), records.describe())
+
+  accumulation = FLAGS.gradient_accumulation_steps
+  # Both batch sizes are checked now rather than the evaluation's after hours of training.
+  train_batch = training.per_replica_batch_size(FLAGS.train_batch_size, strategy,
+                                                "train_batch_size", accumulation)
+  eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
+                                               "eval_batch_size") if FLAGS.do_eval else None
+  with strategy.scope():
+    model = modeling.BertPretrainer(config, script_flags.compute_dtype())
+    optimizer = script_flags.optimizer(FLAGS.learning_rate, FLAGS.num_train_steps,
+                                       FLAGS.num_warmup_steps)
+  # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an
+  # error here, before bert_config.json is replaced.
+  trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer,
+                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
+                             gradient_accumulation_steps=accumulation,
+                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
+  trainer.restore_or_initialize(training.init_fn_for(model, FLAGS.init_checkpoint),
+                                for_training=FLAGS.do_train)
+  config_path = os.path.join(FLAGS.output_dir, "bert_config.json")
+  if _text(config_path) != config.to_json_string():  # equal when resuming with that very file
+    with fileio.open_atomic(config_path) as f:
+      f.write(config.to_json_string())
+
+  if FLAGS.do_train:
+    # check_records saw each file's first records; a damaged one further in is named here.
+    with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
+      trainer.train(
+          lambda ctx: input_pipeline.pretraining_dataset(
+              input_files, name_to_features, train_batch, is_training=True, input_context=ctx,
+              seed=FLAGS.seed, value_limits=limits, masking=masking),
+          FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+          steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
+          init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
+          summary_dir=os.path.join(FLAGS.output_dir, "train"),
+          max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+
+  if FLAGS.do_eval:
+    with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
+      metrics = trainer.evaluate(
+          lambda ctx: input_pipeline.pretraining_dataset(
+              input_files, name_to_features, eval_batch, is_training=False, input_context=ctx,
+              seed=FLAGS.seed, drop_remainder=True, value_limits=limits, masking=masking),
+          max_steps=FLAGS.max_eval_steps)
+    metrics["global_step"] = int(optimizer.iterations.numpy())
+    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the metrics)
+      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
+
+
+def cli():
+  """The command line: `python run_pretraining.py` and the `bert-run-pretraining` command."""
+  commands.run_main(main)

@@ -1,0 +1,129 @@
+"""The import rule, checked on the source and by a static tool (jedi, the engine behind many
+editors' go-to-definition):
+
+- the project's modules live in the package folder bert_tf2/ and are imported as `bert_tf2.X`,
+  never as a bare `X` (one process holding both `modeling` and `bert_tf2.modeling` would have two
+  copies of each module: two classes of each name, absl flags defined twice) and never
+  relatively; only the checkout's top-level entry points and the design card's three library
+  names (modeling.py, optimization.py, tokenization.py, which re-export bert_tf2's) sit beside it;
+- no script imports another script (a script's flags are its own);
+- every project import, in the package, the entry points, tests/ and benchmarks/, resolves
+  statically to the file it names.
+
+The installed wheel's side is checked in test_quickstart.py's pip test.
+"""
+
+import ast
+import glob
+import os
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = os.path.join(ROOT, "bert_tf2")
+MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PACKAGE, "*.py")))
+SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad", "run_ner",
+           "run_swag", "evaluate_squad", "extract_features", "export_model", "build_vocab",
+           "convert_checkpoint", "quickstart")
+DESIGN_CARD_LIBRARIES = ("modeling", "optimization", "tokenization")
+
+
+def _sources():
+  files = glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(PACKAGE, "*.py"))
+  files += glob.glob(os.path.join(ROOT, "tests", "*.py"))
+  files += glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))
+  return sorted(files)
+
+
+def _project_imports(tree):
+  """(line, column of the module's name, module) for each import of a bert_tf2 module."""
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == "bert_tf2":
+      for alias in node.names:
+        found.append((alias, alias.name))
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bert_tf2."):
+      found.append((node, node.module.split(".")[1]))
+    elif isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.name.startswith("bert_tf2."):
+          found.append((alias, alias.name.split(".")[1]))
+  return found
+
+
+def test_the_layout():
+  """The package holds every module; the top level holds only the entry points and the three
+  design-card names, each a few lines that hand over to the package."""
+  top = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "*.py")))
+  assert top == sorted(SCRIPTS + DESIGN_CARD_LIBRARIES)
+  assert set(top) <= set(MODULES)
+  for name in top:
+    with open(os.path.join(ROOT, f"{name}.py"), encoding="utf-8") as f:
+      tree = ast.parse(f.read())
+    code = [node for node in tree.body if not (isinstance(node, ast.Expr)
+                                               and isinstance(node.value, ast.Constant))]
+    assert len(code) <= 2, f"{name}.py is an entry point: it holds no code of its own"
+  assert not os.path.exists(os.path.join(ROOT, "bert_tf2.py"))
+  assert os.path.exists(os.path.join(PACKAGE, "__init__.py"))
+
+
+def test_no_bare_or_relative_import_of_a_project_module():
+  broken = []
+  for path in _sources():
+    with open(path, encoding="utf-8") as f:
+      tree = ast.parse(f.read(), path)
+    here = os.path.relpath(path, ROOT)
+    for node in ast.walk(tree):
+      names = []
+      if isinstance(node, ast.Import):
+        names = [alias.name.split(".")[0] for alias in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        if node.level:
+          broken.append(f"{here}:{node.lineno}: relative import")
+          continue
+        names = [(node.module or "").split(".")[0]]
+      # tests/ and benchmarks/ import their own helpers bare (conftest, common); a name of the
+      # package's, never (benchmarks/tokenization.py is a benchmark, not the tokenizer).
+      broken += [f"{here}:{node.lineno}: bare import of {name}" for name in names
+                 if name in MODULES]
+  assert not broken, "\n".join(broken)
+
+
+def test_no_script_imports_another_script():
+  broken = []
+  for name in MODULES:
+    with open(os.path.join(PACKAGE, f"{name}.py"), encoding="utf-8") as f:
+      tree = ast.parse(f.read())
+    for node, module in _project_imports(tree):
+      if module in SCRIPTS and module != name:
+        broken.append(f"bert_tf2/{name}.py:{node.lineno} imports the script {module}")
+  assert not broken, "\n".join(broken)
+
+
+def test_a_static_tool_resolves_every_project_import():
+  """jedi, as an editor runs it on the checkout (its root is the project), resolves each project
+  import to bert_tf2/X.py; under the old layout (a bert_tf2.py that set `__path__` at run time)
+  it resolved none of them."""
+  jedi = pytest.importorskip("jedi", reason="jedi is in requirements-test.txt")
+  project = jedi.Project(ROOT)
+  unresolved, checked = [], 0
+  for path in _sources():
+    with open(path, encoding="utf-8") as f:
+      source = f.read()
+    script = jedi.Script(source, path=path, project=project)
+    lines = source.splitlines()
+    seen = set()
+    for node, module in _project_imports(ast.parse(source)):
+      if module in seen:
+        continue
+      seen.add(module)
+      line = lines[node.lineno - 1]
+      column = line.index(module, node.col_offset if isinstance(node, ast.alias) else 0)
+      names = script.goto(node.lineno, column, follow_imports=True)
+      paths = {str(n.module_path) for n in names}
+      checked += 1
+      if paths != {os.path.join(PACKAGE, f"{module}.py")}:
+        unresolved.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {module} -> {paths}")
+  assert checked > 200
+  assert not unresolved, "\n".join(unresolved)
