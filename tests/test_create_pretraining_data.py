@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import ROOT, SHARED, VOCAB, requires_shared
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
+from bert_tf2 import pretraining_data as ptd
 from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
@@ -45,7 +46,7 @@ def options(tmp_path, name="out.tfrecord", **kwargs):
   kwargs.setdefault("input_file", SAMPLE_TEXT)
   kwargs.setdefault("vocab_file", VOCAB)
   kwargs.setdefault("num_workers", 1)
-  return cpd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
+  return ptd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
 
 
 # --- Exact mode: the original's records. -------------------------------------------------------
@@ -76,7 +77,7 @@ def test_exact_mode_same_records_through_reference_tokenizer_path(tmp_path, monk
 @requires_shared
 def test_exact_mode_same_records_with_parallel_tokenizing(tmp_path, monkeypatch):
   monkeypatch.setattr(cpd, "_PARALLEL_TOKENIZE_MIN_BYTES", 0)
-  monkeypatch.setattr(cpd, "_TOKENIZE_BATCH_DOCUMENTS", 1)
+  monkeypatch.setattr(ptd, "_TOKENIZE_BATCH_DOCUMENTS", 1)
   cpd.run(options(tmp_path, num_workers=2, **REFERENCE_FLAGS["seq512"]))
   assert list(map(features, read_records(str(tmp_path / "out.tfrecord")))) == list(
       map(features, read_records(os.path.join(REFERENCE, "seq512.tfrecord"))))
@@ -95,7 +96,7 @@ def test_several_output_files_get_records_round_robin(tmp_path):
 
 def test_exact_random_draws_like_random_random():
   for seed in (1, 7, 12345, "text seed"):
-    ours, theirs = cpd.ExactRandom(seed), random.Random(seed)
+    ours, theirs = ptd.ExactRandom(seed), random.Random(seed)
     for n in list(range(0, 80)) + [5000]:
       a, b = list(range(n)), list(range(n))
       ours.shuffle(a)
@@ -131,28 +132,28 @@ def test_encoder_matches_tf_train_example():
       "next_sentence_labels": int_list([1]),
   }))
   assert tf.train.Example.FromString(record) == expected
-  parsed = tf.io.parse_single_example(record, cpd.example_feature_spec(12, 4))
+  parsed = tf.io.parse_single_example(record, ptd.example_feature_spec(12, 4))
   assert parsed["segment_ids"].numpy().tolist() == [0] * 5 + [1] * 4 + [0] * 3
 
 
 @requires_shared
 @pytest.mark.parametrize("no_nsp", [False, True])
 def test_batch_assembly_and_encoding_match_the_per_instance_path(tokenizer, no_nsp):
-  lines = [lines for lines, _ in cpd.iter_document_lines([SAMPLE_TEXT])]
-  corpus = cpd.Corpus()
-  corpus.add_documents(cpd.tokenize_documents(tokenizer, lines))
-  vocab_ids = cpd.VocabIds(tokenizer.vocab)
-  settings = cpd.Options("", "", "", max_seq_length=48, short_seq_prob=0.3, no_nsp=no_nsp)
-  rng = cpd.ExactRandom(3)
+  lines = [lines for lines, _ in ptd.iter_document_lines([SAMPLE_TEXT])]
+  corpus = ptd.Corpus()
+  corpus.add_documents(ptd.tokenize_documents(tokenizer, lines))
+  vocab_ids = ptd.VocabIds(tokenizer.vocab)
+  settings = ptd.Options("", "", "", max_seq_length=48, short_seq_prob=0.3, no_nsp=no_nsp)
+  rng = ptd.ExactRandom(3)
   instances = [instance for _ in range(3) for d in range(len(corpus.documents))
-               for instance in cpd.create_unmasked_instances(corpus.documents, d, settings, rng)]
-  ids, lengths, segment_a = cpd.assemble_batch(np.array(corpus.tokens), instances, 48, vocab_ids)
+               for instance in ptd.create_unmasked_instances(corpus.documents, d, settings, rng)]
+  ids, lengths, segment_a = ptd.assemble_batch(np.array(corpus.tokens), instances, 48, vocab_ids)
   for row, instance in enumerate(instances):
-    tokens, a = cpd.instance_tokens(corpus.tokens, instance, vocab_ids)
+    tokens, a = ptd.instance_tokens(corpus.tokens, instance, vocab_ids)
     assert 3 <= len(tokens) <= 48 and a <= len(tokens)
     assert ids[row].tolist() == tokens + [0] * (48 - len(tokens))
     assert (lengths[row], segment_a[row]) == (len(tokens), a)
-  positions, labels, counts = cpd.mask_instances_batch(ids, lengths, 0.15, 7, vocab_ids,
+  positions, labels, counts = ptd.mask_instances_batch(ids, lengths, 0.15, 7, vocab_ids,
                                                        np.random.default_rng(0))
   is_random_next = [instance[4] for instance in instances]
   encoder = tfrecord_io.ExampleEncoder(48, 7, vocab_ids.size)
@@ -168,7 +169,7 @@ def test_batch_assembly_and_encoding_match_the_per_instance_path(tokenizer, no_n
 def test_batch_whole_word_choice_follows_the_sequential_rule():
   vocab = {t: i for i, t in enumerate(
       ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##x", "##y", "##z"])}
-  vocab_ids = cpd.VocabIds(vocab)
+  vocab_ids = ptd.VocabIds(vocab)
   rng = np.random.default_rng(5)
   n, seq = 300, 24
   lengths = rng.integers(5, seq + 1, n)
@@ -180,7 +181,7 @@ def test_batch_whole_word_choice_follows_the_sequential_rule():
   candidate = (np.arange(seq) < lengths[:, None]) & (ids > 4)
   counts = rng.integers(1, 8, n)
   keys = rng.random((n, seq))
-  selected, totals = cpd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
+  selected, totals = ptd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
   for row in range(n):
     words = []  # As create_masked_lm_predictions groups them.
     for i in np.flatnonzero(candidate[row]):
@@ -203,8 +204,8 @@ def test_documents_continue_across_files_only_in_exact_mode(tmp_path):
   first.write_text("one.\ntwo.\n\n  \nthree.\n", encoding="utf-8")
   second.write_text("four.\n\nfive.\n", encoding="utf-8")
   files = [str(first), str(second)]
-  exact = [lines for lines, _ in cpd.iter_document_lines(files)]
-  fast = [lines for lines, _ in cpd.iter_document_lines(files, end_document_at_file_end=True)]
+  exact = [lines for lines, _ in ptd.iter_document_lines(files)]
+  fast = [lines for lines, _ in ptd.iter_document_lines(files, end_document_at_file_end=True)]
   assert exact == [["one.", "two."], ["three.", "four."], ["five."]]
   assert fast == [["one.", "two."], ["three."], ["four."], ["five."]]
 
@@ -221,11 +222,11 @@ def test_chunks_as_spans_read_back_as_the_same_documents(tmp_path):
   files = [str(odd), os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt"),
            str(odd)]
   for chunk_documents, max_chunk_bytes in [(1, 1 << 20), (3, 1500), (8, 1 << 20), (500, 1 << 30)]:
-    chunks = list(cpd.iter_chunks(files, chunk_documents, max_chunk_bytes))
-    spans = list(cpd.iter_chunks(files, chunk_documents, max_chunk_bytes, spans=True))
+    chunks = list(ptd.iter_chunks(files, chunk_documents, max_chunk_bytes))
+    spans = list(ptd.iter_chunks(files, chunk_documents, max_chunk_bytes, spans=True))
     assert [(i, n) for i, _, n in spans] == [(i, n) for i, _, n in chunks]
     for (_, documents, _), (_, chunk_spans, _) in zip(chunks, spans):
-      assert cpd.read_chunk_spans(chunk_spans, max_chunk_bytes) == documents
+      assert ptd.read_chunk_spans(chunk_spans, max_chunk_bytes) == documents
       assert len(chunk_spans) <= len(documents)  # consecutive documents' spans are merged
   assert len(chunks) == 1 and len(spans[0][1]) == 3  # one span per file
   assert chunks[0][1][0] == ["Un.", "Deux \u00e9t\u00e9."]
@@ -390,7 +391,7 @@ def write(path, data):
 ])
 def test_bad_flags_and_files(tmp_path, change, message):
   with pytest.raises(fileio.InputError, match=message):
-    cpd.run(cpd.Options(**{"input_file": SAMPLE_TEXT, "vocab_file": VOCAB,
+    cpd.run(ptd.Options(**{"input_file": SAMPLE_TEXT, "vocab_file": VOCAB,
                            "output_file": str(tmp_path / "out.tfrecord"), **change}))
   assert not os.path.exists(tmp_path / "out.tfrecord")
 

@@ -19,6 +19,8 @@ import pytest
 from conftest import ENV, ROOT, VOCAB, WIKITEXT, requires_shared, run_script
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
+from bert_tf2 import pretraining_data as ptd
+from bert_tf2 import pretraining_data_beam as ptd_beam
 
 requires_beam = pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is None,
@@ -45,13 +47,13 @@ def tfrecords(path):
 
 def options(tmp_path, name, **kwargs):
   kwargs = {"input_file": WIKITEXT, "vocab_file": VOCAB, "num_workers": 1, **FAST, **kwargs}
-  return cpd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
+  return ptd.Options(output_file=os.path.join(str(tmp_path), name), **kwargs)
 
 
 def test_pipeline_options_in_both_forms():
-  assert cpd.beam_pipeline_args("runner=DataflowRunner, project=p,region=europe-west4") == [
+  assert ptd_beam.beam_pipeline_args("runner=DataflowRunner, project=p,region=europe-west4") == [
       "--runner=DataflowRunner", "--project=p", "--region=europe-west4"]
-  assert cpd.beam_pipeline_args(" --runner=FlinkRunner --flink_master='host:8081' "
+  assert ptd_beam.beam_pipeline_args(" --runner=FlinkRunner --flink_master='host:8081' "
                                 "--experiments=a,b") == [
       "--runner=FlinkRunner", "--flink_master=host:8081", "--experiments=a,b"]
 

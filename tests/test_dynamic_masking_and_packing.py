@@ -14,6 +14,7 @@ from conftest import (VOCAB, WIKITEXT, assert_same_checkpoints, import_script, k
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
+from bert_tf2 import pretraining_data as ptd
 
 cpd = import_script("create_pretraining_data")
 
@@ -27,7 +28,7 @@ FAST = dict(input_file=WIKITEXT, vocab_file=VOCAB, mode="fast", dupe_factor=1,
 def generate(tmp_path, name, **kwargs):
   """Runs the generator into tmp_path/name; returns (path, Stats)."""
   path = str(tmp_path / name)
-  stats = cpd.run(cpd.Options(output_file=path, **{**FAST, **kwargs}))
+  stats = cpd.run(ptd.Options(output_file=path, **{**FAST, **kwargs}))
   return path, stats
 
 
@@ -133,7 +134,7 @@ def test_packing_keeps_every_instance_and_its_masks(tmp_path, tokenizer, dynamic
   if dynamic:
     # What run_pretraining will mask fits the predictions of a sequence.
     lengths = np.stack([(instance_ids == k).sum(axis=1) for k in (1, 2, 3)], axis=1)
-    assert (cpd.num_to_predict(lengths, 0.15, PREDS) * (lengths > 0)).sum(axis=1).max() <= PREDS
+    assert (ptd.num_to_predict(lengths, 0.15, PREDS) * (lengths > 0)).sum(axis=1).max() <= PREDS
   else:
     positions, k = features["masked_lm_positions"], features["masked_lm_weights"].sum(axis=1)
     valid = np.arange(PREDS) < k[:, None]
@@ -144,17 +145,17 @@ def test_packing_keeps_every_instance_and_its_masks(tmp_path, tokenizer, dynamic
 def test_new_options_need_fast_mode(tmp_path):
   for option in ("dynamic_masking", "pack_sequences"):
     with pytest.raises(fileio.InputError, match=f"--{option} needs --mode=fast"):
-      cpd.validate_options(cpd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="exact",
+      ptd.validate_options(ptd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="exact",
                                        **{option: True}))
 
 
 def test_packing_one_instance_a_sequence_is_refused(tmp_path):
   with pytest.raises(fileio.InputError, match=r"^--max_instances_per_pack=1 packs nothing .*"
                                               r"use 2 or more, or leave out --pack_sequences$"):
-    cpd.validate_options(cpd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
+    ptd.validate_options(ptd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
                                      pack_sequences=True, max_instances_per_pack=1))
   # Without --pack_sequences the flag means nothing, and is no error.
-  cpd.validate_options(cpd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
+  ptd.validate_options(ptd.Options(WIKITEXT, str(tmp_path / "x"), VOCAB, mode="fast",
                                    max_instances_per_pack=1))
 
 
@@ -178,15 +179,15 @@ def test_dynamic_masking_with_several_passes_warns(tmp_path, caplog):
 
 def _rows(tokenizer, seq=64):
   """Real instances of WikiText-2 as assemble_batch's rows (ids, lengths)."""
-  lines = [lines for lines, _ in cpd.iter_document_lines([WIKITEXT])][:20]
-  corpus = cpd.Corpus()
-  corpus.add_documents(cpd.tokenize_documents(tokenizer, lines))
-  vocab_ids = cpd.VocabIds(tokenizer.vocab)
-  options = cpd.Options("", "", "", max_seq_length=seq, short_seq_prob=0.3)
-  rng = cpd.ExactRandom(5)
+  lines = [lines for lines, _ in ptd.iter_document_lines([WIKITEXT])][:20]
+  corpus = ptd.Corpus()
+  corpus.add_documents(ptd.tokenize_documents(tokenizer, lines))
+  vocab_ids = ptd.VocabIds(tokenizer.vocab)
+  options = ptd.Options("", "", "", max_seq_length=seq, short_seq_prob=0.3)
+  rng = ptd.ExactRandom(5)
   spans = [instance for d in range(len(corpus.documents))
-           for instance in cpd.create_unmasked_instances(corpus.documents, d, options, rng)]
-  ids, lengths, _ = cpd.assemble_batch(np.array(corpus.tokens), spans, seq, vocab_ids)
+           for instance in ptd.create_unmasked_instances(corpus.documents, d, options, rng)]
+  ids, lengths, _ = ptd.assemble_batch(np.array(corpus.tokens), spans, seq, vocab_ids)
   return ids, lengths, vocab_ids
 
 
@@ -198,17 +199,17 @@ def test_pipeline_chooses_the_positions_the_generator_would(tokenizer, whole_wor
   ids, lengths, vocab_ids = _rows(tokenizer)
   assert len(ids) > 500
   # pylint: disable=protected-access
-  candidate = cpd._candidates(ids, lengths, vocab_ids)
-  counts = np.minimum(cpd.num_to_predict(lengths, 0.15, 10), candidate.sum(axis=1))
+  candidate = ptd._candidates(ids, lengths, vocab_ids)
+  counts = np.minimum(ptd.num_to_predict(lengths, 0.15, 10), candidate.sum(axis=1))
   keys = np.random.default_rng(0).random(ids.shape)
   if whole_word:
-    expected, _ = cpd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
+    expected, _ = ptd._choose_whole_words(ids, candidate, counts, keys, vocab_ids)
   else:
     ranks = np.argsort(np.argsort(np.where(candidate, keys, 2.0), axis=1), axis=1)
     expected = candidate & (ranks < counts[:, None])
   selected = input_pipeline.choose_masked_positions(
       tf.constant((np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int32)),
-      tf.constant(cpd.token_kinds(ids, lengths, vocab_ids).astype(np.int32)),
+      tf.constant(ptd.token_kinds(ids, lengths, vocab_ids).astype(np.int32)),
       tf.constant(counts[:, None].astype(np.int32)), tf.constant(keys), whole_word)
   np.testing.assert_array_equal(selected.numpy(), expected)
   assert expected.sum() > 5000
@@ -253,7 +254,7 @@ def test_dynamic_masks_follow_the_generator_rules(tmp_path, tokenizer, packed, w
   for slot in range(1, instance_ids.max() + 1):
     in_slot = instance_ids == slot
     lengths = in_slot.sum(axis=1)
-    target = np.minimum(cpd.num_to_predict(lengths, 0.15, PREDS),
+    target = np.minimum(ptd.num_to_predict(lengths, 0.15, PREDS),
                         (in_slot & (kinds > 0)).sum(axis=1)) * (lengths > 0)
     got = (predicted & in_slot).sum(axis=1)
     if whole_word:
