@@ -551,9 +551,10 @@ def bert_encoder(precision):
       self.bert = modeling.BertModel(modeling.BertConfig(**model_dims()),
                                      {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
 
-    def __call__(self, features, training=False, dropout_seed=None):
+    def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
       return self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                       training=training, dropout_seed=dropout_seed)
+                       training=training, dropout_seed=dropout_seed,
+                       inference_weights=inference_weights)
 
   return Encoder()
 

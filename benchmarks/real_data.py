@@ -159,9 +159,9 @@ def ours(variant):
         super().__init__(name="encoder")
         self.bert = modeling.BertModel(config, dtype)
 
-      def __call__(self, features, training=False, dropout_seed=None):
+      def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
         out = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
-                        training=training)
+                        training=training, inference_weights=inference_weights)
         return {"last": tf.cast(out["sequence_output"], tf.float32)}
 
     with strategy.scope():

@@ -40,6 +40,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
+  """The flags of build_vocab.py: the shared groups (script_flags) and its own."""
   script_flags.define_input_file_flag()
   script_flags.define_output_dir_flag()
   flags.DEFINE_enum("vocab_type", "wordpiece", ["wordpiece", "sentencepiece"],
@@ -254,9 +255,7 @@ def main(argv):
 
 def _main(_):
   logging.set_verbosity(logging.INFO)
-  for name in ("input_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+  fileio.require(input_file=FLAGS.input_file, output_dir=FLAGS.output_dir)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
   vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
   if FLAGS.vocab_type == "sentencepiece":

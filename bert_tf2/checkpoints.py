@@ -11,6 +11,7 @@ Every model variable is named as in the original (see modeling.py), so:
 """
 
 import functools
+import glob
 import json
 import os
 import re
@@ -367,6 +368,11 @@ def num_classifier_outputs(init_checkpoint):
 def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint"):
   """--bert_config_file, else the config beside `checkpoint`; InputError when neither is."""
   path = bert_config_file or (config_beside(checkpoint) if checkpoint else None)
+  if not path and checkpoint and not (os.path.exists(checkpoint)
+                                      or glob.glob(glob.escape(checkpoint) + ".*")):
+    # A mistyped path is named as such, not as a missing config.
+    raise fileio.InputError(f"{checkpoint_flag}={checkpoint}: no checkpoint there (no such "
+                            f"folder, and no {os.path.basename(checkpoint)}.* files)")
   if not path:
     raise fileio.InputError(f"--bert_config_file is required (no config.json / bert_config.json "
                             f"beside {checkpoint_flag})")
@@ -450,23 +456,3 @@ def load_encoder_weights(bert, handle):
                               f"{variable.shape.as_list()}")
     variable.assign(value)
   logging.info("Initialised %d encoder variables from %s", len(targets), handle)
-
-
-def fine_tuning_setup(handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
-                      max_seq_length):
-  """For a fine-tuning script's --hub_module_handle: (config, vocab file) from the SavedModel.
-
-  As the original's run_classifier_with_tfhub.py, the vocab and casing come with the module:
-  --vocab_file defaults to its vocab, and a --do_lower_case that contradicts its casing is an
-  error (the casing the encoder was trained with is the only right one).
-  """
-  if init_checkpoint:
-    raise fileio.InputError("give --init_checkpoint or --hub_module_handle, not both")
-  module_vocab, module_lower = load_tokenization_info(handle)
-  if module_lower != do_lower_case:
-    raise fileio.InputError(f"--do_lower_case={do_lower_case} does not match the casing of "
-                            f"--hub_module_handle={handle} (do_lower_case={module_lower})")
-  config = (modeling.BertConfig.from_json_file(bert_config_file) if bert_config_file
-            else encoder_config(handle))
-  check_seq_length(max_seq_length, config, handle)
-  return config, vocab_file or module_vocab

@@ -17,6 +17,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 
 from absl import app
 from absl import flags
@@ -39,11 +40,55 @@ def _flag_error(message):
   sys.exit(2)
 
 
-def _parse_flags(argv, positional=False):
+_HELP = ("--help", "-help", "-h", "--h", "-?", "--helpshort", "-helpshort")
+
+
+def script_help(module_name):
+  """--help of the script `module_name` (bert_tf2.NAME): its docstring's first paragraph, then
+  every flag it takes with its default and bounds, its own flags first, then the shared ones by
+  group (script_flags.GROUPS). Only the flags of this project: --helpfull adds absl's and
+  TensorFlow's."""
+  from bert_tf2 import script_flags  # pylint: disable=g-import-not-at-top
+  script = module_name.rsplit(".", 1)[-1]
+  module = sys.modules.get(module_name)
+  summary = ((getattr(module, "__doc__", None) or "").strip().split("\n\n") or [""])[0]
+  lines = [f"usage: python {script}.py --flag=value ...  (or bert-{script.replace('_', '-')}, "
+           f"python -m bert_tf2 {script})", "", summary]
+  by_module = flags.FLAGS.flags_by_module_dict()
+  groups = {f"{script}.py": list(by_module.get(module_name, []))}
+  for flag in by_module.get("bert_tf2.script_flags", []):
+    groups.setdefault(script_flags.GROUPS.get(flag.name, "shared"), []).append(flag)
+  for title, group in groups.items():
+    if group:
+      lines += ["", f"{title}:"]
+    for flag in group:
+      bounds = flag.parser.syntactic_help
+      lines.append(f"  --{flag.name}={_default_text(flag.default)}"
+                   + (f"  ({bounds})" if bounds else ""))
+      lines += textwrap.wrap(flag.help, 96, initial_indent="      ", subsequent_indent="      ")
+  lines += ["", "Booleans: --name or --noname. --helpfull adds absl's and TensorFlow's flags."]
+  return "\n".join(lines)
+
+
+def _default_text(value):
+  if value is None:
+    return ""
+  if isinstance(value, bool):
+    return str(value).lower()
+  if isinstance(value, (list, tuple)):
+    return ",".join(map(str, value))
+  return str(value)
+
+
+def _parse_flags(argv, positional=False, module_name=None):
   """absl's flag parsing, with a bad flag as one error line: unknown, unparsable, out of range,
   a float that is not finite (NaN or infinity: no flag of these scripts means it), and, unless
   the script takes `positional` arguments, a word that is not a flag (`--do_lower_case false`:
-  absl would drop the `false` silently and keep the default)."""
+  absl would drop the `false` silently and keep the default). --help lists the script's flags
+  (script_help); absl's own lists only those of the __main__ module, an entry point here."""
+  if module_name and any(arg in _HELP for arg in argv[1:]):
+    print(script_help(module_name))
+    sys.exit(0)
   try:
     argv = flags.FLAGS(argv)
   except flags.Error as e:
@@ -123,7 +168,7 @@ def run_main(main, positional=False):
         _report(_first_line(e.message), 2, e)
       raise
 
-  app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, positional))
+  app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, positional, main.__module__))
 
 
 def _report(message, status, error=None):

@@ -39,6 +39,7 @@ _TANH_GELUS = ("gelu_new", "gelu_tanh")
 
 
 def define_flags():
+  """The flags of convert_checkpoint.py: the shared groups (script_flags) and its own."""
   flags.DEFINE_string("input", None,
                       "Checkpoint to convert: TF1 prefix (bert_model.ckpt), HF directory or "
                       ".safetensors file, or a project checkpoint (prefix or directory).")
@@ -208,9 +209,7 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file, ov
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  for name in ("input", "output", "output_format"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+  fileio.require(input=FLAGS.input, output=FLAGS.output, output_format=FLAGS.output_format)
   path = convert(FLAGS.input, FLAGS.output, FLAGS.output_format, FLAGS.bert_config_file,
                  FLAGS.vocab_file, FLAGS.overwrite)
   print(f"Wrote {FLAGS.output_format} checkpoint: {path}")

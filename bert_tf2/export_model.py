@@ -13,10 +13,6 @@ Four kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved
   FullTokenizer and run_classifier's [CLS] a [SEP] b [SEP] layout and truncation (see
   graph_tokenization.py for how the Unicode rules are reproduced with TF ops). Its `tokenize`
   and `bert_pack_inputs` follow TF Hub's BERT preprocessors, for sentence pairs.
-
-Only core TensorFlow ops are in the graphs, so the models load wherever TensorFlow does: TF
-Serving, `saved_model_cli`, a Python without tensorflow-text. The fine-tuned models carry the
-preprocessing inside them, so clients send text.
 * classifier: a fine-tuned run_classifier.py model whose `serving_default` takes raw text
   (`text_a`, plus `text_b` for sentence-pair tasks) and returns the label, its id and the
   probabilities of every label (or `score` for regression).
@@ -26,6 +22,10 @@ preprocessing inside them, so clients send text.
   (--n_best_size, --max_answer_length, the max-context window), and the outputs are its text
   (run_squad's projection onto the context), score (start + end logit), window and start/end
   positions in that window's input sequence. SQuAD 2.0's no-answer is not predicted.
+
+Only core TensorFlow ops are in the graphs, so the models load wherever TensorFlow does: TF
+Serving, `saved_model_cli`, a Python without tensorflow-text. The fine-tuned models carry the
+preprocessing inside them, so clients send text.
 
 Every SavedModel is written to a temporary directory beside --export_dir and renamed into place
 when complete, so an interrupted export never leaves a half-written model under its final name.
@@ -45,6 +45,7 @@ from absl import flags
 from absl import logging
 
 from bert_tf2 import checkpoints
+from bert_tf2 import fine_tuning
 from bert_tf2 import graph_tokenization
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
@@ -55,7 +56,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  """The script's flags (defined when it runs: build_vocab has another --model_type)."""
+  """The flags of export_model.py: its own, then the shared groups (script_flags)."""
   flags.DEFINE_enum("model_type", "encoder", ["encoder", "preprocessor", "classifier", "squad"],
                     "What to export (see the module docstring).")
   flags.DEFINE_string("export_dir", None,
@@ -69,7 +70,9 @@ def define_flags():
   script_flags.define_regression_flag()
   flags.DEFINE_bool("text_pairs", False,
                     "classifier: serving_default takes text_a and text_b (sentence-pair task); "
-                    "the `pairs` signature takes both in any case.")
+                    "the `pairs` signature takes both in any case. Default: what the task.json "
+                    "of the fine-tuning run beside --init_checkpoint says (also for --labels "
+                    "and --regression), else false.")
   script_flags.define_squad_flags()
   script_flags.define_doc_stride_flag()  # squad: see _fine_tuned_module
 
@@ -519,10 +522,15 @@ def _config_file_for_asset(config, staging_dir):
 
 
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
-           do_lower_case=True, max_seq_length=128, labels=None, regression=False,
-           text_pairs=False, max_query_length=64, max_answer_length=30, doc_stride=None,
+           do_lower_case=True, max_seq_length=128, labels=None, regression=None,
+           text_pairs=None, max_query_length=64, max_answer_length=30, doc_stride=None,
            n_best_size=20, overwrite=False):
   """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
+
+  A fine-tuning run's output directory (or a checkpoint in it) needs nothing else: its
+  bert_config.json and vocab.txt are found beside the checkpoint, and `labels`, `regression` and
+  `text_pairs` (None: not given) default to what its task.json says (else: the label count of the
+  checkpoint, False, False).
 
   Every input is checked and `export_dir` is vetted before the model is built: it must not be or
   hold an input, and an existing one is replaced only if it is an earlier SavedModel (or with
@@ -590,6 +598,9 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
     checkpoints.init_from_checkpoint(holder, init_checkpoint, require_all=True)
     return EncoderModule(holder.bert, vocab_path, do_lower_case,
                          _config_file_for_asset(config, scratch))
+  if model_type in ("classifier", "squad"):
+    labels, regression, text_pairs = _task_defaults(model_type, init_checkpoint, labels,
+                                                    regression, text_pairs)
   if model_type == "classifier":
     num_labels = 1 if regression else (len(labels) if labels else
                                        checkpoints.num_classifier_outputs(init_checkpoint))
@@ -616,14 +627,36 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
                      max_answer_length, doc_stride, n_best_size)
 
 
+def _task_defaults(model_type, init_checkpoint, labels, regression, text_pairs):
+  """(labels, regression, text_pairs): those given (not None), else the task.json of the
+  fine-tuning run beside `init_checkpoint`, else None / False / False. InputError when that run
+  trained another kind of model."""
+  record = fine_tuning.task_record(checkpoints.checkpoint_directory(init_checkpoint), None,
+                                   has_checkpoint=False, flag="init_checkpoint") or {}
+  script = {"classifier": "run_classifier", "squad": "run_squad"}[model_type]
+  if record and record["task"].split()[0] != script:
+    raise fileio.InputError(f"--init_checkpoint={init_checkpoint} holds the model of "
+                            f"{record['task']}, not of {script}: no --model_type={model_type}")
+  if labels is None and not regression:
+    labels = record.get("labels")
+  return (labels, bool(record.get("regression")) if regression is None else regression,
+          bool(record.get("text_pairs")) if text_pairs is None else text_pairs)
+
+
 def main(_):
   logging.set_verbosity(logging.INFO)
   export(FLAGS.model_type, FLAGS.export_dir, init_checkpoint=FLAGS.init_checkpoint,
          bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
          do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
-         labels=FLAGS.labels, regression=FLAGS.regression, text_pairs=FLAGS.text_pairs,
+         labels=FLAGS.labels, regression=_given(FLAGS["regression"]),
+         text_pairs=_given(FLAGS["text_pairs"]),
          max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
          doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite)
+
+
+def _given(flag):
+  """A flag's value when it is on the command line, else None (export then reads task.json)."""
+  return flag.value if flag.present else None
 
 
 def cli():

@@ -39,24 +39,29 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
-script_flags.define_runtime_flags()
-script_flags.define_checkpoint_flags()
-script_flags.define_text_flags()
-script_flags.define_max_seq_length(128)
-script_flags.define_dynamic_padding_flag()
-script_flags.define_doc_stride_flag()
 
-script_flags.define_input_file_flag()
-script_flags.define_output_file_flag()
 
-flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                    "Comma-separated encoder layers to output: -1 is the last, 0 the first.")
+def define_flags():
+  """The flags of extract_features.py: the shared groups (script_flags), then its own."""
+  script_flags.define_runtime_flags()
+  script_flags.define_checkpoint_flags()
+  script_flags.define_text_flags()
+  script_flags.define_max_seq_length(128)
+  script_flags.define_dynamic_padding_flag()
+  script_flags.define_doc_stride_flag()
 
-flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).",
-                     lower_bound=1)
+  script_flags.define_input_file_flag()
+  script_flags.define_output_file_flag()
 
-flags.DEFINE_bool("use_one_hot_embeddings", False,
-                  "The original's TPU switch; accepted and ignored (the lookup is a gather).")
+  flags.DEFINE_string("layers", "-1,-2,-3,-4",
+                      "Comma-separated encoder layers to output: -1 is the last, 0 the first.")
+
+  flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).",
+                       lower_bound=1)
+
+  flags.DEFINE_bool("use_one_hot_embeddings", False,
+                    "The original's TPU switch; accepted and ignored (the lookup is a gather).")
+
 
 # Input lines per chunk, in batches: enough to keep the model busy, few enough that the
 # tokenized chunk is small next to the outputs held.
@@ -156,9 +161,10 @@ class LayerExtractor(tf.Module):
     self.bert = modeling.BertModel(config, compute_dtype)
     self.layer_indexes = list(layer_indexes)
 
-  def __call__(self, features, training=False, dropout_seed=None):
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     outputs = self.bert(features["input_ids"], features["input_mask"], features["input_type_ids"],
-                        training=training, dropout_seed=dropout_seed)
+                        training=training, dropout_seed=dropout_seed,
+                        inference_weights=inference_weights)
     layers = outputs["encoder_outputs"]
     return {"layers": tf.cast(tf.stack([layers[i] for i in self.layer_indexes], axis=1),
                               tf.float32)}
@@ -297,9 +303,8 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
 
 
 def main(_):
-  for name in ("input_file", "output_file", "vocab_file", "init_checkpoint"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+  fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
+                 vocab_file=FLAGS.vocab_file, init_checkpoint=FLAGS.init_checkpoint)
   fileio.check_file(FLAGS.input_file, "--input_file")
   fileio.check_file(FLAGS.vocab_file, "--vocab_file")
   checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)
@@ -351,4 +356,5 @@ def main(_):
 
 def cli():
   """The command line: `python extract_features.py` and the `bert-extract-features` command."""
+  define_flags()
   commands.run_main(main)

@@ -35,6 +35,14 @@ class InputError(ReportedError, ValueError):
   """A problem with the user's input (file, line, record or flag), reported without a traceback."""
 
 
+def require(**values):
+  """InputError naming the first flag (keyword, in order) of `values` that has no value: how every
+  script requires a flag, whether always or only in some runs."""
+  for name, value in values.items():
+    if not value:
+      raise InputError(f"--{name} is required")
+
+
 def check_distinct(values, flag, what="value"):
   """InputError naming --`flag` when a list flag (e.g. --labels) has an empty or repeated entry."""
   for i, value in enumerate(values or ()):

@@ -1,43 +1,45 @@
-"""What the fine-tuning scripts (run_classifier, run_ner, run_squad, run_swag) share around their
-own data: the checks a run starts with, outputs checked against inputs before any work, the config
-and the tokenizer checked against each other, the training steps, padded sequences, writing and
-reading feature records, and running a model over records padded to whole batches.
+"""The one home of fine-tuning set-up: what the fine-tuning scripts (run_classifier, run_ner,
+run_squad, run_swag) share around their own data. `run` is their one opening (modes, the vocab of
+an exported encoder, required flags, the seed); then outputs checked against inputs before any
+work, the config (of a checkpoint or an exported encoder) and the tokenizer checked against each
+other, the start from --init_checkpoint or --hub_module_handle, the training steps and shuffle
+buffer, the task record (task.json) and the label checks against it, padded sequences, reading
+feature records, and running a model over records padded to whole batches.
 
 Plain values in, plain values out (it reads no flag): each script still reads its own data, turns
 it into features and reads top to bottom; what differs between tasks stays in the task's script.
 """
 
+import filecmp
 import glob
+import json
 import os
+import shutil
 
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
+from bert_tf2 import modeling
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
 
-def run(main, seed, modes, output_dir, /, **required):
-  """Calls a fine-tuning script's `main()` after what every run starts with: the flag checks (an
-  InputError unless one of `modes`, {"do_train": value, ...}, is set, or naming the first of
-  `required`, flag=value, without a value) and TensorFlow's global `seed`. A run that fails
-  before writing leaves no empty `output_dir` behind (fileio.check_outputs makes it, to prove
-  that it can)."""
+def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, **required):
+  """Calls a fine-tuning script's `main(vocab_file)` after what every run starts with, in this
+  order: one of `modes` ({"do_train": value, ...}) set; the vocab, `vocab_file` or else the one
+  the encoder SavedModel `hub_module_handle` carries; the `required` flags (name=value), then
+  --vocab_file and --output_dir, given (an InputError names the first that is missing); and
+  TensorFlow's global `seed`. A run that fails before writing leaves no empty `output_dir`
+  behind (fileio.check_outputs makes it, to prove that it can)."""
   if not any(modes.values()):
     raise fileio.InputError(f"at least one of {', '.join(f'--{m}' for m in modes)} must be set")
-  check_required(**required)
+  vocab_file = hub_module_vocab(hub_module_handle, vocab_file)
+  fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
   tf.random.set_seed(seed)
   with fileio.no_new_empty_directories(*[output_dir] if output_dir else []):
-    main()
-
-
-def check_required(**values):
-  """InputError naming the first flag (keyword) of `values` that has no value."""
-  for name, value in values.items():
-    if not value:
-      raise fileio.InputError(f"--{name} is required")
+    main(vocab_file)
 
 
 def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_checkpoint):
@@ -70,7 +72,7 @@ def load_config_and_tokenizer(bert_config_file, init_checkpoint, vocab_file, do_
   of `vocab_file` (default: the SavedModel's) checked against it (`tokenizer_for`); InputError
   when do_lower_case contradicts a Google checkpoint's name or the SavedModel's casing."""
   if hub_module_handle:
-    config, vocab_file = checkpoints.fine_tuning_setup(
+    config, vocab_file = _hub_module_config(
         hub_module_handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
         max_seq_length)
     return config, tokenizer_for(config, bert_config_file or hub_module_handle, vocab_file,
@@ -111,13 +113,13 @@ def tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs=None):
 def train_steps(train_examples, strategy, train_batch_size, accumulation_steps, num_train_epochs,
                 warmup_proportion):
   """(num_train_steps, num_warmup_steps, per-replica batch) of training on `train_examples`
-  (training.fine_tuning_steps, training.per_replica_batch_size: checked before any record is
+  (_steps, training.per_replica_batch_size: checked before any record is
   written); (1, 0, None) without training (None): the optimizer is then only restored."""
   if train_examples is None:
     return 1, 0, None
   batch = training.per_replica_batch_size(train_batch_size, strategy, "train_batch_size",
                                           accumulation_steps)
-  return (*training.fine_tuning_steps(len(train_examples), train_batch_size, num_train_epochs,
+  return (*_steps(len(train_examples), train_batch_size, num_train_epochs,
                                       warmup_proportion), batch)
 
 
@@ -162,3 +164,126 @@ def predict(trainer, record_file, key, write, num_features, name_to_features, ba
                               lambda: write(global_batch))
   input_fn = input_fn_builder(record_file, name_to_features, False, pad_to_longest=pad_to_longest)
   return trainer.predict(lambda ctx: input_fn(per_replica, ctx), output_names)
+
+
+def _hub_module_config(handle, bert_config_file, vocab_file, do_lower_case, init_checkpoint,
+                      max_seq_length):
+  """(config, vocab file) of a fine-tuning run started from the encoder SavedModel `handle`
+  (--hub_module_handle).
+
+  As the original's run_classifier_with_tfhub.py, the vocab and casing come with the module:
+  --vocab_file defaults to its vocab, and a --do_lower_case that contradicts its casing is an
+  error (the casing the encoder was trained with is the only right one).
+  """
+  if init_checkpoint:
+    raise fileio.InputError("give --init_checkpoint or --hub_module_handle, not both")
+  module_vocab, module_lower = checkpoints.load_tokenization_info(handle)
+  if module_lower != do_lower_case:
+    raise fileio.InputError(f"--do_lower_case={do_lower_case} does not match the casing of "
+                            f"--hub_module_handle={handle} (do_lower_case={module_lower})")
+  config = (modeling.BertConfig.from_json_file(bert_config_file) if bert_config_file
+            else checkpoints.encoder_config(handle))
+  checkpoints.check_seq_length(max_seq_length, config, handle)
+  return config, vocab_file or module_vocab
+
+
+def _steps(num_examples, train_batch_size, num_train_epochs, warmup_proportion):
+  """(num_train_steps, num_warmup_steps) as the original computes them."""
+  num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
+  if num_train_steps < 1:
+    raise fileio.InputError(
+        f"{num_examples} training examples at --train_batch_size={train_batch_size} for "
+        f"--num_train_epochs={num_train_epochs} make no training step")
+  if num_train_steps > training.MAX_STEPS:
+    raise fileio.InputError(
+        f"--num_train_epochs={num_train_epochs} makes {num_train_steps:.3g} training steps "
+        f"(more than {training.MAX_STEPS:.0e})")
+  return num_train_steps, int(num_train_steps * warmup_proportion)
+
+
+def shuffle_buffer(num_examples, limit=100_000):
+  """Records held in the training shuffle buffer: the whole training set, so each step draws
+  from all of it as HF's random sampler does (a 1000-record buffer draws the first steps of a
+  small GLUE set from its first records only), up to `limit` (about 100 MB of records at seq
+  128)."""
+  return max(1, min(num_examples, limit))
+
+
+# --- The task record (task.json) a training run leaves beside its checkpoints -------------------
+
+
+def task_record(directory, task, has_checkpoint, flag="output_dir"):
+  """The record `task.json` ({"task": ..., "labels": [...] or null}) a training run left in its
+  output directory, or None. InputError naming the directory when its checkpoints are another
+  task's: a head of the same shape (a sentence classifier's under a token classifier) would
+  otherwise be evaluated as if it had been trained for this task."""
+  path = os.path.join(directory, "task.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+  except (OSError, ValueError) as e:
+    raise fileio.InputError(f"{path}: not the task record of a training run ({e})") from None
+  labels = record.get("labels") if isinstance(record, dict) else None
+  if not (isinstance(record, dict) and isinstance(record.get("task"), str) and (
+      labels is None or isinstance(labels, list) and all(isinstance(x, str) for x in labels))):
+    raise fileio.InputError(f"{path}: not the task record of a training run (a JSON object with "
+                            "\"task\" and \"labels\")")
+  if has_checkpoint and record["task"] != task:
+    raise fileio.InputError(f"--{flag}={directory} holds the model of another task "
+                            f"({record['task']}, not {task}); choose another --{flag}")
+  return record
+
+
+def check_labels_match(labels, record, has_checkpoint, output_dir, what="labels",
+                       flag="output_dir"):
+  """InputError when `labels` differ from those the model in `output_dir` (given by --`flag`)
+  was trained with (its task record): class i would silently mean another label. Returns
+  `labels`."""
+  saved = record["labels"] if record else None
+  if saved is not None and has_checkpoint and saved != labels:
+    raise fileio.InputError(
+        f"the {what} {','.join(labels)} differ from {','.join(saved)}, those the model in "
+        f"--{flag}={output_dir} was trained with (task.json); give "
+        f"--labels={','.join(saved)} or another --{flag}")
+  return labels
+
+
+def init_task_record(init_checkpoint, task, evaluating_only):
+  """The task record (task.json) beside --init_checkpoint when it is a model fine-tuned by one of
+  these scripts, or None. Only evaluating or predicting with it (`evaluating_only`) needs it to be
+  this task's: starting training from another task's model is a choice; scoring this task with
+  another task's output layer is an InputError."""
+  if not init_checkpoint:
+    return None
+  directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
+      os.path.abspath(init_checkpoint))
+  record = task_record(directory, task, has_checkpoint=False, flag="init_checkpoint")
+  if record and evaluating_only and record["task"] != task:
+    raise fileio.InputError(f"--init_checkpoint={init_checkpoint} holds the model of another "
+                            f"task ({record['task']}, not {task})")
+  return record if record and record["task"] == task else None
+
+
+def write_task_record(directory, task, labels=None, **details):
+  """Writes `task.json` (see task_record) beside the checkpoints a training run writes; `details`
+  (run_classifier: text_pairs, regression) are what export_model.py reads from it by default."""
+  with fileio.open_atomic(os.path.join(directory, "task.json")) as f:
+    json.dump({"task": task, "labels": labels, **details}, f)
+
+
+def write_model_files(directory, config, vocab_file):
+  """bert_config.json and vocab.txt beside the checkpoints a training run writes, so that the
+  fine-tuned model is whole in its folder: export_model.py and the scripts' --init_checkpoint
+  find them there by default. A file already there with the same content is left alone (it may
+  be this run's own --bert_config_file or --vocab_file)."""
+  path = os.path.join(directory, "bert_config.json")
+  if not (os.path.exists(path) and
+          modeling.BertConfig.from_json_file(path).to_dict() == config.to_dict()):
+    with fileio.open_atomic(path) as f:
+      f.write(config.to_json_string())
+  target = os.path.join(directory, "vocab.txt")
+  if not (os.path.exists(target) and filecmp.cmp(target, vocab_file, shallow=False)):
+    with fileio.open_atomic(target, "wb") as f, open(vocab_file, "rb") as source:
+      shutil.copyfileobj(source, f)

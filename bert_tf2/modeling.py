@@ -7,7 +7,9 @@ checkpoint I/O needs no hand-written table (see checkpoints.py).
 
 Variables are always float32. `compute_dtype` (float32, bfloat16 or float16) is the dtype of the
 matrix work: weights are cast at use, while LayerNorm, softmax and the losses stay in float32 so
-mixed precision changes speed, not the numerics that matter.
+mixed precision changes speed, not the numerics that matter. The blocks' numerical kernels
+(GELU's gradient, seeded dropout, LayerNorm's passes, ...) are kernels.py's; inference's weights
+cast once reach the blocks as an argument (`InferenceWeights`).
 """
 
 import contextlib
@@ -15,12 +17,15 @@ import copy
 import inspect
 import json
 import math
-import threading
 
 import tensorflow as tf
 from absl import logging
 
 from bert_tf2 import fileio
+from bert_tf2 import kernels
+
+# --mixed_precision's values: the dtype of the model's matrix work (BertModel's compute_dtype).
+COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 
 # hidden_act names. The original's "gelu" is the tanh approximation; HuggingFace's "gelu" is the
 # exact erf form. Configs keep the original meaning; HF configs are translated on load.
@@ -36,38 +41,11 @@ ACTIVATIONS = {
     "linear": tf.identity,
 }
 
-
-def _gelu_derivative(x, approximate):
-  x = tf.cast(x, tf.float32)
-  if approximate:
-    c = math.sqrt(2.0 / math.pi)
-    t = tf.tanh(c * (x + 0.044715 * x * x * x))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
-  return 0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))) + x * tf.exp(
-      -0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-
-
-@tf.function(jit_compile=True)
-def _gelu_grad(x, dy, approximate):
-  return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(x, approximate), dy.dtype)
-
-
-def _gelu_for_training(approximate):
-  """tf.nn.gelu whose gradient is one compiled elementwise pass (in float32) instead of the ten
-  or so ops autodiff makes of it in the compute dtype: the feed-forward block's backward about
-  twice as fast on CPU, and a BERT-base bf16 training step ~6% faster. Same forward op; used
-  only when training, so inference keeps oneDNN's fused matmul + bias + GELU."""
-
-  @tf.custom_gradient
-  def gelu(x):
-    return tf.nn.gelu(x, approximate=approximate), lambda dy: _gelu_grad(x, dy, approximate)
-
-  return gelu
-
-
-TRAINING_ACTIVATIONS = {"gelu": _gelu_for_training(True), "gelu_new": _gelu_for_training(True),
-                        "gelu_tanh": _gelu_for_training(True),
-                        "gelu_exact": _gelu_for_training(False)}
+# When training: the same GELUs with a one-pass gradient (kernels.gelu_for_training).
+TRAINING_ACTIVATIONS = {"gelu": kernels.gelu_for_training(True),
+                        "gelu_new": kernels.gelu_for_training(True),
+                        "gelu_tanh": kernels.gelu_for_training(True),
+                        "gelu_exact": kernels.gelu_for_training(False)}
 _HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_tanh",
                    "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
 
@@ -165,8 +143,9 @@ class BertConfig:
       logging.warning("%s: unknown key(s) %s in the BERT config are ignored (misspelt?)", source,
                       ", ".join(unknown))
     missing = [k for k in _SIZES if k not in d]
-    if missing:
-      raise fileio.InputError(f"{source}: the BERT config has no {missing[0]}")
+    if missing:  # every one at once: a config written by hand is fixed in one go
+      raise fileio.InputError(f"{source}: the BERT config has no {', '.join(missing)} (see the "
+                              "published sizes in configs/)")
     if d.get("position_embedding_type", "absolute") != "absolute":
       logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
                       "position embeddings", source, d["position_embedding_type"])
@@ -230,69 +209,22 @@ def _initializer(config):
   return lambda shape: tf.random.truncated_normal(shape, stddev=stddev)
 
 
-def dropout(x, rate, training, seed):
-  """Dropout only when training. With a seed (a [2] int tensor, see `BertModel.__call__`) the mask is
-  a pure function of that seed, so a resumed run draws the same masks as an uninterrupted one.
-
-  The seeded mask is drawn as 16 random bits per element, kept where they are at least
-  round(rate * 65536): half the random numbers of tf.nn.experimental.stateless_dropout and no
-  conversion to floats (a BERT-base training step 6% faster), and the rate exact to 1/65536,
-  where that op's uniform floats in bfloat16 make a rate of 0.1 into 13/128 = 0.1016.
-  """
-  if not training or rate == 0.0:
-    return x
-  if seed is None:
-    return tf.nn.dropout(x, rate=rate)
-  size = tf.size(x)
-  bits = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
-                                     dtype=tf.uint32)
-  bits = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-  keep = tf.reshape(bits, tf.shape(x)) >= tf.constant(round(rate * 65536), tf.uint16)
-  return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
-
-
-@tf.custom_gradient
-def _bias_add_bf16(y, bias):
-  """tf.nn.bias_add of bfloat16 tensors whose bias gradient is accumulated in float32.
-
-  TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: once the running sum is large, each
-  new row falls below its rounding step. Measured on rows of small positive values (as a bias
-  gradient often is): 22% off at 1,024 rows, 87% at 8,192 (a batch of 64 x 128 tokens), 96% at
-  32,768 (pre-training's 256 x 128). float16 and float32 BiasAddGrads accumulate in float32.
-  Here the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN accumulates in
-  float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient 652 -> 387 us on the
-  2-core EPYC of benchmarks/README.md).
-  """
-
-  def grad(dy):
-    rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
-    return dy, tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
-
-  return tf.nn.bias_add(y, bias), grad
-
-
-def _bias_add(y, bias, training):
-  """y + bias as BiasAdd (see `_bias_add_bf16` for bfloat16 training)."""
-  if training and y.dtype == tf.bfloat16:
-    return _bias_add_bf16(y, bias)
-  return tf.nn.bias_add(y, bias)
-
-
-# While `fast_inference` is open (a trace of the model's call): its weights and softmax choice.
-_inference = threading.local()
-
-
 def _cast_concat(variables, axis, dtype):
   return tf.cast(variables[0] if len(variables) == 1 else tf.concat(variables, axis), dtype)
 
 
-def _weight(variables, dtype, axis=0):
+def _weight_key(variables, dtype):
+  return tuple(v.ref() for v in variables), dtype
+
+
+def _weight(variables, dtype, inference_weights, axis=0):
   """`variables` (one, or several concatenated along `axis`) as one `dtype` tensor: the copy
-  `fast_inference` supplies, else concatenated and cast here, at this call."""
-  supplied = getattr(_inference, "weights", None)
-  key = (tuple(v.ref() for v in variables), dtype)
-  if supplied and key in supplied:
-    return supplied[key]
+  `inference_weights` (an InferenceWeights, or None) holds, else concatenated and cast here, at
+  this call."""
+  if inference_weights is not None:
+    weight = inference_weights.get(variables, dtype)
+    if weight is not None:
+      return weight
   return _cast_concat(variables, axis, dtype)
 
 
@@ -311,7 +243,7 @@ def _weight_groups(module):
 
 def cast_weights(module):
   """The weights `module`'s BertModels cast to their compute dtype (and the fused query / key /
-  value matrices they concatenate) at every call, made once, as a list for `fast_inference`.
+  value matrices they concatenate) at every call, made once, as a list for `InferenceWeights`.
 
   Inference calls the model many times with the same weights: casting 85 M float32 parameters
   of BERT-base to bfloat16 at each call was 12% of a bf16 forward pass (batch 8 x 128 tokens),
@@ -320,30 +252,26 @@ def cast_weights(module):
   return [_cast_concat(variables, axis, dtype) for variables, axis, dtype in _weight_groups(module)]
 
 
-@contextlib.contextmanager
-def fast_inference(module, weights, bf16_softmax=True):
-  """Open it while a tf.function that calls `module` with training=False is traced. Inside:
+class InferenceWeights:
+  """What a model called with training=False reads instead of casting its variables: its
+  `inference_weights` argument, which BertModel hands down to every Dense and SelfAttention.
 
-  - The BertModels of `module` take their matrices from `weights` (`cast_weights(module)`)
-    instead of casting their variables. Pass `weights` in as an argument of that function:
-    traced with copies captured as constants, it would keep using them after the variables
-    change.
-  - With `bf16_softmax`, bfloat16 attention adds its mask and takes its softmax in bfloat16
-    instead of float32. TensorFlow's own kernels compute a bfloat16 softmax in float32 (oneDNN
-    on CPU, CUDA's in float32 too) and round once: the probabilities are the float32 softmax's
-    rounded to bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one
-    rounding step at most), without the two casts, and oneDNN fuses the mask add into the
-    scores' batch matmul: a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax
-    accumulates in bfloat16 (probabilities 4% off): pass False.
+  - `weights`: `cast_weights(module)`, the copies the BertModels of `module` then take their
+    matrices from. Make the InferenceWeights inside the tf.function that calls the model, from
+    copies passed in as an argument of that function: traced with copies captured as
+    constants, it would keep using them after the variables change.
+  - `bf16_softmax`: bfloat16 attention adds its mask and takes its softmax in bfloat16 instead
+    of float32 (see kernels.masked_softmax). Not under XLA: pass False.
   """
-  previous = getattr(_inference, "weights", None), getattr(_inference, "bf16_softmax", False)
-  _inference.weights = {(tuple(v.ref() for v in variables), dtype): weight
-                        for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
-  _inference.bf16_softmax = bf16_softmax
-  try:
-    yield
-  finally:
-    _inference.weights, _inference.bf16_softmax = previous
+
+  def __init__(self, module, weights, bf16_softmax=True):
+    self._weights = {_weight_key(variables, dtype): weight
+                     for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
+    self.bf16_softmax = bf16_softmax
+
+  def get(self, variables, dtype):
+    """The copy of `variables` (concatenated) in `dtype`, or None."""
+    return self._weights.get(_weight_key(variables, dtype))
 
 
 class Dense(tf.Module):
@@ -356,12 +284,13 @@ class Dense(tf.Module):
       self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
     self.activation = activation
 
-  def __call__(self, x, activation=None, training=False):
-    """`activation` replaces the layer's own for this call."""
+  def __call__(self, x, activation=None, training=False, inference_weights=None):
+    """`activation` replaces the layer's own for this call; `inference_weights` (see
+    InferenceWeights) may hold the kernel and bias in x's dtype."""
     # BiasAdd rather than `+`: grappler's oneDNN remapper then fuses matmul, bias and GELU into
     # one kernel in inference (the `+` form fused only the bias; GELU ran as separate ops).
-    y = _bias_add(tf.matmul(x, _weight([self.kernel], x.dtype)), _weight([self.bias], x.dtype),
-                  training)
+    y = kernels.bias_add(tf.matmul(x, _weight([self.kernel], x.dtype, inference_weights)),
+                         _weight([self.bias], x.dtype, inference_weights), training)
     activation = activation or self.activation
     return activation(y) if activation else y
 
@@ -380,44 +309,7 @@ class LayerNorm(tf.Module):
     self.eps = eps
 
   def __call__(self, x, training=False):
-    if training:
-      return _layer_norm_for_training(x, self.gamma, self.beta, self.eps)
-    x32 = tf.cast(x, tf.float32)
-    mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
-    y = (x32 - mean) * tf.math.rsqrt(variance + self.eps) * self.gamma + self.beta
-    return tf.cast(y, x.dtype)
-
-
-@tf.function(jit_compile=True)
-def _layer_norm_forward(x, gamma, beta, eps):
-  x32 = tf.cast(x, tf.float32)
-  centred = x32 - tf.reduce_mean(x32, -1, keepdims=True)
-  rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, -1, keepdims=True) + eps)
-  return tf.cast(centred * rstd * gamma + beta, x.dtype), rstd
-
-
-@tf.function(jit_compile=True)
-def _layer_norm_backward(x, gamma, rstd, dy):
-  """(dx, dgamma, dbeta) of LayerNorm, from its input and 1 / standard deviation."""
-  x32, dy = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
-  normed = (x32 - tf.reduce_mean(x32, -1, keepdims=True)) * rstd
-  dnormed = dy * gamma
-  dx = rstd * (dnormed - tf.reduce_mean(dnormed, -1, keepdims=True)
-               - normed * tf.reduce_mean(dnormed * normed, -1, keepdims=True))
-  rows = lambda t: tf.reshape(t, [-1, tf.shape(t)[-1]])
-  return tf.cast(dx, x.dtype), tf.reduce_sum(rows(dy * normed), 0), tf.reduce_sum(rows(dy), 0)
-
-
-def _layer_norm_for_training(x, gamma, beta, eps):
-  """LayerNorm.__call__ with its forward and backward each one compiled pass (autodiff made a
-  dozen elementwise ops and reductions of it): a BERT-base bf16 training step ~3% faster."""
-
-  @tf.custom_gradient
-  def layer_norm(x, gamma, beta):
-    y, rstd = _layer_norm_forward(x, gamma, beta, eps)
-    return y, lambda dy: _layer_norm_backward(x, gamma, rstd, dy)
-
-  return layer_norm(x, gamma, beta)
+    return kernels.layer_norm(x, self.gamma, self.beta, self.eps, training)
 
 
 class Embeddings(tf.Module):
@@ -444,7 +336,7 @@ class Embeddings(tf.Module):
     x = (tf.gather(self.word_embeddings, input_ids)
          + tf.gather(self.token_type_embeddings, segment_ids)
          + positions)
-    return dropout(self.layer_norm(x, training), self.dropout_prob, training, seed)
+    return kernels.dropout(self.layer_norm(x, training), self.dropout_prob, training, seed)
 
 
 class SelfAttention(tf.Module):
@@ -461,16 +353,18 @@ class SelfAttention(tf.Module):
     self.head_size = h // config.num_attention_heads
     self.dropout_prob = config.attention_probs_dropout_prob
 
-  def __call__(self, x, batch, seq, mask_adder, training, seed, queries=None):
+  def __call__(self, x, batch, seq, mask_adder, training, seed, queries=None,
+               inference_weights=None):
     """`queries`: optional (rows [batch * n] of x, positions [batch, n]): only those positions
-    attend (over every key), and the context is [batch * n, hidden]."""
+    attend (over every key), and the context is [batch * n, hidden]. `inference_weights`: see
+    InferenceWeights."""
     # One [hidden, 3*hidden] matmul instead of three: better use of the matrix units, and one
     # transpose to the [batch, heads, seq, head_size] layout. The variables stay separate so the
     # checkpoint names are the original's.
     dense = [self.query, self.key, self.value] if queries is None else [self.key, self.value]
-    kernel = _weight([d.kernel for d in dense], x.dtype, axis=1)
-    bias = _weight([d.bias for d in dense], x.dtype)
-    projected = _bias_add(tf.matmul(x, kernel), bias, training)
+    kernel = _weight([d.kernel for d in dense], x.dtype, inference_weights, axis=1)
+    bias = _weight([d.bias for d in dense], x.dtype, inference_weights)
+    projected = kernels.bias_add(tf.matmul(x, kernel), bias, training)
     projected = tf.reshape(projected, [batch, seq, len(dense), self.num_heads, self.head_size])
     projected = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))
     if queries is None:
@@ -479,18 +373,16 @@ class SelfAttention(tf.Module):
     else:
       (k, v), (query_rows, positions) = projected, queries
       rows = tf.shape(positions)[1]
-      q = tf.transpose(tf.reshape(self.query(tf.gather(x, query_rows)),
-                                  [batch, rows, self.num_heads, self.head_size]), [0, 2, 1, 3])
+      q = tf.transpose(tf.reshape(
+          self.query(tf.gather(x, query_rows), inference_weights=inference_weights),
+          [batch, rows, self.num_heads, self.head_size]), [0, 2, 1, 3])
       if mask_adder.shape[2] != 1:  # a mask per query (packed sequences): the queries' rows
         mask_adder = tf.gather(mask_adder, positions, axis=2, batch_dims=1)
     # Scaling q (seq x head_size values) is cheaper than scaling the seq x seq scores.
     scores = tf.matmul(q * tf.cast(1.0 / math.sqrt(self.head_size), q.dtype), k, transpose_b=True)
-    if not training and scores.dtype == tf.bfloat16 and getattr(_inference, "bf16_softmax", False):
-      probs = tf.nn.softmax(scores + tf.cast(mask_adder, scores.dtype))  # see fast_inference
-    else:
-      # Softmax in float32: the -10000 mask adder and bf16's 8-bit mantissa do not mix well.
-      probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder)
-    probs = dropout(probs, self.dropout_prob, training, seed)
+    bf16_softmax = not training and inference_weights is not None and inference_weights.bf16_softmax
+    probs = kernels.masked_softmax(scores, mask_adder, bf16_softmax)
+    probs = kernels.dropout(probs, self.dropout_prob, training, seed)
     context = tf.matmul(tf.cast(probs, v.dtype), v)
     # No -1 in the shape: a batch of 0 rows (a multi-worker job's exhausted worker) must work.
     return tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
@@ -512,9 +404,9 @@ class AttentionOutput(tf.Module):
       self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
     self.dropout_prob = config.hidden_dropout_prob
 
-  def __call__(self, context, residual, training, seed):
-    return self.layer_norm(dropout(self.dense(context, training=training), self.dropout_prob,
-                                   training, seed)
+  def __call__(self, context, residual, training, seed, inference_weights=None):
+    projected = self.dense(context, training=training, inference_weights=inference_weights)
+    return self.layer_norm(kernels.dropout(projected, self.dropout_prob, training, seed)
                            + residual, training)
 
 
@@ -526,10 +418,12 @@ class Attention(tf.Module):
       self.self_attention = SelfAttention(config)
       self.output = AttentionOutput(config)
 
-  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None):
-    context = self.self_attention(x, batch, seq, mask_adder, training, seeds[0], queries)
+  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None,
+               inference_weights=None):
+    context = self.self_attention(x, batch, seq, mask_adder, training, seeds[0], queries,
+                                  inference_weights)
     residual = x if queries is None else tf.gather(x, queries[0])
-    return self.output(context, residual, training, seeds[1])
+    return self.output(context, residual, training, seeds[1], inference_weights)
 
 
 class Intermediate(tf.Module):
@@ -541,9 +435,9 @@ class Intermediate(tf.Module):
                          activation=ACTIVATIONS[config.hidden_act])
     self.training_activation = TRAINING_ACTIVATIONS.get(config.hidden_act)
 
-  def __call__(self, x, training=False):
+  def __call__(self, x, training=False, inference_weights=None):
     return self.dense(x, activation=self.training_activation if training else None,
-                      training=training)
+                      training=training, inference_weights=inference_weights)
 
 
 class Output(tf.Module):
@@ -556,10 +450,10 @@ class Output(tf.Module):
       self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
     self.dropout_prob = config.hidden_dropout_prob
 
-  def __call__(self, x, residual, training, seed):
+  def __call__(self, x, residual, training, seed, inference_weights=None):
+    projected = self.dense(x, training=training, inference_weights=inference_weights)
     return self.layer_norm(
-        dropout(self.dense(x, training=training), self.dropout_prob, training, seed) + residual,
-        training)
+        kernels.dropout(projected, self.dropout_prob, training, seed) + residual, training)
 
 
 class TransformerLayer(tf.Module):
@@ -571,12 +465,14 @@ class TransformerLayer(tf.Module):
       self.intermediate = Intermediate(config)
       self.output = Output(config)
 
-  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None):
+  def __call__(self, x, batch, seq, mask_adder, training, seeds, queries=None,
+               inference_weights=None):
     """[batch * seq, hidden] -> the same, or with `queries` (see SelfAttention) [batch * n,
     hidden]: the layer's output at those positions only."""
-    attention_output = self.attention(x, batch, seq, mask_adder, training, seeds[:2], queries)
-    return self.output(self.intermediate(attention_output, training), attention_output, training,
-                       seeds[2])
+    attention_output = self.attention(x, batch, seq, mask_adder, training, seeds[:2], queries,
+                                      inference_weights)
+    return self.output(self.intermediate(attention_output, training, inference_weights),
+                       attention_output, training, seeds[2], inference_weights)
 
 
 class Encoder(tf.Module):
@@ -596,8 +492,9 @@ class Pooler(tf.Module):
     with self.name_scope:
       self.dense = Dense(config.hidden_size, config.hidden_size, config, activation=tf.tanh)
 
-  def __call__(self, sequence_output, training=False):
-    return self.dense(sequence_output[:, 0], training=training)
+  def __call__(self, sequence_output, training=False, inference_weights=None):
+    return self.dense(sequence_output[:, 0], training=training,
+                      inference_weights=inference_weights)
 
 
 def _dropout_seeds(seed, count):
@@ -632,9 +529,13 @@ class BertModel(tf.Module):
     return self.embeddings.word_embeddings
 
   def __call__(self, input_ids, input_mask=None, segment_ids=None, training=False,
-               dropout_seed=None, position_ids=None, instance_ids=None, output_positions=None):
+               dropout_seed=None, position_ids=None, instance_ids=None, output_positions=None,
+               inference_weights=None):
     """`dropout_seed`: optional int [2] tensor; when given, dropout is stateless (reproducible
     across restarts). The training loop passes [step, replica].
+
+    `inference_weights`: optional InferenceWeights (with training=False): the weights cast once
+    that every layer reads instead of casting its variables at this call.
 
     Packed sequences (several instances in one row) give `instance_ids` [batch, seq] (1, 2, ...
     per instance, 0 for padding): a token then attends only to the tokens of its own instance.
@@ -677,17 +578,17 @@ class BertModel(tf.Module):
     for i, layer in enumerate(self.encoder.layers):
       last = i == len(self.encoder.layers) - 1 and queries is not None
       x = layer(x, batch, seq, mask_adder, training, seeds[1 + 3 * i:4 + 3 * i],
-                queries if last else None)
+                queries if last else None, inference_weights)
       rows = tf.shape(output_positions)[1] if last else seq
       encoder_outputs.append(tf.reshape(x, [batch, rows, self.config.hidden_size]))
     sequence_output = encoder_outputs[-1]
     if output_positions is not None:
       return {"sequence_output": sequence_output,
-              "pooled_output": self.pooler(sequence_output, training),
+              "pooled_output": self.pooler(sequence_output, training, inference_weights),
               "embedding_output": embedding_output}
     return {
         "sequence_output": sequence_output,
-        "pooled_output": self.pooler(sequence_output, training),
+        "pooled_output": self.pooler(sequence_output, training, inference_weights),
         "encoder_outputs": encoder_outputs,
         "embedding_output": embedding_output,
     }
@@ -768,9 +669,10 @@ class BertPretrainer(tf.Module):
       self.masked_lm = MaskedLMHead(config)
       self.next_sentence = NextSentenceHead(config)
 
-  def __call__(self, features, training=False, dropout_seed=None):
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     """Packed sequences (features with instance_ids and next_sentence_labels [batch, k]) get the
-    next-sentence head on the [CLS] of each instance: next_sentence_log_probs [batch * k, 2]."""
+    next-sentence head on the [CLS] of each instance: next_sentence_log_probs [batch * k, 2].
+    `inference_weights`: see BertModel."""
     # The heads read the last layer at the [CLS] of each instance (k of them) and at the masked
     # positions only: the model computes the last layer there alone.
     masked = tf.cast(features["masked_lm_positions"], tf.int32)
@@ -785,10 +687,12 @@ class BertPretrainer(tf.Module):
       starts = instance_starts(instance_ids, k)
     outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
                         training=training, dropout_seed=dropout_seed,
-                        output_positions=tf.concat([starts, masked], axis=1), **packing)
+                        output_positions=tf.concat([starts, masked], axis=1),
+                        inference_weights=inference_weights, **packing)
     selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
     hidden = self.bert.config.hidden_size
-    pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]), training=training)
+    pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]), training=training,
+                                    inference_weights=inference_weights)
     outputs["masked_lm_log_probs"] = self.masked_lm(tf.reshape(selected[:, k:], [-1, hidden]),
                                                     self.bert.embedding_table, training)
     outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
@@ -863,17 +767,20 @@ class _FineTuningModel(tf.Module):
     self.output_layer = OutputLayer(config, num_outputs, scope=scope)
     self.head_dropout = head_dropout
 
-  def _encode(self, features, training, dropout_seed, input_shape=None, pooled_only=False):
+  def _encode(self, features, training, dropout_seed, inference_weights, input_shape=None,
+              pooled_only=False):
     """`pooled_only`: the head reads `pooled_output` alone, so the last layer runs at [CLS] only
-    (BertModel's `output_positions`)."""
+    (BertModel's `output_positions`). `inference_weights`: see BertModel."""
     reshape = (lambda t: tf.reshape(t, input_shape)) if input_shape is not None else tf.identity
     input_ids = reshape(features["input_ids"])
     cls = tf.zeros([tf.shape(input_ids)[0], 1], tf.int32) if pooled_only else None
     return self.bert(input_ids, reshape(features["input_mask"]), reshape(features["segment_ids"]),
-                     training=training, dropout_seed=dropout_seed, output_positions=cls)
+                     training=training, dropout_seed=dropout_seed, output_positions=cls,
+                     inference_weights=inference_weights)
 
   def _logits(self, x, training, dropout_seed):
-    return self.output_layer(dropout(x, self.head_dropout, training, _head_seed(dropout_seed)))
+    return self.output_layer(kernels.dropout(x, self.head_dropout, training,
+                                             _head_seed(dropout_seed)))
 
 
 class BertClassifier(_FineTuningModel):
@@ -882,8 +789,8 @@ class BertClassifier(_FineTuningModel):
   def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
     super().__init__(config, num_labels, compute_dtype, head_dropout, name="classifier")
 
-  def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self._encode(features, training, dropout_seed, pooled_only=True)
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
+    outputs = self._encode(features, training, dropout_seed, inference_weights, pooled_only=True)
     outputs["logits"] = self._logits(outputs["pooled_output"], training, dropout_seed)
     return outputs
 
@@ -895,8 +802,8 @@ class BertSpanLabeler(_FineTuningModel):
   def __init__(self, config, compute_dtype=tf.float32):
     super().__init__(config, 2, compute_dtype, 0.0, name="span_labeler", scope="cls/squad")
 
-  def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self._encode(features, training, dropout_seed)
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
+    outputs = self._encode(features, training, dropout_seed, inference_weights)
     logits = self._logits(outputs["sequence_output"], training, dropout_seed)  # [b, seq, 2]
     outputs["start_logits"], outputs["end_logits"] = logits[..., 0], logits[..., 1]
     return outputs
@@ -908,8 +815,8 @@ class BertTokenClassifier(_FineTuningModel):
   def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
     super().__init__(config, num_labels, compute_dtype, head_dropout, name="token_classifier")
 
-  def __call__(self, features, training=False, dropout_seed=None):
-    outputs = self._encode(features, training, dropout_seed)
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
+    outputs = self._encode(features, training, dropout_seed, inference_weights)
     outputs["logits"] = self._logits(outputs["sequence_output"], training, dropout_seed)
     return outputs
 
@@ -920,9 +827,9 @@ class BertMultipleChoice(_FineTuningModel):
   def __init__(self, config, compute_dtype=tf.float32, head_dropout=0.1):
     super().__init__(config, 1, compute_dtype, head_dropout, name="multiple_choice")
 
-  def __call__(self, features, training=False, dropout_seed=None):
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     num_choices = features["input_ids"].shape[1]
-    outputs = self._encode(features, training, dropout_seed,
+    outputs = self._encode(features, training, dropout_seed, inference_weights,
                            input_shape=[-1, tf.shape(features["input_ids"])[2]], pooled_only=True)
     logits = self._logits(outputs["pooled_output"], training, dropout_seed)
     outputs["logits"] = tf.reshape(logits, [-1, num_choices])

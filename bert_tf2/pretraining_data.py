@@ -904,10 +904,11 @@ def _duration(seconds):
 
 def _log_example(tokens, segment_a_length, is_random_next, positions, labels, tokenizer):
   words = [tokenizer.inv_vocab.get(t, "?") for t in tokens]
-  logging.info("*** Example *** (is_random_next=%s, segment A length %d)\ntokens: %s\n"
-               "masked_lm_positions: %s\nmasked_lm_labels: %s", is_random_next,
-               segment_a_length, " ".join(words), " ".join(map(str, positions)),
-               " ".join(tokenizer.inv_vocab.get(t, "?") for t in labels))
+  # The original's example dumps: --verbosity=1 shows them.
+  logging.debug("*** Example *** (is_random_next=%s, segment A length %d)\ntokens: %s\n"
+                "masked_lm_positions: %s\nmasked_lm_labels: %s", is_random_next,
+                segment_a_length, " ".join(words), " ".join(map(str, positions)),
+                " ".join(tokenizer.inv_vocab.get(t, "?") for t in labels))
 
 
 def progress_detail(stats, progress):

@@ -41,46 +41,51 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
-script_flags.define_fine_tuning_flags()
-script_flags.define_data_dir_flag()
-script_flags.define_labels_flag()
-script_flags.define_regression_flag()
-script_flags.define_doc_stride_flag()
 
-# The task (--vocab_file, --output_dir and the rest are script_flags' shared groups).
-flags.DEFINE_string(
-    "task_name", None,
-    "Which task the data is: cola, mnli, mnli-mm (MNLI with the mismatched dev/test sets), mrpc, "
-    "qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data (see "
-    "--text_a_column).")
 
-flags.DEFINE_string(
-    "xnli_language", "zh",
-    "XNLI only: the language whose machine-translated MultiNLI training file "
-    "(multinli/multinli.train.<lang>.tsv) and whose dev/test rows (xnli.dev.tsv, xnli.test.tsv) "
-    "are used.")
+def define_flags():
+  """The flags of run_classifier.py: the shared groups (script_flags), then its own."""
+  script_flags.define_fine_tuning_flags()
+  script_flags.define_data_dir_flag()
+  script_flags.define_labels_flag()
+  script_flags.define_regression_flag()
+  script_flags.define_doc_stride_flag()
 
-## Your own task: --task_name=tsv or csv reads train.tsv / dev.tsv / test.tsv (or .csv) in
-## --data_dir. TSV is split on tabs with no quoting (like GLUE); CSV follows the usual quoting
-## rules, so fields may contain commas, quotes and newlines.
-flags.DEFINE_string(
-    "text_a_column", None,
-    "tsv/csv tasks: column of the first text, by header name or 0-based index.")
+  # The task (--vocab_file, --output_dir and the rest are script_flags' shared groups).
+  flags.DEFINE_string(
+      "task_name", None,
+      "Which task the data is: cola, mnli, mnli-mm (MNLI with the mismatched dev/test sets), mrpc, "
+      "qnli, qqp, rte, sst-2, sts-b, wnli, xnli, or tsv / csv for your own data (see "
+      "--text_a_column).")
 
-flags.DEFINE_string(
-    "text_b_column", None,
-    "tsv/csv tasks: column of the second text of a sentence-pair task (header name or 0-based "
-    "index); leave unset for single-sentence tasks.")
+  flags.DEFINE_string(
+      "xnli_language", "zh",
+      "XNLI only: the language whose machine-translated MultiNLI training file "
+      "(multinli/multinli.train.<lang>.tsv) and whose dev/test rows (xnli.dev.tsv, xnli.test.tsv) "
+      "are used.")
 
-flags.DEFINE_string(
-    "label_column", None,
-    "tsv/csv tasks: column of the label (header name or 0-based index). Not read from the test "
-    "file, which may leave it out.")
+  ## Your own task: --task_name=tsv or csv reads train.tsv / dev.tsv / test.tsv (or .csv) in
+  ## --data_dir. TSV is split on tabs with no quoting (like GLUE); CSV follows the usual quoting
+  ## rules, so fields may contain commas, quotes and newlines.
+  flags.DEFINE_string(
+      "text_a_column", None,
+      "tsv/csv tasks: column of the first text, by header name or 0-based index.")
 
-flags.DEFINE_bool(
-    "skip_header", True,
-    "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
-    "numeric columns set --noskip_header for files without one.")
+  flags.DEFINE_string(
+      "text_b_column", None,
+      "tsv/csv tasks: column of the second text of a sentence-pair task (header name or 0-based "
+      "index); leave unset for single-sentence tasks.")
+
+  flags.DEFINE_string(
+      "label_column", None,
+      "tsv/csv tasks: column of the label (header name or 0-based index). Not read from the test "
+      "file, which may leave it out.")
+
+  flags.DEFINE_bool(
+      "skip_header", True,
+      "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
+      "numeric columns set --noskip_header for files without one.")
+
 
 @dataclasses.dataclass
 class InputExample:
@@ -662,13 +667,13 @@ def convert_example_windows(ex_index, example, label_list, max_seq_length, token
     tokens, segment_ids = sliding_windows.window_tokens(first, second, span)
     input_ids, input_mask, segment_ids = fine_tuning.padded_ids(tokenizer, tokens, segment_ids,
                                                                 max_seq_length)
-    if ex_index < 5:
-      logging.info("example %s (window %d of %d), label %s (id %s)\n  tokens: %s\n  input_ids: "
-                   "%s\n  input_mask: %s\n  segment_ids: %s", example.guid, len(features) + 1,
-                   len(spans), example.label, label_id,
-                   " ".join(map(tokenization.printable_text, tokens)), *(
-                       " ".join(map(str, values)) for values in (input_ids, input_mask,
-                                                                 segment_ids)))
+    if ex_index < 5:  # the original's example dumps: --verbosity=1 shows them
+      logging.debug("example %s (window %d of %d), label %s (id %s)\n  tokens: %s\n  input_ids: "
+                    "%s\n  input_mask: %s\n  segment_ids: %s", example.guid, len(features) + 1,
+                    len(spans), example.label, label_id,
+                    " ".join(map(tokenization.printable_text, tokens)), *(
+                        " ".join(map(str, values)) for values in (input_ids, input_mask,
+                                                                  segment_ids)))
     features.append(InputFeatures(input_ids=input_ids, input_mask=input_mask,
                                   segment_ids=segment_ids, label_id=label_id,
                                   is_real_example=True, example_index=ex_index))
@@ -742,7 +747,7 @@ def _padding(count, batch_size, max_seq_length, is_regression):
 
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
 _OUTPUTS = ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-            "test_results.tsv", "task.json")
+            "test_results.tsv", "test_predictions.tsv", "task.json")
 
 
 def _check_flags(processor):
@@ -766,8 +771,8 @@ def _label_list(processor, has_checkpoint):
   """The class labels: --labels; else, when training, those of the training file; else those the
   training run saved in output_dir (task.json), or beside a fine-tuned --init_checkpoint, which
   must agree with the model there."""
-  record = training.task_record(FLAGS.output_dir, _task(), has_checkpoint)
-  init_record = training.init_task_record(FLAGS.init_checkpoint, _task(),
+  record = fine_tuning.task_record(FLAGS.output_dir, _task(), has_checkpoint)
+  init_record = fine_tuning.init_task_record(FLAGS.init_checkpoint, _task(),
                                           not FLAGS.do_train and not has_checkpoint)
   if processor.is_regression:
     return []
@@ -776,9 +781,9 @@ def _label_list(processor, has_checkpoint):
       and isinstance(processor, DelimitedProcessor)):
     processor.set_labels(saved)
   labels = processor.get_labels(FLAGS.data_dir)
-  training.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "labels",
+  fine_tuning.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "labels",
                               "init_checkpoint")
-  return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
+  return fine_tuning.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
 def _records_key(processor, split, label_list, vocab_file, order):
@@ -794,21 +799,18 @@ def _records_key(processor, split, label_list, vocab_file, order):
 
 
 def main(_):
-  modes = {"do_train": FLAGS.do_train, "do_eval": FLAGS.do_eval, "do_predict": FLAGS.do_predict}
-  fine_tuning.run(_main, FLAGS.seed, modes, FLAGS.output_dir)  # required: after the hub module
+  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir,
+                               task_name=FLAGS.task_name)
 
 
-def _main():
-  vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
-  fine_tuning.check_required(data_dir=FLAGS.data_dir, task_name=FLAGS.task_name,
-                             vocab_file=vocab_file, output_dir=FLAGS.output_dir)
+def _main(vocab_file):
   processor = processor_from_flags()
   _check_flags(processor)
   out = FLAGS.output_dir
   pairs = (f"--task_name={FLAGS.task_name} gives sentence pairs (segment ids 0 and 1)"
            if processor.is_pair else None)
-  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
-      _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir))], pairs, vocab_file)
+  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
+      _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir))], vocab_file, pairs)
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
 
@@ -869,14 +871,17 @@ def _main():
             is_regression) if train_windows is None else write_features(
                 train_windows, train_file, is_regression))
     # Evaluating or predicting later without --labels reads the labels of this model here.
-    training.write_task_record(out, _task(), None if is_regression else label_list)
+    fine_tuning.write_task_record(out, _task(), None if is_regression else label_list,
+                                  text_pairs=processor.is_pair, regression=is_regression)
+    fine_tuning.write_model_files(out, config, vocab_file)
     num_records = len(train_examples if train_windows is None else train_windows)
     logging.info("Training on %d examples (%d records), %d steps (%d warm-up), batch %d",
                  len(train_examples), num_records, num_train_steps, num_warmup_steps,
                  FLAGS.train_batch_size)
-    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, is_regression),
-                       batch, num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                       training.fine_tuning_shuffle_buffer(num_records))
+    script_flags.train_on_records(
+        trainer, train_file, feature_spec(FLAGS.max_seq_length, is_regression), batch,
+        num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+        fine_tuning.shuffle_buffer(num_records))
   else:
     trainer.restore_or_initialize(init_fn)
 
@@ -907,8 +912,23 @@ def _main():
         values = [row] if is_regression else row
         f.write("\t".join(f"{v:.8g}" for v in values) + "\n")
     logging.info("Wrote %d predictions to %s", len(outputs), output_path)
+    # Beside the original's bare probabilities (users' scripts read them as they are): each
+    # example's id (its row, or the file's index column), the predicted label and, per label,
+    # its probability, under a header.
+    labelled_path = os.path.join(FLAGS.output_dir, "test_predictions.tsv")
+    with fileio.open_atomic(labelled_path) as f:
+      f.write("\t".join(["id", "prediction"] + ([] if is_regression else label_list)) + "\n")
+      for example, row in zip(examples, outputs):
+        example_id = example.guid.split("-", 1)[-1]
+        if is_regression:
+          f.write(f"{example_id}\t{row:.8g}\n")
+        else:
+          f.write("\t".join([example_id, label_list[int(np.argmax(row))]]
+                             + [f"{v:.8g}" for v in row]) + "\n")
+    logging.info("Wrote the labelled predictions to %s", labelled_path)
 
 
 def cli():
   """The command line: `python run_classifier.py` and the `bert-run-classifier` command."""
+  define_flags()
   commands.run_main(main)

@@ -30,9 +30,14 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
-script_flags.define_fine_tuning_flags()
-script_flags.define_data_dir_flag()
-script_flags.define_labels_flag()
+
+
+def define_flags():
+  """The flags of run_ner.py: the shared groups (script_flags), then its own."""
+  script_flags.define_fine_tuning_flags()
+  script_flags.define_data_dir_flag()
+  script_flags.define_labels_flag()
+
 
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -198,11 +203,11 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
       label_ids += [0] * (max_seq_length - len(tokens))
       label_weights += [0.0] * (max_seq_length - len(tokens))
 
-      if example_index < 5:
-        logging.info("Features of sentence %s:", example.guid)
-        logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
-        logging.info("label_ids: %s", " ".join(str(x) for x in label_ids))
-        logging.info("label_weights: %s", " ".join(str(int(x)) for x in label_weights))
+      if example_index < 5:  # the original's example dumps: --verbosity=1 shows them
+        logging.debug("Features of sentence %s:", example.guid)
+        logging.debug("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+        logging.debug("label_ids: %s", " ".join(str(x) for x in label_ids))
+        logging.debug("label_weights: %s", " ".join(str(int(x)) for x in label_weights))
 
       features.append(InputFeatures(input_ids, input_mask, segment_ids, label_ids, label_weights,
                                     example_index, word_start, word_positions))
@@ -284,7 +289,7 @@ def write_conll_predictions(output_file, examples, predicted_tags):
       writer.write("\n")
 
 
-def _tag(trainer, examples, name, split, label_list, tokenizer):
+def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
   tag per word per sentence, mean cross-entropy over the labelled words)."""
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
@@ -299,7 +304,8 @@ def _tag(trainer, examples, name, split, label_list, tokenizer):
                                            record_file, padded_to)
   predicted, nll, count = [], 0.0, 0.0
   for batch in fine_tuning.predict(
-      trainer, record_file, _records_key(split, label_list, "length" if by_length else "input"),
+      trainer, record_file, _records_key(split, label_list, vocab_file,
+                                            "length" if by_length else "input"),
       write, len(features), feature_spec(FLAGS.max_seq_length),
       FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size", by_length):
     logits = batch["logits"]
@@ -315,11 +321,11 @@ def _tag(trainer, examples, name, split, label_list, tokenizer):
   return tags, nll / max(count, 1.0)
 
 
-def _records_key(split, label_list, order="input"):
+def _records_key(split, label_list, vocab_file, order="input"):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   return {"script": "run_ner", "split": split,
           "input": fileio.file_signature(ConllProcessor.split_file(FLAGS.data_dir, split)),
-          "vocab": fileio.file_signature(FLAGS.vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
           "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "order": order}
 
 
@@ -328,28 +334,29 @@ def _label_list(has_checkpoint):
   (task.json) or beside a fine-tuned --init_checkpoint; else CoNLL-2003's. They must agree with
   the model in output_dir and the one given by --init_checkpoint."""
   fileio.check_distinct(FLAGS.labels, "labels", "tag")
-  record = training.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
-  init_record = training.init_task_record(FLAGS.init_checkpoint, "run_ner",
+  record = fine_tuning.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
+  init_record = fine_tuning.init_task_record(FLAGS.init_checkpoint, "run_ner",
                                           not FLAGS.do_train and not has_checkpoint)
   saved = (record if has_checkpoint and record else init_record or record or {}).get("labels")
   labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
-  training.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "tags",
+  fine_tuning.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "tags",
                               "init_checkpoint")
-  return training.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
+  return fine_tuning.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
 
 
 def main(_):
   script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
 
 
-def _main():
+def _main(vocab_file):
   out, data_dir = FLAGS.output_dir, FLAGS.data_dir
   # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
       ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
        "test_predictions.txt", "task.json"),
       [("data_dir", [os.path.join(data_dir, name)
-                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])])
+                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])],
+      vocab_file)
   processor = ConllProcessor(_label_list(has_checkpoint))
   label_list = processor.get_labels()
 
@@ -366,23 +373,24 @@ def _main():
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
-        train_file, _records_key("train", label_list),
+        train_file, _records_key("train", label_list, vocab_file),
         lambda: file_based_convert_examples_to_features(train_examples, label_list,
                                                         FLAGS.max_seq_length, tokenizer,
                                                         train_file))
     # Evaluating or tagging later without --labels reads the tags of this model here.
-    training.write_task_record(out, "run_ner", label_list)
+    fine_tuning.write_task_record(out, "run_ner", label_list)
+    fine_tuning.write_model_files(out, config, vocab_file)
     logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
-                       num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                       training.fine_tuning_shuffle_buffer(len(train_examples)))
+    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
+                                  num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+                                  fine_tuning.shuffle_buffer(len(train_examples)))
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(data_dir)
-    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer)
+    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, vocab_file)
     result = metrics.conll_evaluate([e.labels for e in examples], tags)
     logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
     summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
@@ -393,7 +401,7 @@ def _main():
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(data_dir)
-    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer)
+    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer, vocab_file)
   if FLAGS.do_predict and trainer.is_chief:
     output_file = os.path.join(out, "test_predictions.txt")
     write_conll_predictions(output_file, examples, tags)
@@ -402,4 +410,5 @@ def _main():
 
 def cli():
   """The command line: `python run_ner.py` and the `bert-run-ner` command."""
+  define_flags()
   commands.run_main(main)

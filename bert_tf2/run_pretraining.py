@@ -29,18 +29,22 @@ from bert_tf2 import training
 
 FLAGS = flags.FLAGS
 
-script_flags.define_training_flags()
-script_flags.define_checkpoint_flags()
-script_flags.define_mode_flags("train", "eval")
-script_flags.define_max_seq_length(128, minimum=2)
-script_flags.define_max_predictions_flag()
-script_flags.define_masking_flags()
-script_flags.define_input_file_flag()
-flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1,
-                     upper_bound=training.MAX_STEPS)
-flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0,
-                     upper_bound=training.MAX_STEPS)
-flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.", lower_bound=1)
+
+def define_flags():
+  """The flags of run_pretraining.py: the shared groups (script_flags), then its own."""
+  script_flags.define_training_flags()
+  script_flags.define_checkpoint_flags()
+  script_flags.define_mode_flags("train", "eval")
+  script_flags.define_max_seq_length(128, minimum=2)
+  script_flags.define_max_predictions_flag()
+  script_flags.define_masking_flags()
+  script_flags.define_input_file_flag()
+  flags.DEFINE_integer("num_train_steps", 100000, "Optimizer steps.", lower_bound=1,
+                       upper_bound=training.MAX_STEPS)
+  flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0,
+                       upper_bound=training.MAX_STEPS)
+  flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.", lower_bound=1)
+
 
 # Keys that change no trained weight: a resumed run may change them.
 _TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
@@ -136,9 +140,8 @@ def main(_):
   tf.random.set_seed(FLAGS.seed)
   if not FLAGS.do_train and not FLAGS.do_eval:
     raise fileio.InputError("at least one of --do_train / --do_eval must be set")
-  for name in ("bert_config_file", "input_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise fileio.InputError(f"--{name} is required")
+  fileio.require(bert_config_file=FLAGS.bert_config_file, input_file=FLAGS.input_file,
+                 output_dir=FLAGS.output_dir)
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   validate_flags(config)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
@@ -208,4 +211,5 @@ def main(_):
 
 def cli():
   """The command line: `python run_pretraining.py` and the `bert-run-pretraining` command."""
+  define_flags()
   commands.run_main(main)

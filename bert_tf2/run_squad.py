@@ -36,31 +36,35 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
-script_flags.define_fine_tuning_flags(("train", "predict"), max_seq_length=384, min_seq_length=5)
-script_flags.define_squad_flags()
-script_flags.define_doc_stride_flag(128)
 
-flags.DEFINE_string("train_file", None, "SQuAD JSON to fine-tune on (e.g. train-v1.1.json).")
 
-flags.DEFINE_string(
-    "predict_file", None,
-    "SQuAD JSON to answer (e.g. dev-v1.1.json). When its questions carry answers, the "
-    "predictions are also scored (eval_results.txt).")
+def define_flags():
+  """The flags of run_squad.py: the shared groups (script_flags), then its own."""
+  script_flags.define_fine_tuning_flags(("train", "predict"), max_seq_length=384, min_seq_length=5)
+  script_flags.define_squad_flags()
+  script_flags.define_doc_stride_flag(128)
 
-flags.DEFINE_bool(
-    "verbose_logging", False,
-    "Log every answer whose WordPiece text could not be mapped back onto the context (some are "
-    "normal on SQuAD).")
+  flags.DEFINE_string("train_file", None, "SQuAD JSON to fine-tune on (e.g. train-v1.1.json).")
 
-flags.DEFINE_bool(
-    "version_2_with_negative", False,
-    "SQuAD 2.0 data: questions may be unanswerable (is_impossible) and the model may answer "
-    "nothing.")
+  flags.DEFINE_string(
+      "predict_file", None,
+      "SQuAD JSON to answer (e.g. dev-v1.1.json). When its questions carry answers, the "
+      "predictions are also scored (eval_results.txt).")
 
-flags.DEFINE_float(
-    "null_score_diff_threshold", 0.0,
-    "SQuAD 2.0: answer nothing when the no-answer score exceeds the best span's score by more "
-    "than this (any number; inf never answers nothing, -inf always does).")
+  flags.DEFINE_bool(
+      "verbose_logging", False,
+      "Log every answer whose WordPiece text could not be mapped back onto the context (some are "
+      "normal on SQuAD).")
+
+  flags.DEFINE_bool(
+      "version_2_with_negative", False,
+      "SQuAD 2.0 data: questions may be unanswerable (is_impossible) and the model may answer "
+      "nothing.")
+
+  flags.DEFINE_float(
+      "null_score_diff_threshold", 0.0,
+      "SQuAD 2.0: answer nothing when the no-answer score exceeds the best span's score by more "
+      "than this (any number; inf never answers nothing, -inf always does).")
 
 
 @dataclasses.dataclass
@@ -401,26 +405,26 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
         start_position = 0
         end_position = 0
 
-      if example_index < 20:
-        logging.info("Feature of question %d, window %d:", example_index, doc_span_index)
-        logging.info("unique_id: %s", unique_id)
-        logging.info("example_index: %s", example_index)
-        logging.info("doc_span_index: %s", doc_span_index)
-        logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
-        logging.info("token_to_orig_map: %s",
-                     " ".join(f"{x}:{y}" for (x, y) in token_to_orig_map.items()))
-        logging.info("token_is_max_context: %s",
-                     " ".join(f"{x}:{y}" for (x, y) in token_is_max_context.items()))
-        logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
-        logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
-        logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
+      if example_index < 20:  # the original's example dumps: --verbosity=1 shows them
+        logging.debug("Feature of question %d, window %d:", example_index, doc_span_index)
+        logging.debug("unique_id: %s", unique_id)
+        logging.debug("example_index: %s", example_index)
+        logging.debug("doc_span_index: %s", doc_span_index)
+        logging.debug("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+        logging.debug("token_to_orig_map: %s",
+                      " ".join(f"{x}:{y}" for (x, y) in token_to_orig_map.items()))
+        logging.debug("token_is_max_context: %s",
+                      " ".join(f"{x}:{y}" for (x, y) in token_is_max_context.items()))
+        logging.debug("input_ids: %s", " ".join(str(x) for x in input_ids))
+        logging.debug("input_mask: %s", " ".join(str(x) for x in input_mask))
+        logging.debug("segment_ids: %s", " ".join(str(x) for x in segment_ids))
         if is_training and example.is_impossible:
-          logging.info("impossible example")
+          logging.debug("impossible example")
         if is_training and not example.is_impossible:
           answer_text = " ".join(tokens[start_position:(end_position + 1)])
-          logging.info("start_position: %d", start_position)
-          logging.info("end_position: %d", end_position)
-          logging.info("answer: %s", tokenization.printable_text(answer_text))
+          logging.debug("start_position: %d", start_position)
+          logging.debug("end_position: %d", end_position)
+          logging.debug("answer: %s", tokenization.printable_text(answer_text))
 
       feature = InputFeatures(
           unique_id=unique_id,
@@ -813,10 +817,10 @@ def _validate_flags():
                             "give a number")
 
 
-def _records_key(input_file, is_training, order="input"):
+def _records_key(input_file, is_training, vocab_file, order="input"):
   """What a feature file is made from: reused only when all of it is unchanged."""
   return {"script": "run_squad", "input": fileio.file_signature(input_file),
-          "vocab": fileio.file_signature(FLAGS.vocab_file), "is_training": is_training,
+          "vocab": fileio.file_signature(vocab_file), "is_training": is_training,
           **{name: FLAGS[name].value for name in ("do_lower_case", "max_seq_length", "doc_stride",
                                                   "max_query_length", "version_2_with_negative")},
           # Training questions are shuffled with the seed; prediction records are padded.
@@ -827,15 +831,16 @@ def main(_):
   script_flags.run_fine_tuning(_main, ("train", "predict"))
 
 
-def _main():
+def _main(vocab_file):
   _validate_flags()
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
       _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
                  ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None)],
-      "SQuAD windows are pairs (question: segment 0, context: segment 1)")
-  training.task_record(out, "run_squad", has_checkpoint)
-  training.init_task_record(init_checkpoint, "run_squad", not FLAGS.do_train and not has_checkpoint)
+      vocab_file, "SQuAD windows are pairs (question: segment 0, context: segment 1)")
+  fine_tuning.task_record(out, "run_squad", has_checkpoint)
+  fine_tuning.init_task_record(init_checkpoint, "run_squad",
+                               not FLAGS.do_train and not has_checkpoint)
 
   strategy = script_flags.strategy()
   train_examples = None
@@ -867,23 +872,25 @@ def _main():
                                      output_fn=lambda f: writer.write(squad_record(f, True)))
       logging.info("%s: %d windows", train_file, writer.count)
 
-    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True),
+    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True, vocab_file),
                                 write_train_records)
-    training.write_task_record(out, "run_squad")
+    fine_tuning.write_task_record(out, "run_squad")
+    fine_tuning.write_model_files(out, config, vocab_file)
     logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     del train_examples
     # Full-length batches: the span softmax of the training loss runs over every position.
-    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length, True), batch,
-                       num_train_steps, init_fn, pad_to_longest=False, shuffle_buffer=1000)
+    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length, True),
+                                  batch, num_train_steps, init_fn, pad_to_longest=False,
+                                  shuffle_buffer=1000)
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_predict:
-    predict(trainer, tokenizer, int(optimizer.iterations.numpy()), predict_examples)
+    predict(trainer, tokenizer, vocab_file, int(optimizer.iterations.numpy()), predict_examples)
 
 
-def predict(trainer, tokenizer, global_step, examples):
+def predict(trainer, tokenizer, vocab_file, global_step, examples):
   """Answers --predict_file (its `examples`) into output_dir; scores the answers when the file
   has gold ones."""
   features = []
@@ -906,7 +913,7 @@ def predict(trainer, tokenizer, global_step, examples):
   logging.info("Predicting %d questions (%d windows)", len(examples), len(features))
   results = []
   for outputs in fine_tuning.predict(
-      trainer, predict_file, _records_key(FLAGS.predict_file, False,
+      trainer, predict_file, _records_key(FLAGS.predict_file, False, vocab_file,
                                           "length" if by_length else "input"),
       write_records, len(features), feature_spec(FLAGS.max_seq_length, False),
       FLAGS.predict_batch_size, "predict_batch_size", by_length, ["start_logits", "end_logits"]):
@@ -946,4 +953,5 @@ def predict(trainer, tokenizer, global_step, examples):
 
 def cli():
   """The command line: `python run_squad.py` and the `bert-run-squad` command."""
+  define_flags()
   commands.run_main(main)

@@ -29,8 +29,13 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
-script_flags.define_fine_tuning_flags(min_seq_length=5)
-script_flags.define_data_dir_flag()
+
+
+def define_flags():
+  """The flags of run_swag.py: the shared groups (script_flags), then its own."""
+  script_flags.define_fine_tuning_flags(min_seq_length=5)
+  script_flags.define_data_dir_flag()
+
 
 NUM_CHOICES = 4
 
@@ -150,13 +155,13 @@ def convert_single_example(ex_index, example, max_seq_length, tokenizer):
     input_mask.append(choice_input_mask)
     segment_ids.append(choice_segment_ids)
 
-    if ex_index < 3:
-      logging.info("Features of example %s, choice %d:", example.swag_id, ending_index)
-      logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
-      logging.info("input_ids: %s", " ".join(str(x) for x in choice_input_ids))
-      logging.info("segment_ids: %s", " ".join(str(x) for x in choice_segment_ids))
+    if ex_index < 3:  # the original's example dumps: --verbosity=1 shows them
+      logging.debug("Features of example %s, choice %d:", example.swag_id, ending_index)
+      logging.debug("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+      logging.debug("input_ids: %s", " ".join(str(x) for x in choice_input_ids))
+      logging.debug("segment_ids: %s", " ".join(str(x) for x in choice_segment_ids))
   if ex_index < 3:
-    logging.info("label: %s", example.label)
+    logging.debug("label: %s", example.label)
 
   return InputFeatures(example.swag_id, input_ids, input_mask, segment_ids,
                        example.label if example.label is not None else 0)
@@ -209,23 +214,23 @@ def feature_spec(seq_length):
   }
 
 
-def _records_key(split):
+def _records_key(split, vocab_file):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   path = os.path.join(FLAGS.data_dir, SwagProcessor.FILES[split])
   return {"script": "run_swag", "split": split, "input": fileio.file_signature(path),
-          "vocab": fileio.file_signature(FLAGS.vocab_file), "do_lower_case": FLAGS.do_lower_case,
+          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
           "max_seq_length": FLAGS.max_seq_length}
 
 
-def _probabilities(trainer, examples, name, split, tokenizer):
+def _probabilities(trainer, examples, name, split, tokenizer, vocab_file):
   """Choice probabilities [len(examples), NUM_CHOICES] of `examples` (of `split`) with
   --{name}_batch_size."""
   record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
   write = lambda padded_to: file_based_convert_examples_to_features(
       examples, FLAGS.max_seq_length, tokenizer, record_file, pad_to_multiple=padded_to)
   probabilities, real = [], []
-  for batch in fine_tuning.predict(trainer, record_file, _records_key(split), write, len(examples),
-                                   feature_spec(FLAGS.max_seq_length),
+  for batch in fine_tuning.predict(trainer, record_file, _records_key(split, vocab_file), write,
+                                   len(examples), feature_spec(FLAGS.max_seq_length),
                                    FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size",
                                    script_flags.dynamic_padding(trainer.strategy)):
     probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
@@ -237,15 +242,16 @@ def main(_):
   script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
 
 
-def _main():
+def _main(vocab_file):
   out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint, config, tokenizer = script_flags.fine_tuning_setup(
+  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
       ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
        "test_results.tsv", "task.json"),
       [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()])],
-      "SWAG choices are pairs (context: segment 0, ending: segment 1)")
-  training.task_record(out, "run_swag", has_checkpoint)
-  training.init_task_record(init_checkpoint, "run_swag", not FLAGS.do_train and not has_checkpoint)
+      vocab_file, "SWAG choices are pairs (context: segment 0, ending: segment 1)")
+  fine_tuning.task_record(out, "run_swag", has_checkpoint)
+  fine_tuning.init_task_record(init_checkpoint, "run_swag",
+                               not FLAGS.do_train and not has_checkpoint)
   processor = SwagProcessor()
 
   strategy = script_flags.strategy()
@@ -260,21 +266,22 @@ def _main():
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
-        train_file, _records_key("train"),
+        train_file, _records_key("train", vocab_file),
         lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
                                                         tokenizer, train_file))
-    training.write_task_record(out, "run_swag")
+    fine_tuning.write_task_record(out, "run_swag")
+    fine_tuning.write_model_files(out, config, vocab_file)
     logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    script_flags.train(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
-                       num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                       training.fine_tuning_shuffle_buffer(len(train_examples)))
+    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
+                                  num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
+                                  fine_tuning.shuffle_buffer(len(train_examples)))
   else:
     trainer.restore_or_initialize(init_fn)
 
   if FLAGS.do_eval:
     examples = processor.get_dev_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer)
+    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer, vocab_file)
     labels = np.array([e.label for e in examples])
     loss = metrics.cross_entropy(probabilities, labels)
     summary = {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
@@ -285,7 +292,8 @@ def _main():
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "predict", "test", tokenizer)
+    probabilities = _probabilities(trainer, examples, "predict", "test", tokenizer,
+                                   vocab_file)
   if FLAGS.do_predict and trainer.is_chief:
     output_file = os.path.join(FLAGS.output_dir, "test_results.tsv")
     with fileio.open_atomic(output_file) as f:
@@ -297,4 +305,5 @@ def _main():
 
 def cli():
   """The command line: `python run_swag.py` and the `bert-run-swag` command."""
+  define_flags()
   commands.run_main(main)

@@ -1,17 +1,33 @@
 """The command-line flags the scripts share, each defined once with one help text, and the plain
 values a script builds from them.
 
-A script calls the `define_*` groups it uses when it is imported and reads the flags in its
-`main`; the library modules it hands the values to (training, optimization, modeling, ...) take
-plain arguments and never read FLAGS. The groups may be asked for by several scripts imported
-into one process (tests, notebooks): a flag that is already there is left as it is.
+Every script defines its flags in its `define_flags()`, which its `cli()` calls (so importing a
+script defines no flag, and one process defines one script's flags), from the `define_*` groups
+here and flags of its own, each with the script's default passed in (never changed afterwards);
+it reads the flags in its `main`, and the library modules it hands the values to (training,
+optimization, modeling, ...) take plain arguments and never read FLAGS. Groups overlap (the
+fine-tuning group holds the training group): a flag asked for again is left as it is, and asking
+for it with another default is a programming error. A missing required value is an
+`fileio.InputError` "--NAME is required" from the script's main (`fileio.require`), the same for
+flags that are always required and those required only in some runs.
 """
 
 import os
+import sys
 
 from absl import flags
+from absl import logging
 
 FLAGS = flags.FLAGS
+
+# The heading each shared flag is listed under in --help, from the define_* group that defined it.
+GROUPS = {}
+_TITLES = {"runtime": "devices and precision", "mode": "what to run", "output_dir": "files",
+           "input_file": "files", "output_file": "files", "overwrite": "files", "config": "model",
+           "checkpoint": "model", "vocab": "text", "lower_case": "text", "text": "text",
+           "max_seq_length": "sequences", "max_predictions": "sequences", "masking": "sequences",
+           "doc_stride": "sequences", "dynamic_padding": "sequences", "data_dir": "task",
+           "labels": "task", "regression": "task", "squad": "SQuAD", "fine_tuning": "fine-tuning"}
 
 # TensorFlow and the modules on it are imported by the functions that build values only:
 # create_pretraining_data uses the groups here and never imports TensorFlow (it starts fast).
@@ -19,10 +35,18 @@ FLAGS = flags.FLAGS
 
 
 def _define(define, name, default, help_text, positive=False, **bounds):
-  if name not in FLAGS:
-    define(name, default, help=help_text, **bounds)
-    if positive:
-      require_positive(name)
+  if name in FLAGS:
+    if FLAGS[name].default != default:
+      raise ValueError(f"--{name} asked for with the default {default!r}, but defined with "
+                       f"{FLAGS[name].default!r}")
+    return
+  define(name, default, help=help_text, **bounds)
+  # The calling define_* function names the group (define_training_flags -> "training").
+  group = sys._getframe(1).f_code.co_name  # pylint: disable=protected-access
+  group = group.removeprefix("define_").removesuffix("_flags").removesuffix("_flag")
+  GROUPS[name] = _TITLES.get(group, group)
+  if positive:
+    require_positive(name)
 
 
 def require_positive(name):
@@ -60,8 +84,9 @@ def define_runtime_flags():
           "Seed for initialisation, dropout and shuffling.")
 
 
-def define_training_flags():
-  """The training loop and its optimizer (run_pretraining and the fine-tuning scripts)."""
+def define_training_flags(lr_schedule="original"):
+  """The training loop and its optimizer (run_pretraining and the fine-tuning scripts), with the
+  script's default --lr_schedule."""
   define_runtime_flags()
   define_output_dir_flag()
   _define(flags.DEFINE_integer, "train_batch_size", 32, "Global batch size for training.",
@@ -77,7 +102,7 @@ def define_training_flags():
           "(epsilon 1e-6), for faithful reproductions; it makes short fine-tuning runs on small "
           "sets collapse more often; lamb: LAMB for large-batch pre-training.",
           enum_values=["adamw", "adam_weight_decay", "lamb"])
-  _define(flags.DEFINE_enum, "lr_schedule", "original",
+  _define(flags.DEFINE_enum, "lr_schedule", lr_schedule,
           "original: linear decay from step 0 to num_train_steps, the warm-up ramp overriding "
           "its start (the original's; run_pretraining's default); decay_after_warmup: the decay "
           "starts at the peak when the warm-up ends (HF's get_linear_schedule_with_warmup; the "
@@ -153,7 +178,6 @@ def define_max_seq_length(default, minimum=3):
   _define(flags.DEFINE_integer, "max_seq_length", default,
           "Length in WordPiece tokens of every sequence, [CLS] and [SEP] included; how a longer "
           "input is cut is the script's (its docstring says).", lower_bound=2)
-  FLAGS.set_default("max_seq_length", default)
   flags.register_validator("max_seq_length", lambda value: value >= minimum,
                            message=f"must be at least {minimum} here")
 
@@ -178,12 +202,11 @@ def define_masking_flags():
 def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=128,
                              min_seq_length=3):
   """The flags every fine-tuning script of the original has (run_classifier, run_squad, ...)."""
-  define_training_flags()
+  define_training_flags(lr_schedule="decay_after_warmup")  # HF-level results (docs/fine-tuning.md)
   define_checkpoint_flags()
   define_text_flags()
   define_max_seq_length(max_seq_length, min_seq_length)
   define_mode_flags(*modes)
-  FLAGS.set_default("lr_schedule", "decay_after_warmup")  # HF-level results (README)
   _define(flags.DEFINE_integer, "predict_batch_size", 8, "Global batch size for prediction.",
           lower_bound=1)
   _define(flags.DEFINE_float, "num_train_epochs", 3.0, "Passes over the training data.",
@@ -214,7 +237,7 @@ def define_labels_flag():
           "(task.json); else the task's own: run_classifier's tsv/csv tasks the distinct labels "
           "of the training file, sorted (numerically when all are integers), run_ner "
           "CoNLL-2003's O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC; export_model's "
-          "classifier 0 .. n-1.")
+          "classifier those of the task.json beside --init_checkpoint, else 0 .. n-1.")
 
 
 def define_squad_flags():
@@ -246,7 +269,6 @@ def define_doc_stride_flag(default=None):
           "predicts an example from the mean of its windows' probabilities, extract_features "
           "takes each token's vectors from the window where it has the most context.",
           lower_bound=1)
-  FLAGS.set_default("doc_stride", default)
 
 
 def define_regression_flag():
@@ -309,9 +331,47 @@ def strategy():
 
 
 def compute_dtype():
-  """--mixed_precision as the dtype of the model's matrix work."""
-  from bert_tf2 import training
-  return training.COMPUTE_DTYPES[FLAGS.mixed_precision]
+  """--mixed_precision as the dtype of the model's matrix work; bf16 where it would be emulated
+  (a CPU without bf16 instructions, no accelerator) is warned about."""
+  import tensorflow as tf
+  from bert_tf2 import modeling
+  accelerated = (FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu"
+                 or bool(tf.config.list_physical_devices("GPU")))
+  if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(
+      cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), accelerated):
+    logging.warning(
+        "--mixed_precision=bf16 on a CPU without bf16 instructions (AVX512_BF16 or AMX%s): its "
+        "bf16 matrix work is emulated and slower than float32; --mixed_precision=none is faster "
+        "here", ", or oneDNN held below them by ONEDNN_MAX_CPU_ISA"
+        if os.environ.get("ONEDNN_MAX_CPU_ISA") else "")
+  return modeling.COMPUTE_DTYPES[FLAGS.mixed_precision]
+
+
+# oneDNN's ISA levels (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products.
+_NO_BF16_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                 "AVX512_CORE_VNNI")
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+  """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return None
+
+
+def bf16_is_emulated(flags_of_cpu, onednn_max_isa, accelerated):
+  """Whether bf16 matrix work runs emulated: no accelerator, and a CPU without AVX512_BF16 or
+  AMX-BF16, or oneDNN held below them. Unknown flags (not Linux): not said to be."""
+  if accelerated or flags_of_cpu is None:
+    return False
+  if onednn_max_isa and onednn_max_isa.upper() in _NO_BF16_ISAS:
+    return True
+  return not flags_of_cpu & {"avx512_bf16", "amx_bf16"}
 
 
 def dynamic_padding(strategy_):
@@ -331,23 +391,22 @@ def optimizer(learning_rate, num_train_steps, num_warmup_steps):
 
 
 def run_fine_tuning(main, modes, **required):
-  """Runs a fine-tuning script's `main` (fine_tuning.run): one of --do_<modes> set, the `required`
-  flags (name=value), then --vocab_file and --output_dir given, --seed. With an exported encoder
-  (--hub_module_handle), --vocab_file defaults to the vocab it carries."""
+  """Runs a fine-tuning script's `main(vocab_file)` (fine_tuning.run, the one opening of the four
+  fine-tuning scripts): one of --do_<modes> set, the vocab (--vocab_file, or the one an exported
+  encoder given by --hub_module_handle carries), the `required` flags (name=value), --vocab_file
+  and --output_dir given, --seed."""
   from bert_tf2 import fine_tuning
-  FLAGS.vocab_file = fine_tuning.hub_module_vocab(FLAGS.hub_module_handle, FLAGS.vocab_file)
   fine_tuning.run(main, FLAGS.seed, {f"do_{mode}": FLAGS[f"do_{mode}"].value for mode in modes},
-                  FLAGS.output_dir, **required, vocab_file=FLAGS.vocab_file,
-                  output_dir=FLAGS.output_dir)
+                  FLAGS.output_dir, FLAGS.hub_module_handle, FLAGS.vocab_file, **required)
 
 
-def fine_tuning_setup(outputs, inputs, pairs=None, vocab_file=None):
-  """What every fine-tuning script does first (fine_tuning.check_files, then
-  load_config_and_tokenizer) with the shared flags: `outputs` are the names the script writes in
-  --output_dir, `inputs` its own (flag, path or paths) pairs, `pairs` why its texts are pairs (if
-  they are). Returns (has_checkpoint, BertConfig, FullTokenizer)."""
+def check_files_and_load(outputs, inputs, vocab_file, pairs=None):
+  """What every fine-tuning script does next, with the shared flags: fine_tuning.check_files
+  (`outputs` are the names the script writes in --output_dir, `inputs` its own (flag, path or
+  paths) pairs), then fine_tuning.load_config_and_tokenizer (`vocab_file` as run_fine_tuning
+  passed it to main; `pairs` says why the task's texts are pairs, if they are). Returns
+  (has_checkpoint, BertConfig, FullTokenizer)."""
   from bert_tf2 import fine_tuning
-  vocab_file = vocab_file or FLAGS.vocab_file
   has_checkpoint = fine_tuning.check_files(
       FLAGS.output_dir, outputs, [*inputs, ("hub_module_handle", FLAGS.hub_module_handle)],
       vocab_file, FLAGS.bert_config_file, FLAGS.init_checkpoint)
@@ -375,7 +434,8 @@ def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_wa
       FLAGS.output_dir)
 
 
-def train(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest, shuffle_buffer):
+def train_on_records(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest,
+                     shuffle_buffer):
   """`trainer.train` for `steps` on the records of `train_file` with the seed and loop flags."""
   from bert_tf2 import fine_tuning
   input_fn = fine_tuning.input_fn_builder(train_file, spec, True, True, FLAGS.seed, pad_to_longest,

@@ -1,11 +1,12 @@
 """The one training / evaluation / prediction loop every script shares, on tf.distribute.
 
 A task gives three things: a model (a tf.Module called as `model(features, training,
-dropout_seed)` -> dict of outputs), a `loss_fn(features, outputs)` -> {name: (sum, count)} and a
-`dataset_fn(input_context)` -> tf.data.Dataset of per-replica batches. This module does the rest:
-the strategy (default, one_device, mirrored, multi_worker_mirrored, tpu), mixed precision, XLA,
-gradient accumulation, checkpoints with automatic resume, SIGTERM handling, non-finite detection,
-TensorBoard scalars and a progress line.
+dropout_seed)` -> dict of outputs; one that also takes `inference_weights`, as modeling's models
+do, is given its weights cast once per evaluation or prediction), a `loss_fn(features, outputs)`
+-> {name: (sum, count)} and a `dataset_fn(input_context)` -> tf.data.Dataset of per-replica
+batches. This module does the rest: the strategy (default, one_device, mirrored,
+multi_worker_mirrored, tpu), mixed precision, XLA, gradient accumulation, checkpoints with
+automatic resume, SIGTERM handling, non-finite detection, TensorBoard scalars and a progress line.
 
 Losses are sums divided by the *global* count (all replicas), so a loss and its gradient do not
 depend on how a batch is split across devices: one worker with batch 32 and two with 16 each take
@@ -14,9 +15,9 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 """
 
 import contextlib
-import json
 import gc
 import glob
+import inspect
 import os
 import re
 import shutil
@@ -70,10 +71,6 @@ def split_cpu(n):
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
   return [f"/cpu:{i}" for i in range(n)]
-
-
-# --mixed_precision's values: the dtype of the model's matrix work.
-COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
 
 
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
@@ -233,7 +230,9 @@ class Trainer:
     self._use_xla = use_xla
     self._forward = tf.function(self._forward_impl, jit_compile=use_xla)
     self._predict_forward = tf.function(self._inference, jit_compile=use_xla)
-    # Made once per evaluate() / predict() (each replica its own), not at every batch.
+    # A model that takes them (modeling.InferenceWeights) is given its weights cast once per
+    # evaluate() / predict() (each replica its own), not at every batch.
+    self._takes_inference_weights = "inference_weights" in inspect.signature(model).parameters
     self._cast_weights = tf.function(self._replica_cast_weights)
     self.variables = model.trainable_variables
     if optimizer is not None:
@@ -262,11 +261,17 @@ class Trainer:
       self._initialized = self.last_checkpoint is not None
 
   def _replica_cast_weights(self):
+    if not self._takes_inference_weights:
+      return []
     return self.strategy.run(modeling.cast_weights, args=(self.model,))
 
   def _inference(self, features, weights):
-    with modeling.fast_inference(self.model, weights, bf16_softmax=not self._use_xla):
+    """The model's outputs; `weights` (the copies `_cast_weights` made) are an argument of the
+    traced step, so a later evaluate() / predict() reads the weights of its moment."""
+    if not self._takes_inference_weights:
       return self.model(features, training=False)
+    return self.model(features, training=False, inference_weights=modeling.InferenceWeights(
+        self.model, weights, bf16_softmax=not self._use_xla))
 
   # --- one step ---------------------------------------------------------------------------
 
@@ -640,20 +645,6 @@ def write_eval_results(path, metrics):
 MAX_STEPS = 10**9  # more optimizer steps than any run could take is a typo, not a plan
 
 
-def fine_tuning_steps(num_examples, train_batch_size, num_train_epochs, warmup_proportion):
-  """(num_train_steps, num_warmup_steps) as the original computes them."""
-  num_train_steps = int(num_examples / train_batch_size * num_train_epochs)
-  if num_train_steps < 1:
-    raise fileio.InputError(
-        f"{num_examples} training examples at --train_batch_size={train_batch_size} for "
-        f"--num_train_epochs={num_train_epochs} make no training step")
-  if num_train_steps > MAX_STEPS:
-    raise fileio.InputError(
-        f"--num_train_epochs={num_train_epochs} makes {num_train_steps:.3g} training steps "
-        f"(more than {MAX_STEPS:.0e})")
-  return num_train_steps, int(num_train_steps * warmup_proportion)
-
-
 def prediction_batch_size(global_batch_size, num_examples, strategy, flag_name):
   """The per-replica batch of an evaluation or prediction over `num_examples`: --flag_name, but
   no larger than the examples need (a batch is filled up with padding examples, so a batch size
@@ -667,75 +658,8 @@ def prediction_batch_size(global_batch_size, num_examples, strategy, flag_name):
   return per_replica_batch_size(global_batch_size, strategy, flag_name), global_batch_size
 
 
-def fine_tuning_shuffle_buffer(num_examples, limit=100_000):
-  """Records held in the training shuffle buffer: the whole training set, so each step draws
-  from all of it as HF's random sampler does (a 1000-record buffer draws the first steps of a
-  small GLUE set from its first records only), up to `limit` (about 100 MB of records at seq 128)."""
-  return max(1, min(num_examples, limit))
-
-
 def init_fn_for(module, init_checkpoint):
   """A callable that loads --init_checkpoint into `module` (None when no checkpoint given)."""
   if not init_checkpoint:
     return None
   return lambda: checkpoints.init_from_checkpoint(module, init_checkpoint)
-
-
-def task_record(directory, task, has_checkpoint, flag="output_dir"):
-  """The record `task.json` ({"task": ..., "labels": [...] or null}) a training run left in its
-  output directory, or None. InputError naming the directory when its checkpoints are another
-  task's: a head of the same shape (a sentence classifier's under a token classifier) would
-  otherwise be evaluated as if it had been trained for this task."""
-  path = os.path.join(directory, "task.json")
-  if not os.path.exists(path):
-    return None
-  try:
-    with open(path, encoding="utf-8") as f:
-      record = json.load(f)
-  except (OSError, ValueError) as e:
-    raise fileio.InputError(f"{path}: not the task record of a training run ({e})") from None
-  labels = record.get("labels") if isinstance(record, dict) else None
-  if not (isinstance(record, dict) and isinstance(record.get("task"), str) and (
-      labels is None or isinstance(labels, list) and all(isinstance(x, str) for x in labels))):
-    raise fileio.InputError(f"{path}: not the task record of a training run (a JSON object with "
-                     "\"task\" and \"labels\")")
-  if has_checkpoint and record["task"] != task:
-    raise fileio.InputError(f"--{flag}={directory} holds the model of another task ({record['task']}, "
-                     f"not {task}); choose another --{flag}")
-  return record
-
-
-def check_labels_match(labels, record, has_checkpoint, output_dir, what="labels",
-                       flag="output_dir"):
-  """InputError when `labels` differ from those the model in `output_dir` (given by --`flag`)
-  was trained with (its task record): class i would silently mean another label. Returns
-  `labels`."""
-  saved = record["labels"] if record else None
-  if saved is not None and has_checkpoint and saved != labels:
-    raise fileio.InputError(
-        f"the {what} {','.join(labels)} differ from {','.join(saved)}, those the model in "
-        f"--{flag}={output_dir} was trained with (task.json); give "
-        f"--labels={','.join(saved)} or another --{flag}")
-  return labels
-
-
-def init_task_record(init_checkpoint, task, evaluating_only):
-  """The task record (task.json) beside --init_checkpoint when it is a model fine-tuned by one of
-  these scripts, or None. Only evaluating or predicting with it (`evaluating_only`) needs it to be
-  this task's: starting training from another task's model is a choice; scoring this task with
-  another task's output layer is an InputError."""
-  if not init_checkpoint:
-    return None
-  directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
-      os.path.abspath(init_checkpoint))
-  record = task_record(directory, task, has_checkpoint=False, flag="init_checkpoint")
-  if record and evaluating_only and record["task"] != task:
-    raise fileio.InputError(f"--init_checkpoint={init_checkpoint} holds the model of another "
-                            f"task ({record['task']}, not {task})")
-  return record if record and record["task"] == task else None
-
-
-def write_task_record(directory, task, labels=None):
-  """Writes `task.json` (see task_record) beside the checkpoints a training run writes."""
-  with fileio.open_atomic(os.path.join(directory, "task.json")) as f:
-    json.dump({"task": task, "labels": labels}, f)

@@ -172,3 +172,18 @@ def test_checkpoint_files_lists_what_a_checkpoint_is_read_from(tmp_path):
   expected = [prefix + ".index", prefix + ".data-00000-of-00001"]
   assert checkpoints.checkpoint_files(prefix) == expected
   assert checkpoints.checkpoint_files(TINY) == expected
+
+
+def test_a_mistyped_checkpoint_path_is_named_not_a_missing_config(tmp_path):
+  """A wrong --init_checkpoint (no such folder or prefix) says so; it used to end in
+  "--bert_config_file is required", which sent users looking for the wrong thing."""
+  missing = str(tmp_path / "nope" / "bert_model.ckpt")
+  with pytest.raises(fileio.InputError,
+                     match=r"--init_checkpoint=.*nope/bert_model\.ckpt: no checkpoint there"):
+    checkpoints.config_path(None, missing)
+  (tmp_path / "model").mkdir()  # a real folder without a config: the config is what is missing
+  with pytest.raises(fileio.InputError, match="--bert_config_file is required"):
+    checkpoints.config_path(None, str(tmp_path / "model"))
+  (tmp_path / "model" / "bert_model.ckpt.index").write_bytes(b"")
+  with pytest.raises(fileio.InputError, match="--bert_config_file is required"):
+    checkpoints.config_path(None, str(tmp_path / "model" / "bert_model.ckpt"))

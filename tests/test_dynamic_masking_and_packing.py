@@ -162,7 +162,7 @@ def test_packing_one_instance_a_sequence_is_refused(tmp_path):
 @requires_shared
 def test_dynamic_masking_with_several_passes_warns(tmp_path, caplog):
   # Each pass of --dupe_factor writes every document again without masks (run_pretraining masks
-  # every read afresh anyway): warned, with the value the README gives, not changed.
+  # every read afresh anyway): warned, with the value docs/pretraining-data.md gives, not changed.
   tiny = dict(chunk_documents=8, max_seq_length=32, max_predictions_per_seq=5)
   _, once = generate(tmp_path, "once.tfrecord", dynamic_masking=True, **tiny)
   assert "--dupe_factor" not in caplog.text

@@ -608,3 +608,39 @@ def test_export_dir_is_replaced_only_when_it_holds_a_saved_model(tmp_path):
   with pytest.raises(fileio.InputError, match="too small for"):
     export_model.export("preprocessor", str(tmp_path / "p"), vocab_file=VOCAB, max_seq_length=2)
   assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+@requires_shared
+def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
+  """run_classifier.py leaves bert_config.json, vocab.txt and task.json (labels, text pairs)
+  beside its checkpoints, and export_model.py reads them: --init_checkpoint=<output_dir> is
+  enough. A --model_type the run did not train is refused."""
+  config = modeling.BertConfig(**SMALL_CONFIG)
+  pretrained = str(tmp_path / "pretrained" / "bert_model.ckpt")
+  checkpoints.export_tf1_checkpoint(modeling.BertModel(config), pretrained, config, VOCAB)
+  out = tmp_path / "mrpc"
+  run_ok(["run_classifier.py", "--task_name=mrpc", f"--data_dir={GLUE}/MRPC",
+          f"--vocab_file={VOCAB}", f"--init_checkpoint={pretrained}", f"--output_dir={out}",
+          "--do_train", "--max_seq_length=32", "--train_batch_size=32",
+          "--num_train_epochs=0.05"])
+  assert modeling.BertConfig.from_json_file(str(out / "bert_config.json")) == config
+  with open(VOCAB, "rb") as f:
+    assert (out / "vocab.txt").read_bytes() == f.read()
+  record = json.loads((out / "task.json").read_text(encoding="utf-8"))
+  assert record == {"task": "run_classifier --task_name=mrpc", "labels": ["0", "1"],
+                    "text_pairs": True, "regression": False}
+
+  path = str(tmp_path / "served")
+  run_ok(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",
+          f"--export_dir={path}", "--max_seq_length=32"])
+  serve = tf.saved_model.load(path).signatures["serving_default"]
+  assert sorted(serve.structured_input_signature[1]) == ["text_a", "text_b"]
+  got = serve(text_a=tf.constant(["The cat sat."]), text_b=tf.constant(["A cat was sitting."]))
+  assert got["probabilities"].shape == (1, 2) and got["label"].numpy()[0] in (b"0", b"1")
+
+  refused = run_script(["export_model.py", "--model_type=squad", f"--init_checkpoint={out}",
+                        f"--export_dir={tmp_path / 'squad'}"])
+  assert refused.returncode == 2
+  assert refused.stderr.strip().splitlines()[-1] == (
+      f"error: --init_checkpoint={out} holds the model of run_classifier --task_name=mrpc, not "
+      "of run_squad: no --model_type=squad")

@@ -1,6 +1,7 @@
 """The exported SavedModels from Keras: Keras 3 (TensorFlow 2.21's `keras`) through
 keras.layers.TFSMLayer and a thin keras.Model that fine-tunes the encoder, and tf-keras through
-hub.KerasLayer, on real MRPC pairs and the real MiniLM checkpoint (the README's Keras section)."""
+hub.KerasLayer, on real MRPC pairs and the real MiniLM checkpoint (docs/features-and-serving.md,
+"From Keras")."""
 
 import os
 
@@ -37,7 +38,8 @@ def _mrpc(count, seq_length=64):
 
 
 class EncoderClassifier:
-  """The README's Keras 3 model, built on first use (keras is imported by the tests only)."""
+  """The Keras 3 model of docs/features-and-serving.md, built on first use (keras is imported by
+  the tests only)."""
 
   @staticmethod
   def build(encoder_dir, num_labels):
@@ -142,8 +144,8 @@ def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir, tmp_path):
   logits = model.predict(inputs, verbose=0)
   np.testing.assert_allclose(logits, model.predict(inputs, verbose=0), atol=1e-6)
   assert logits.shape == (64, 2)
-  # The fine-tuned encoder saved as the README shows: the same outputs from its signature, and
-  # the export's assets, so the fine-tuning scripts can start from it.
+  # The fine-tuned encoder saved as docs/features-and-serving.md shows: the same outputs from its
+  # signature, and the export's assets, so the fine-tuning scripts can start from it.
   tuned = str(tmp_path / "tuned")
   tf.saved_model.save(model.encoder, tuned)
   batch = {k: tf.constant(v[:8]) for k, v in inputs.items()}

@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import kernels
 from bert_tf2 import modeling
-from conftest import SHARED, minilm_dir, requires_shared
+from conftest import ROOT, SHARED, minilm_dir, requires_shared
 
 
 @pytest.fixture(scope="module")
@@ -147,18 +148,18 @@ def test_training_gelu_has_the_gradient_of_tf_nn_gelu(act):
 def test_seeded_dropout_drops_at_the_rate_and_scales_the_rest(dtype, rate):
   x = tf.cast(tf.random.stateless_uniform([256, 1001], [1, 2], 1.0, 2.0), dtype)  # odd size
   seed = tf.constant([7, 11], tf.int64)
-  y = modeling.dropout(x, rate, True, seed).numpy().astype(np.float32)
+  y = kernels.dropout(x, rate, True, seed).numpy().astype(np.float32)
   kept = y != 0
   # 256,256 draws: the dropped fraction is within 5 standard deviations of the rate, in every
   # dtype (bfloat16 uniform floats would have made 0.1 into 0.1016, 16 standard deviations off).
   assert abs((1 - kept.mean()) - rate) < 5 * math.sqrt(rate * (1 - rate) / y.size)
   expected = x.numpy().astype(np.float32) / (1 - rate)
   np.testing.assert_allclose(y[kept], expected[kept], rtol={tf.float32: 1e-6}.get(dtype, 1e-2))
-  np.testing.assert_array_equal(modeling.dropout(x, rate, True, seed).numpy().astype(np.float32), y)
-  other = modeling.dropout(x, rate, True, tf.constant([7, 12], tf.int64)).numpy() != 0
+  np.testing.assert_array_equal(kernels.dropout(x, rate, True, seed).numpy().astype(np.float32), y)
+  other = kernels.dropout(x, rate, True, tf.constant([7, 12], tf.int64)).numpy() != 0
   assert 0.3 < (other != kept).mean() / (2 * rate * (1 - rate)) < 3  # independent masks
   # Under XLA: the same mask.
-  xla = tf.function(lambda v: modeling.dropout(v, rate, True, seed), jit_compile=True)
+  xla = tf.function(lambda v: kernels.dropout(v, rate, True, seed), jit_compile=True)
   np.testing.assert_array_equal(xla(x).numpy().astype(np.float32), y)
 
 
@@ -333,12 +334,32 @@ def test_config_cross_field_and_size_errors():
     del d[key]
     with pytest.raises(modeling.fileio.InputError, match=f"c.json: the BERT config has no {key}"):
       modeling.BertConfig.from_dict(d, "c.json")
+  # Every missing size named in the one error, not one per run.
+  with pytest.raises(modeling.fileio.InputError,
+                     match="has no vocab_size, hidden_size, intermediate_size "):
+    modeling.BertConfig.from_dict({k: v for k, v in GOOD_CONFIG.items() if k not in (
+        "vocab_size", "hidden_size", "intermediate_size")}, "c.json")
   with pytest.raises(modeling.fileio.InputError, match="vocab_size must be a positive integer"):
     modeling.BertConfig(vocab_size=-1)
   # The defaults of the Python constructor and of the original config's optional keys are valid.
   config = modeling.BertConfig.from_dict(GOOD_CONFIG, "c.json")
   assert (config.hidden_act, config.hidden_dropout_prob, config.layer_norm_eps) == (
       "gelu", 0.1, 1e-12)
+
+
+@pytest.mark.parametrize("name,layers,hidden,heads", [
+    ("tiny", 2, 128, 2), ("mini", 4, 256, 4), ("small", 4, 512, 8), ("medium", 8, 512, 8),
+    ("base", 12, 768, 12), ("large", 24, 1024, 16)])
+def test_the_published_sizes_configs(name, layers, hidden, heads):
+  """configs/bert_config_NAME.json: Google's released sizes (BERT-Tiny ... BERT-Large, uncased
+  vocab), for pre-training from scratch."""
+  config = modeling.BertConfig.from_json_file(os.path.join(ROOT, "configs",
+                                                           f"bert_config_{name}.json"))
+  assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+          config.intermediate_size, config.vocab_size) == (layers, hidden, heads, 4 * hidden, 30522)
+  if name == "base":  # bert-base-uncased's 109,482,240 parameters, pooler included
+    model = modeling.BertModel(config)
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 109_482_240
 
 
 def test_unknown_config_keys_are_warned_about_except_harmless_ones(caplog):
@@ -389,7 +410,7 @@ def test_a_batch_of_zero_rows_gives_empty_outputs():
 
 
 def test_bfloat16_softmax_is_the_float32_softmax_rounded():
-  """Inference's bf16 attention softmax (modeling.fast_inference) relies on TensorFlow's bf16
+  """Inference's bf16 attention softmax (kernels.masked_softmax) relies on TensorFlow's bf16
   softmax kernel computing in float32 and rounding once: its probabilities must be the float32
   softmax's rounded to bf16, within one rounding step (XLA's CPU softmax, which accumulates in
   bf16, is 4% off and would fail). Scores of a seq-384 attention with padded keys."""

@@ -428,3 +428,11 @@ def test_doc_stride_trains_on_every_window_and_predicts_by_the_mean(task, direct
           for line in (out / "test_results.tsv").read_text().splitlines()]
   assert len(rows) == len(test)
   np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+  # The labelled file beside it: a header, each example's id, its predicted label, then the same
+  # probabilities per label.
+  lines = [line.split("\t") for line in (out / "test_predictions.tsv").read_text().splitlines()]
+  assert lines[0] == ["id", "prediction"] + labels
+  assert [line[0] for line in lines[1:]] == [e.guid.split("-", 1)[1] for e in test]
+  assert [line[1] for line in lines[1:]] == [labels[i] for i in want.argmax(-1)]
+  np.testing.assert_allclose([[float(v) for v in line[2:]] for line in lines[1:]], rows, rtol=0,
+                             atol=0)

@@ -213,7 +213,7 @@ def _mrpc_features(count=24):
 @pytest.mark.parametrize("compute_dtype", [tf.float32, tf.bfloat16])
 def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dtype):
   """Inference takes the model's weights cast (and the attention's fused) once, by
-  modeling.cast_weights / fast_inference: the logits of real MRPC pairs through the real MiniLM
+  modeling.cast_weights / InferenceWeights: the logits of real MRPC pairs through the real MiniLM
   are bit-identical to the model's own call, and the supplied copies are what the model reads
   (other values change the logits)."""
   model = _minilm_classifier(compute_dtype)
@@ -222,8 +222,8 @@ def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dty
 
   @tf.function
   def precast(f, weights):
-    with modeling.fast_inference(model, weights, bf16_softmax=False):
-      return model(f)["logits"]
+    inference_weights = modeling.InferenceWeights(model, weights, bf16_softmax=False)
+    return model(f, inference_weights=inference_weights)["logits"]
 
   weights = modeling.cast_weights(model)
   # bf16: every matrix and bias of the 6 layers and the pooler, plus each layer's fused query/key/
@@ -237,10 +237,9 @@ def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dty
   if compute_dtype == tf.bfloat16:  # the attention's softmax in bfloat16 too: within bf16 noise
     @tf.function
     def bf16_softmax(f, weights):
-      with modeling.fast_inference(model, weights):
-        return model(f)["logits"]
+      return model(f, inference_weights=modeling.InferenceWeights(model, weights))["logits"]
     np.testing.assert_allclose(bf16_softmax(features, weights).numpy(), plain, atol=2e-3)
-  # Closed, the block leaves nothing behind: a new trace casts the variables again.
+  # Nothing is left behind: a new trace without the argument casts the variables again.
   np.testing.assert_array_equal(tf.function(lambda f: model(f)["logits"])(features).numpy(), plain)
 
 

@@ -1,12 +1,13 @@
-"""The import rule, checked on the source and by a static tool (jedi, the engine behind many
-editors' go-to-definition):
+"""The layout, the import rule and the flag rules, checked on the source, by a static tool (jedi,
+the engine behind many editors' go-to-definition) and by running the scripts:
 
 - the project's modules live in the package folder bert_tf2/ and are imported as `bert_tf2.X`,
   never as a bare `X` (one process holding both `modeling` and `bert_tf2.modeling` would have two
   copies of each module: two classes of each name, absl flags defined twice) and never
   relatively; only the checkout's top-level entry points and the design card's three library
   names (modeling.py, optimization.py, tokenization.py, which re-export bert_tf2's) sit beside it;
-- no script imports another script (a script's flags are its own);
+- no script imports another script, and importing one defines no flag: each script defines its
+  flags, with its own defaults, in the define_flags() its cli() calls, and --help lists them;
 - every project import, in the package, the entry points, tests/ and benchmarks/, resolves
   statically to the file it names.
 
@@ -15,11 +16,15 @@ The installed wheel's side is checked in test_quickstart.py's pip test.
 
 import ast
 import glob
+import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ENV, ROOT
 
 PACKAGE = os.path.join(ROOT, "bert_tf2")
 MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PACKAGE, "*.py")))
@@ -127,3 +132,65 @@ def test_a_static_tool_resolves_every_project_import():
         unresolved.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {module} -> {paths}")
   assert checked > 200
   assert not unresolved, "\n".join(unresolved)
+
+
+def _python(code):
+  done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_scripts_defines_no_flag():
+  """A script's flags are defined by its define_flags(), which only its cli() calls: importing
+  every script into one process (tests, notebooks, benchmarks) leaves absl's registry as it was."""
+  # absl's app and logging and TensorFlow define flags of their own when imported: loaded first.
+  added = _python(
+      "import importlib, json\nimport tensorflow\nfrom absl import app, flags, logging\n"
+      "before = set(flags.FLAGS)\n"
+      f"for name in {list(SCRIPTS)!r}:\n  importlib.import_module('bert_tf2.' + name)\n"
+      "print(json.dumps(sorted(set(flags.FLAGS) - before)))")
+  assert added == []
+
+
+@pytest.mark.parametrize("script,expected", [
+    ("run_squad", {"max_seq_length": 384, "doc_stride": 128, "lr_schedule": "decay_after_warmup"}),
+    ("run_classifier", {"max_seq_length": 128, "doc_stride": None,
+                        "lr_schedule": "decay_after_warmup"}),
+    ("run_pretraining", {"max_seq_length": 128, "lr_schedule": "original"}),
+])
+def test_each_script_defines_its_own_defaults(script, expected):
+  """Per-script defaults are passed in when the flag is defined, never set on the shared registry
+  afterwards; a second script's groups asking for another default fail loudly."""
+  got = _python(
+      f"import json\nfrom absl import flags\nfrom bert_tf2 import {script}, run_swag\n"
+      f"{script}.define_flags()\n"
+      f"values = {{name: flags.FLAGS[name].default for name in {sorted(expected)!r}}}\n"
+      "try:\n  run_swag.define_flags()\n  values['clash'] = None\n"
+      "except ValueError as e:\n  values['clash'] = str(e)\n"
+      "print(json.dumps(values))")
+  clash = got.pop("clash")
+  assert got == expected
+  if expected["max_seq_length"] != 128 or expected["lr_schedule"] != "decay_after_warmup":
+    assert clash and "asked for with the default" in clash
+
+
+@pytest.mark.parametrize("script", ["run_squad", "create_pretraining_data"])
+def test_help_lists_every_flag_of_the_script(script):
+  """`--help` lists every flag the script defines (its own and the shared groups), with its
+  default, and none of absl's or TensorFlow's (absl's own --help listed only the flags of the
+  __main__ module: none, through an entry point)."""
+  expected = _python(
+      f"import json\nfrom absl import flags\nfrom bert_tf2 import {script}\n"
+      f"{script}.define_flags()\n"
+      "print(json.dumps(sorted(f.name for m, fs in flags.FLAGS.flags_by_module_dict().items()"
+      " if m.startswith('bert_tf2.') for f in fs)))")
+  done = subprocess.run([sys.executable, f"{script}.py", "--help"], cwd=ROOT, env=ENV,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr
+  listed = re.findall(r"^  --(\w+)=(.*?)(?:  \(|$)", done.stdout, re.M)
+  assert sorted(name for name, _ in listed) == expected
+  assert len(expected) > 15
+  defaults = dict(listed)
+  assert defaults["max_seq_length"] == ("384" if script == "run_squad" else "128")
+  assert "--test_tmpdir" not in done.stdout and "--helpfull" in done.stdout
