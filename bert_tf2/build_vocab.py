@@ -93,9 +93,7 @@ def count_words(sentences, do_lower_case):
 
 def learn_wordpiece(word_counts, vocab_size, num_unused=0, max_unique_chars=1000):
   """Word counts -> the vocab as a list of tokens (special tokens first)."""
-  # Only the learner's pure-Python module is used; importing it loads tensorflow-text's ops.
-  # pylint: disable-next=g-import-not-at-top
-  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+  learner = tokenization.wordpiece_learner()
   reserved = list(tokenization.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
   if vocab_size <= len(reserved):
     raise fileio.InputError(f"--vocab_size={vocab_size} leaves no room beside the "

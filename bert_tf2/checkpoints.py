@@ -224,8 +224,9 @@ def resolve_checkpoint(path):
   return ("project" if any(k == _OBJECT_GRAPH_KEY for k, _ in keys) else "tf1"), path
 
 
-def init_from_checkpoint(module, path, require_all=False):
-  """Initialises `module`'s variables from any supported checkpoint and logs the outcome.
+def init_from_checkpoint(module, path, require_all=False, log=True):
+  """Initialises `module`'s variables from any supported checkpoint and logs the outcome (unless
+  not `log`: a probe whose report the caller acts on).
 
   With `require_all`, a model variable the checkpoint lacks is an error (for pure encoders,
   where a missing variable means the wrong checkpoint)."""
@@ -233,7 +234,8 @@ def init_from_checkpoint(module, path, require_all=False):
   loader = {"tf1": load_tf1_checkpoint, "hf": load_hf_checkpoint,
             "project": load_project_checkpoint}[kind]
   report = loader(module, resolved)
-  report.log()
+  if log:
+    report.log()
   if not report.loaded:
     raise fileio.InputError(f"checkpoint {resolved} shares no variable with the model")
   if require_all and report.missing:

@@ -69,7 +69,8 @@ def load_model(input_path, config):
   """The project's model with the input's weights: BertPretrainer when the input has the
   pre-training heads, else the encoder alone. A missing encoder variable is an error."""
   model = modeling.BertPretrainer(config)
-  report = checkpoints.init_from_checkpoint(model, input_path)
+  # A probe: heads missing here are dropped below on purpose, not "left at random init".
+  report = checkpoints.init_from_checkpoint(model, input_path, log=False)
   missing_encoder = [n for n in report.missing if not n.startswith("cls/")]
   if missing_encoder:
     raise fileio.InputError(f"{input_path} lacks encoder variables: "
@@ -78,6 +79,8 @@ def load_model(input_path, config):
     logging.info("%s has no pre-training heads: converting the encoder alone", input_path)
     model = checkpoints.EncoderHolder(config)
     checkpoints.init_from_checkpoint(model, input_path, require_all=True)
+  else:
+    report.log()
   return model
 
 

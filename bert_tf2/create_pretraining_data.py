@@ -325,6 +325,8 @@ def run(options):
 
 def main(_):
   logging.set_verbosity(logging.INFO)
+  fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
+                 vocab_file=FLAGS.vocab_file)
   fields = dataclasses.fields(pretraining_data.Options)
   run(pretraining_data.Options(**{field.name: getattr(FLAGS, field.name) for field in fields}))
 
@@ -332,6 +334,4 @@ def main(_):
 def cli():
   """The command line: `python create_pretraining_data.py` and the `bert-create-pretraining-data` command."""
   define_flags()
-  for name in ("input_file", "output_file", "vocab_file"):
-    flags.mark_flag_as_required(name)
   commands.run_main(main)

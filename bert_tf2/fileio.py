@@ -36,11 +36,13 @@ class InputError(ReportedError, ValueError):
 
 
 def require(**values):
-  """InputError naming the first flag (keyword, in order) of `values` that has no value: how every
-  script requires a flag, whether always or only in some runs."""
-  for name, value in values.items():
-    if not value:
-      raise InputError(f"--{name} is required")
+  """InputError naming every flag (keyword, in order) of `values` that has no value, all in one
+  line: how every script requires a flag, whether always or only in some runs."""
+  missing = [f"--{name}" for name, value in values.items() if not value]
+  if len(missing) == 1:
+    raise InputError(f"{missing[0]} is required")
+  if missing:
+    raise InputError(f"{', '.join(missing[:-1])} and {missing[-1]} are required")
 
 
 def check_distinct(values, flag, what="value"):

@@ -24,6 +24,7 @@ logs/ folder, and a summary closes the run. --small is an even smaller setting, 
 import argparse
 import ast
 import glob
+import importlib.util
 import json
 import os
 import random
@@ -37,6 +38,7 @@ import time
 
 from bert_tf2 import commands
 from bert_tf2 import fileio
+from bert_tf2 import tokenization
 
 # The folder that holds the package bert_tf2 (the checkout, or site-packages when installed): on
 # each step's PYTHONPATH, so that `python -m bert_tf2 SCRIPT` runs this same copy of the project.
@@ -241,20 +243,26 @@ def read_scalars(log_dir, tag):
 
 
 def plot_losses(path, panels):
-  """One panel per (title, [(step, value)], color), side by side, drawn with matplotlib and
-  written atomically as a PNG."""
+  """One panel per (title, [(step, value)], color[, evaluation [(step, value)]]), side by side: the
+  training loss as a line, the same loss of the evaluation (--do_eval: the dev set for
+  fine-tuning) as black diamonds; drawn with
+  matplotlib and written atomically as a PNG."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")  # files only: no display needed
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), dpi=100,
                               squeeze=False)
-  for axis, (title, points, color) in zip(axes[0], panels):
+  for axis, (title, points, color, *dev) in zip(axes[0], panels):
+    dev = dev[0] if dev else None
     axis.set_title(title)
     axis.set_xlabel("step")
     axis.grid(alpha=0.3)
     if points:
       axis.plot([s for s, _ in points], [v for _, v in points], color=color,
-                marker="o" if len(points) == 1 else None)
+                marker="o" if len(points) == 1 else None, label="training")
+    if dev:
+      axis.plot([s for s, _ in dev], [v for _, v in dev], "D", color="black", label="evaluation")
+      axis.legend(fontsize="small")
   figure.tight_layout()
   with fileio.open_atomic(path, "wb") as f:
     figure.savefig(f, format="png")
@@ -290,6 +298,8 @@ def _main(argv):
   parser.add_argument("--small", action="store_true",
                       help="An even smaller setting (a minute or so), for the tests.")
   args = parser.parse_args(argv)
+  if importlib.util.find_spec("tensorflow_text") is None:  # its first step builds a vocabulary
+    parser.exit(2, f"error: {tokenization.TEXT_INSTALL}\n")
   s = SETTINGS["small" if args.small else "default"]
   out = os.path.abspath(args.output_dir)
   # A rerun starts from scratch (the training scripts would otherwise resume from the
@@ -387,11 +397,13 @@ def _main(argv):
   serving = tf.saved_model.load(classifier_model).signatures["serving_default"]
   answers = serving(text_a=tf.constant(QUERIES))
 
+  # The losses the training curves show (pre-training: masked LM + next sentence), and the same
+  # loss of each run's --do_eval at its end (training.write_eval_results' TensorBoard scalars).
   plot = plot_losses(os.path.join(out, "losses.png"), [
       ("pre-training loss", read_scalars(os.path.join(paths["pretraining"], "train"), "loss"),
-       "tab:blue"),
+       "tab:blue", read_scalars(os.path.join(paths["pretraining"], "eval"), "loss")),
       ("fine-tuning loss", read_scalars(os.path.join(paths["classifier"], "train"), "loss"),
-       "tab:orange"),
+       "tab:orange", read_scalars(os.path.join(paths["classifier"], "eval"), "eval_loss")),
   ])
 
   print("\n=== Quick start summary ===")
@@ -402,9 +414,10 @@ def _main(argv):
   print(f"Pre-training records:        {records}")
   print(f"Pre-trained BERT:            {paths['pretraining']}  (hidden {hidden}, "
         f"{s['layers']} layer(s), {steps} steps; masked-LM accuracy "
-        f"{pretrain_results.get('masked_lm_accuracy', float('nan')):.3f}, loss "
-        f"{pretrain_results.get('masked_lm_loss', float('nan')):.2f})")
-  print(f"Fine-tuned classifier:       {paths['classifier']}  (dev accuracy "
+        f"{pretrain_results.get('masked_lm_accuracy', float('nan')):.3f}, loss (masked LM + "
+        f"next sentence, as plotted) {pretrain_results.get('loss', float('nan')):.2f})")
+  print(f"Fine-tuned classifier:       {paths['classifier']}  (dev loss "
+        f"{eval_results.get('eval_loss', float('nan')):.2f}, accuracy "
         f"{eval_results.get('eval_accuracy', float('nan')):.3f} on "
         f"{int(eval_results.get('eval_examples', 0))} examples; chance is "
         f"{1 / len(AREAS):.2f})")

@@ -198,6 +198,10 @@ def main(_):
           max_nonfinite_loops=FLAGS.max_nonfinite_loops)
 
   if FLAGS.do_eval:
+    if FLAGS.do_train:
+      logging.warning("--do_eval scores the training records (--input_file), as the original "
+                      "did: for a held-out score, run again with --do_eval alone and "
+                      "--input_file=<records of held-out text>")
     with input_pipeline.naming_bad_records(input_files, name_to_features, limits):
       metrics = trainer.evaluate(
           lambda ctx: input_pipeline.pretraining_dataset(

@@ -8,8 +8,8 @@ it reads the flags in its `main`, and the library modules it hands the values to
 optimization, modeling, ...) take plain arguments and never read FLAGS. Groups overlap (the
 fine-tuning group holds the training group): a flag asked for again is left as it is, and asking
 for it with another default is a programming error. A missing required value is an
-`fileio.InputError` "--NAME is required" from the script's main (`fileio.require`), the same for
-flags that are always required and those required only in some runs.
+`fileio.InputError` naming every missing flag from the script's main (`fileio.require`), the
+same for flags that are always required and those required only in some runs.
 """
 
 import os
@@ -110,7 +110,9 @@ def define_training_flags(lr_schedule="original"):
           "one, and CoLA scored 1.1 points below HF with it, 0.5 with this).",
           enum_values=["original", "decay_after_warmup"])
   _define(flags.DEFINE_integer, "iterations_per_loop", 100,
-          "Steps run inside one tf.function call between host-side logging.", lower_bound=1)
+          "Steps run inside one tf.function call, at most (the original's TPU loop). Progress "
+          "(step, loss, rate, ETA) is logged after the first step, then after each loop, and "
+          "loops end early so that a line comes about every 30 s.", lower_bound=1)
   _define(flags.DEFINE_integer, "save_checkpoints_steps", 1000, "Steps between checkpoints.",
           lower_bound=1)
   _define(flags.DEFINE_integer, "keep_checkpoint_max", 5, "Checkpoints kept in output_dir.",

@@ -504,3 +504,21 @@ class FullTokenizer:
       if head:
         parts.insert(0, head)
     return parts + [","]
+
+
+# tensorflow-text is not a dependency of the package (its metadata asks for the full `tensorflow`
+# wheel, which pip would install on top of tensorflow-cpu): a clear line when it is missing.
+TEXT_INSTALL = ("building a WordPiece vocabulary needs tensorflow-text, which is not installed: "
+                "pip install --no-deps tensorflow-text==2.21.1 (--no-deps: its metadata would "
+                "pull the full tensorflow wheel on top of tensorflow-cpu)")
+
+
+def wordpiece_learner():
+  """tensorflow-text's WordPiece learner (its pure-Python module; importing it loads the ops);
+  ReportedError naming the install line when tensorflow-text is missing."""
+  try:
+    # pylint: disable-next=g-import-not-at-top
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+  except ImportError:
+    raise fileio.ReportedError(TEXT_INSTALL) from None
+  return wordpiece_tokenizer_learner_lib

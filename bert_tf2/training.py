@@ -407,9 +407,16 @@ class Trainer:
     return self.strategy.distribute_datasets_from_function(fn)
 
   def train(self, dataset_fn, num_train_steps, save_checkpoints_steps=1000, steps_per_loop=100,
-            examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3):
+            examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3,
+            log_every_seconds=30):
     """Trains to `num_train_steps` optimizer steps, resuming if output_dir has a checkpoint.
-    Returns the metrics of the last loop."""
+    Returns the metrics of the last loop.
+
+    Progress (step, losses, rate, ETA) is logged after each loop of steps run in one call of the
+    compiled loop: the first loop is one step, so a line comes as soon as the step is traced and
+    has run; the others end at multiples of `steps_per_loop` and, in one process (every worker
+    of multi_worker_mirrored must run the same loops), after about `log_every_seconds` of
+    steps at the measured rate: a line every 30 s by default, whatever the loop size."""
     start = self.restore_or_initialize(init_fn, for_training=True)
     if start >= num_train_steps:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
@@ -419,10 +426,16 @@ class Trainer:
     stop = _StopSignals()
     step, metrics, bad_loops = start, {}, 0
     t0, s0 = time.time(), start
+    step_seconds, loops = None, 0  # the step time of the loops after the first (it traces)
+    timed_loops = self.num_workers == 1 and log_every_seconds
     try:
       while step < num_train_steps and not stop.requested:
         next_save = (step // save_checkpoints_steps + 1) * save_checkpoints_steps
-        n = min(steps_per_loop, num_train_steps - step, next_save - step)
+        n = min(steps_per_loop - step % steps_per_loop, num_train_steps - step, next_save - step)
+        if loops == 0:
+          n = 1
+        elif timed_loops:
+          n = min(n, max(1, int(log_every_seconds / step_seconds)) if step_seconds else 10)
         loop_start = time.time()
         stats = self._train_loop(iterator, tf.constant(n))
         step = int(self.optimizer.iterations.numpy())
@@ -430,6 +443,9 @@ class Trainer:
         metrics = metrics_from_stats(stats)
         metrics["learning_rate"] = float(self.optimizer.learning_rate(step))
         elapsed = time.time() - loop_start
+        if loops:
+          step_seconds = elapsed / n
+        loops += 1
         metrics["steps_per_second"] = n / elapsed
         if examples_per_step:
           metrics["examples_per_second"] = n * examples_per_step / elapsed
@@ -634,12 +650,19 @@ def _duration(seconds):
 
 
 def write_eval_results(path, metrics):
-  """The original's eval_results.txt: `key = value` lines, sorted by key."""
+  """The original's eval_results.txt: `key = value` lines, sorted by key; the numbers also as
+  TensorBoard scalars at global_step, in eval/ beside it (next to training's train/)."""
   with fileio.open_atomic(path) as f:
     for key in sorted(metrics):
       logging.info("  %s = %s", key, metrics[key])
       f.write(f"{key} = {metrics[key]}\n")
   logging.info("Wrote %s", path)
+  writer = tf.summary.create_file_writer(os.path.join(os.path.dirname(path) or ".", "eval"))
+  with writer.as_default(step=int(metrics.get("global_step", 0))):
+    for key, value in sorted(metrics.items()):
+      if key != "global_step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        tf.summary.scalar(key, value)
+  writer.close()
 
 
 MAX_STEPS = 10**9  # more optimizer steps than any run could take is a typo, not a plan

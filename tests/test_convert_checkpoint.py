@@ -90,7 +90,7 @@ def test_bad_inputs(tmp_path):
     convert_checkpoint.convert(str(tmp_path), str(tmp_path / "out"), "onnx")
   result = subprocess.run([PYTHON, "convert_checkpoint.py", "--output_format=hf"], cwd=ROOT,
                           env=ENV, capture_output=True, text=True, timeout=300)
-  assert result.returncode == 2 and "--input is required" in result.stderr
+  assert result.returncode == 2 and "--input and --output are required" in result.stderr
 
 
 @requires_shared

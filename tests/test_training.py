@@ -1,6 +1,8 @@
 """The shared training loop: accumulation, non-finite losses, mixed precision, XLA."""
 
+import logging as std_logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -273,3 +275,39 @@ def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol
     if before is not None:
       assert np.abs(got - before).max() > 10 * atol
     before = got
+
+
+def test_progress_comes_at_the_first_step_and_then_by_the_clock(caplog):
+  """A user sees a line as soon as the first step has run, then every `log_every_seconds`
+  whatever --iterations_per_loop is (100 steps of a large model were minutes of silence); the
+  loops still end at its multiples. Without the clock: the first step, then each full loop."""
+  tf.random.set_seed(3)
+
+  def logged_steps(**kw):
+    model = modeling.BertPretrainer(_config())
+    trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                               optimization.create_optimizer(1e-3, 100, 0))
+    caplog.clear()
+    with caplog.at_level(std_logging.INFO):
+      trainer.train(_records(8), num_train_steps=30, save_checkpoints_steps=1000, **kw)
+    return [int(m.group(1)) for m in re.finditer(r"step (\d+)/30 ", caplog.text)]
+
+  assert logged_steps(steps_per_loop=20, log_every_seconds=None) == [1, 20, 30]
+  # One step, then 10 (no step time measured yet: the first loop traces), then 1 step a loop.
+  steps = logged_steps(steps_per_loop=1000, log_every_seconds=1e-6)
+  assert steps == [1, 11] + list(range(12, 31))
+  steps = logged_steps(steps_per_loop=1000, log_every_seconds=0.2)
+  assert steps[0] == 1 and steps[-1] == 30 and 3 <= len(steps) < 30, steps
+
+
+def test_eval_results_are_tensorboard_scalars_too(tmp_path):
+  """eval_results.txt as the original wrote it, and its numbers in TensorBoard (eval/ beside the
+  file, at global_step), so a run's dev scores show next to its training curves."""
+  from bert_tf2 import quickstart  # pylint: disable=g-import-not-at-top
+  training.write_eval_results(str(tmp_path / "eval_results.txt"),
+                              {"eval_accuracy": 0.75, "eval_loss": 0.5, "global_step": 12})
+  assert (tmp_path / "eval_results.txt").read_text() == (
+      "eval_accuracy = 0.75\neval_loss = 0.5\nglobal_step = 12\n")
+  assert quickstart.read_scalars(str(tmp_path / "eval"), "eval_accuracy") == [(12, 0.75)]
+  assert quickstart.read_scalars(str(tmp_path / "eval"), "eval_loss") == [(12, 0.5)]
+  assert quickstart.read_scalars(str(tmp_path / "eval"), "global_step") == []
