@@ -4,6 +4,7 @@ import logging as std_logging
 import os
 import re
 
+from absl import logging as absl_logging
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -277,20 +278,32 @@ def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol
     before = got
 
 
-def test_progress_comes_at_the_first_step_and_then_by_the_clock(caplog):
+def test_progress_comes_at_the_first_step_and_then_by_the_clock():
   """A user sees a line as soon as the first step has run, then every `log_every_seconds`
   whatever --iterations_per_loop is (100 steps of a large model were minutes of silence); the
   loops still end at its multiples. Without the clock: the first step, then each full loop."""
   tf.random.set_seed(3)
+  # The lines are caught on absl's own logger at INFO (other tests change its level and
+  # propagation, so pytest's caplog alone saw nothing in the whole suite).
+  messages = []
+  handler = std_logging.Handler(std_logging.INFO)
+  handler.emit = lambda record: messages.append(record.getMessage())
+  logger = absl_logging.get_absl_logger()
+  verbosity = absl_logging.get_verbosity()
 
   def logged_steps(**kw):
     model = modeling.BertPretrainer(_config())
     trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
                                optimization.create_optimizer(1e-3, 100, 0))
-    caplog.clear()
-    with caplog.at_level(std_logging.INFO):
+    messages.clear()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    logger.addHandler(handler)
+    try:
       trainer.train(_records(8), num_train_steps=30, save_checkpoints_steps=1000, **kw)
-    return [int(m.group(1)) for m in re.finditer(r"step (\d+)/30 ", caplog.text)]
+    finally:
+      logger.removeHandler(handler)
+      absl_logging.set_verbosity(verbosity)
+    return [int(m.group(1)) for m in re.finditer(r"step (\d+)/30 ", "\n".join(messages))]
 
   assert logged_steps(steps_per_loop=20, log_every_seconds=None) == [1, 20, 30]
   # One step, then 10 (no step time measured yet: the first loop traces), then 1 step a loop.
