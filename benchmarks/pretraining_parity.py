@@ -695,9 +695,25 @@ def _figures(ours, peer, means):
   hf_final, hf_time = _final(hf), (hf.get("curve") or [{}])[-1].get("seconds")
   speedups = {}
   for recipe, result in ours.items():
-    t = _time_to_loss(result.get("curve") or [], hf_final) if hf_final is not None else None
+    curve = result.get("curve") or []
+    t = _time_to_loss(curve, hf_final) if hf_final is not None else None
     speedups[recipe] = {"ours_s": t, "hf_s": hf_time,
                         "speedup": hf_time / t if t and hf_time else None}
+    # At equal loss: the wall-clock each side needs to reach the worse of the two final losses
+    # (defined even when one side ends a hair above the other).
+    if hf_final is not None and _final(result) is not None:
+      target = max(hf_final, _final(result))
+      t_ours, t_hf = _time_to_loss(curve, target), _time_to_loss(hf.get("curve") or [], target)
+      speedups[recipe].update(equal_loss=target, equal_loss_ours_s=t_ours, equal_loss_hf_s=t_hf,
+                              speedup_at_equal_loss=t_hf / t_ours if t_ours and t_hf else None)
+  for recipe, speedup in speedups.items():
+    if speedup.get("equal_loss") is not None:
+      figures.append({"name": f"wall-clock to the same held-out MLM loss "
+                              f"({speedup['equal_loss']:.4g}, the worse final), ours ({recipe})",
+                      "unit": "s", "ours": _round(speedup["equal_loss_ours_s"]),
+                      "ours_variant": recipe, "peer": _round(speedup["equal_loss_hf_s"]),
+                      "peer_variant": "hf", "ratio": _round(speedup["speedup_at_equal_loss"]),
+                      "target_ratio": 2.0})
   figures.insert(0, {"name": "wall-clock to HF's final held-out MLM loss, ours (original)",
                      "unit": "s", "ours": _round(speedups.get("original", {}).get("ours_s")),
                      "ours_variant": "original", "peer": hf_time, "peer_variant": "hf",
@@ -724,6 +740,8 @@ def _figures(ours, peer, means):
   return figures, {"mlm_loss_ratio": _round(loss_ratio),
                    "speedup_to_hf_loss": _round(
                        speedups.get("original", {}).get("speedup")),
+                   "speedup_at_equal_loss": _round(
+                       speedups.get("original", {}).get("speedup_at_equal_loss")),
                    "downstream_diff": diff}, speedups
 
 
