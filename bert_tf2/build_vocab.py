@@ -18,6 +18,15 @@ documents; only the text matters here). Two kinds, chosen with --vocab_type:
   first pieces are [PAD] [UNK] [CLS] [SEP] [MASK], so both vocabularies give the special tokens
   the same ids.
 
+With --extend_vocab=OLD_VOCAB (WordPiece), the vocabulary is not learned anew: the
+--num_new_tokens words of the corpus that OLD_VOCAB splits into the most pieces (count x pieces
+saved) are appended to it as whole tokens (vocab_extension.py), and with --init_checkpoint the
+model is written grown to match (OUTPUT_DIR/bert_model.ckpt, bert_config.json, vocab.txt): each
+new row of the embedding table (and of the masked-LM output bias) the mean of the rows of the
+pieces the word was split into, every old id and every output on old-vocabulary text unchanged.
+Continue pre-training (run_pretraining.py --init_checkpoint=OUTPUT_DIR/bert_model.ckpt) or
+fine-tune from it with --vocab_file=OUTPUT_DIR/vocab.txt.
+
 Outputs are written under temporary names and renamed when complete.
 """
 
@@ -35,6 +44,7 @@ from absl import logging
 
 from bert_tf2 import script_flags
 from bert_tf2 import tokenization
+from bert_tf2 import vocab_extension
 
 FLAGS = flags.FLAGS
 
@@ -55,6 +65,12 @@ def define_flags():
   flags.DEFINE_integer("max_unique_chars", 1000,
                        "wordpiece: the alphabet: characters beyond the most frequent this many "
                        "are left out (words with them become [UNK]).", lower_bound=1)
+  flags.DEFINE_string("extend_vocab", None,
+                      "A WordPiece vocab.txt to extend with the corpus' most useful words instead "
+                      "of learning a vocabulary (see the module docstring).")
+  flags.DEFINE_integer("num_new_tokens", 1000, "With --extend_vocab: words to add at most.",
+                       lower_bound=1, upper_bound=10**6)
+  script_flags.define_checkpoint_flags()
   flags.DEFINE_integer("max_sentences", 0,
                        "Read at most this many lines (0 = all): a large corpus's first part "
                        "is usually enough to learn a vocabulary.", lower_bound=0)
@@ -91,15 +107,17 @@ def count_words(sentences, do_lower_case):
   return words
 
 
-def learn_wordpiece(word_counts, vocab_size, num_unused=0, max_unique_chars=1000):
-  """Word counts -> the vocab as a list of tokens (special tokens first)."""
+def learn_wordpiece(word_counts, vocab_size, num_unused=0, max_unique_chars=1000,
+                    source="the corpus"):
+  """Word counts -> the vocab as a list of tokens (special tokens first); InputError naming
+  `source` when no word is left to learn from."""
   learner = tokenization.wordpiece_learner()
   reserved = list(tokenization.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
   if vocab_size <= len(reserved):
     raise fileio.InputError(f"--vocab_size={vocab_size} leaves no room beside the "
                             f"{len(reserved)} reserved tokens")
   if not word_counts:
-    raise fileio.InputError("the corpus has no words")
+    raise fileio.InputError(f"{source} has no words")
   params = learner.Params(
       upper_thresh=None, lower_thresh=1, num_iterations=4, max_input_tokens=-1,
       max_token_length=50, max_unique_chars=max_unique_chars, vocab_size=vocab_size,
@@ -107,6 +125,11 @@ def learn_wordpiece(word_counts, vocab_size, num_unused=0, max_unique_chars=1000
   words = learner.get_input_words(list(word_counts.items()), reserved, params.max_token_length)
   words = learner.filter_input_words(words, learner.get_allowed_chars(words, max_unique_chars),
                                      params.max_input_tokens)
+  if not words:
+    raise fileio.InputError(
+        f"{source} has no word to learn pieces from: the learner skips words over "
+        f"{params.max_token_length} characters and words with a character outside the "
+        f"--max_unique_chars={max_unique_chars} most frequent, and that leaves none")
   return _fit(_search_threshold(words, params, learner), reserved, vocab_size)
 
 
@@ -176,7 +199,8 @@ def build_wordpiece(input_files, vocab_file, vocab_size, do_lower_case=True, num
   counts = count_words(read_sentences(input_files, max_sentences), do_lower_case)
   logging.info("Counted %d distinct words (%d in all) in %.1f s", len(counts),
                sum(counts.values()), time.monotonic() - start)
-  tokens = learn_wordpiece(counts, vocab_size, num_unused, max_unique_chars)
+  tokens = learn_wordpiece(counts, vocab_size, num_unused, max_unique_chars,
+                           ", ".join(input_files))
   write_vocab(tokens, vocab_file)
   logging.info("Wrote %s: %d tokens in %.1f s", vocab_file, len(tokens),
                time.monotonic() - start)
@@ -255,6 +279,12 @@ def _main(_):
   logging.set_verbosity(logging.INFO)
   fileio.require(input_file=FLAGS.input_file, output_dir=FLAGS.output_dir)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
+  if FLAGS.extend_vocab:
+    _extend(input_files)
+    return
+  if FLAGS.init_checkpoint:
+    raise fileio.InputError("--init_checkpoint is for --extend_vocab (a model to grow with its "
+                            "vocabulary)")
   vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
   if FLAGS.vocab_type == "sentencepiece":
     outputs = [("output_dir", os.path.join(FLAGS.output_dir, f"spm.{extension}"))
@@ -279,6 +309,53 @@ def _main(_):
   rate, pieces = unk_rate(tokenizer, read_sentences(input_files, FLAGS.max_sentences or 20000))
   print(f"WordPiece vocab: {vocab_file} ({len(tokenizer.vocab)} tokens; on the corpus: "
         f"{100 * rate:.3f}% of words [UNK], {pieces:.2f} pieces per word)")
+
+
+def _extend(input_files):
+  """--extend_vocab: the extended vocab.txt, and with --init_checkpoint the grown model."""
+  if FLAGS.vocab_type != "wordpiece":
+    raise fileio.InputError("--extend_vocab extends a WordPiece vocab.txt (--vocab_type="
+                            "wordpiece)")
+  vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
+  tokenizer = tokenization.load_tokenizer(FLAGS.extend_vocab, FLAGS.do_lower_case)
+  outputs = [("output_dir", vocab_file)]
+  inputs = [("input_file", input_files), ("extend_vocab", FLAGS.extend_vocab)]
+  if FLAGS.init_checkpoint:
+    from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+    from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+    config_path = checkpoints.config_path(FLAGS.bert_config_file, FLAGS.init_checkpoint)
+    prefix = os.path.join(FLAGS.output_dir, "bert_model.ckpt")
+    outputs += [("output_dir", path) for path in (
+        prefix + ".index", prefix + ".data-00000-of-00001",
+        os.path.join(FLAGS.output_dir, "bert_config.json"))]
+    inputs += [("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
+               ("bert_config_file", config_path)]
+  fileio.check_outputs(files=outputs, inputs=inputs)
+  if FLAGS.init_checkpoint:
+    config = modeling.BertConfig.from_json_file(config_path)
+    tokenization.check_vocab_fits(len(tokenizer.vocab), config, FLAGS.extend_vocab, config_path)
+    if len(tokenizer.vocab) != config.vocab_size:
+      # New ids must come right after the model's rows, or they would land on unused ones.
+      raise fileio.InputError(
+          f"--extend_vocab={FLAGS.extend_vocab} has {len(tokenizer.vocab)} tokens but the model "
+          f"has vocab_size={config.vocab_size}: extend the vocab the model was trained with")
+  counts = count_words(read_sentences(input_files, FLAGS.max_sentences), FLAGS.do_lower_case)
+  added = vocab_extension.new_tokens(counts, tokenizer, FLAGS.num_new_tokens)
+  if not added:
+    raise fileio.InputError(f"no word of {', '.join(input_files)} is split by --extend_vocab="
+                            f"{FLAGS.extend_vocab} into known pieces: nothing to add")
+  with open(FLAGS.extend_vocab, encoding="utf-8") as f:
+    old_lines = f.read().splitlines()
+  write_vocab(old_lines + [word for word, _ in added], vocab_file)
+  saved = sum(counts[word] * (len(pieces) - 1) for word, pieces in added)
+  total = sum(counts[word] * len(tokenizer.wordpiece_tokenizer.tokenize(word)) for word in counts)
+  print(f"Extended vocab: {vocab_file} ({len(old_lines)} + {len(added)} tokens; on the corpus "
+        f"{100 * saved / max(total, 1):.1f}% fewer WordPieces)")
+  if FLAGS.init_checkpoint:
+    piece_ids = [tokenizer.convert_tokens_to_ids(pieces) for _, pieces in added]
+    grown, model = vocab_extension.extend_model(config, FLAGS.init_checkpoint, piece_ids)
+    vocab_extension.write_extended_checkpoint(grown, model, prefix, None)
+    print(f"Extended model: {prefix} (vocab_size {config.vocab_size} -> {grown.vocab_size})")
 
 
 def cli():

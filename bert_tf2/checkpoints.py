@@ -414,14 +414,31 @@ class EncoderHolder(tf.Module):
 # --- Encoders exported by export_model.py (--hub_module_handle) ---------------------------------
 
 
+def _load_saved_model(handle):
+  """tf.saved_model.load of a --hub_module_handle, with one InputError naming the handle and the
+  part that is missing or damaged (its variables index, a truncated variables file) where
+  TensorFlow raises an IndexError, a two-line OpError or a ValueError."""
+  if not os.path.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
+    raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
+  variables = os.path.join(handle, "variables")
+  if os.path.isdir(variables) and not os.path.exists(os.path.join(variables,
+                                                                   "variables.index")):
+    raise fileio.InputError(f"--hub_module_handle={handle}: the SavedModel has no "
+                            "variables/variables.index (copied incompletely?)")
+  try:
+    return tf.saved_model.load(handle)
+  except (tf.errors.OpError, IndexError, ValueError, OSError) as e:
+    detail = " ".join(str(getattr(e, "message", None) or e).split())[:300]
+    raise fileio.InputError(f"--hub_module_handle={handle}: the SavedModel cannot be loaded "
+                            f"(its variables are damaged or truncated?): {detail}") from None
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenization_info(handle):
   """(vocab file path, do_lower_case) of an exported SavedModel (as TF Hub BERT models carry).
   Kept per handle: a fine-tuning run asks twice (the default --vocab_file, then the casing check),
   and each load reads the whole SavedModel."""
-  if not os.path.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
-    raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
-  loaded = tf.saved_model.load(handle)
+  loaded = _load_saved_model(handle)
   if not hasattr(loaded, "vocab_file") or not hasattr(loaded, "do_lower_case"):
     raise fileio.InputError(f"{handle}: the SavedModel has no vocab_file / do_lower_case")
   return loaded.vocab_file.asset_path.numpy().decode("utf-8"), bool(loaded.do_lower_case.numpy())
@@ -442,9 +459,7 @@ def load_encoder_weights(bert, handle):
   The exported variables keep their checkpoint names (bert/encoder/layer_0/...), so this is a
   copy by name; a SavedModel lacking any of `bert`'s variables is an error naming them.
   """
-  if not os.path.isdir(handle):
-    raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
-  loaded = tf.saved_model.load(handle)
+  loaded = _load_saved_model(handle)
   source = {variable_name(v): v for v in (getattr(loaded, "variables", None) or [])}
   targets = variables_by_name(bert)
   missing = sorted(n for n in targets if n not in source)

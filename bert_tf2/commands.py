@@ -12,11 +12,14 @@ required ones, its main through run_main). One script runs per process, so the s
 never meet.
 """
 
+import contextlib
 import importlib
 import math
 import os
+import re
 import signal
 import sys
+import tempfile
 import textwrap
 
 from absl import app
@@ -109,14 +112,68 @@ def _raise_interrupted(signum, frame):
   raise Interrupted(signal.Signals(signum).name)
 
 
+_STATUS_LINE = re.compile(r"[A-Z][A-Z_]+: \S")  # TensorFlow's "NOT_FOUND: ...", the detail
+
+
 def _first_line(text):
-  return str(text).strip().splitlines()[0] if str(text).strip() else type(text).__name__
+  """One line of an error's text: its first, or for a heading that says nothing by itself
+  (TensorFlow's "Graph execution error:") the status line under it."""
+  lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+  if not lines:
+    return type(text).__name__
+  if lines[0].endswith(":"):
+    detail = [line for line in lines[1:] if _STATUS_LINE.match(line)]
+    return f"{lines[0]} {(detail or lines[1:2])[0]}" if len(lines) > 1 else lines[0]
+  return lines[0]
+
+
+# The terminal's stderr while _quiet_start_up holds fd 2 (None otherwise).
+_TERMINAL_FD = None
+
+# What TensorFlow's C++ libraries print while they load, whatever TF_CPP_MIN_LOG_LEVEL says (they
+# log through absl before its logging is set up): an absl notice, oneDNN's "custom operations
+# are on" (twice: two libraries) and the CPU-feature note with its second line.
+_START_UP_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|I\d{4} [\d:. ]+\d+ (port|cpu_feature_guard)\.cc:\d+\] "
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
+
+
+@contextlib.contextmanager
+def _quiet_start_up():
+  """While the script's imports load TensorFlow: its C++ start-up notices (_START_UP_NOISE) are
+  dropped, anything else written to stderr then comes out as it was. The C++ code writes to
+  file descriptor 2, so that is what is held (in a temporary file). TF_CPP_MIN_LOG_LEVEL=0 keeps
+  every line."""
+  global _TERMINAL_FD
+  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+    yield
+    return
+  sys.stderr.flush()
+  _TERMINAL_FD = os.dup(2)
+  capture = tempfile.TemporaryFile()
+  os.dup2(capture.fileno(), 2)
+  try:
+    yield
+  finally:
+    sys.stderr.flush()
+    os.dup2(_TERMINAL_FD, 2)
+    os.close(_TERMINAL_FD)
+    _TERMINAL_FD = None
+    capture.seek(0)
+    text = capture.read().decode("utf-8", errors="replace")
+    capture.close()
+    kept = [line for line in text.splitlines(keepends=True) if not _START_UP_NOISE.match(line)]
+    if kept:
+      sys.stderr.write("".join(kept))
+      sys.stderr.flush()
 
 
 def _early_signal(signum, frame):
   del frame
   name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
-  print(f"error: stopped by {name} while starting; nothing was written", file=sys.stderr)
+  message = f"error: stopped by {name} while starting; nothing was written\n"
+  os.write(2 if _TERMINAL_FD is None else _TERMINAL_FD, message.encode())
   os._exit(130 if signum == signal.SIGINT else 143)  # pylint: disable=protected-access
 
 
@@ -175,7 +232,9 @@ def _report(message, status, error=None):
   logging.flush()
   if error is not None and logging.get_verbosity() >= logging.DEBUG:
     raise error
-  print(f"error: {message}", file=sys.stderr)
+  # One line, whatever the error's text (a runner's or a library's may span several; the rest
+  # is in the traceback --verbosity=1 shows).
+  print(f"error: {_first_line(message)}", file=sys.stderr)
   sys.exit(status)
 
 
@@ -191,7 +250,9 @@ def run_script(name):
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
   package name (never as __main__, so no module is loaded twice) and its cli() runs."""
   stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  importlib.import_module("bert_tf2." + name).cli()
+  with _quiet_start_up():
+    module = importlib.import_module("bert_tf2." + name)
+  module.cli()
 
 
 def main():

@@ -138,7 +138,8 @@ def define_flags():
       lower_bound=0)
   flags.DEFINE_integer(
       "num_output_shards", 8,
-      "Number of files when --output_file is a {shard} pattern or a directory.", lower_bound=1)
+      "Number of files when --output_file is a {shard} pattern or a directory.", lower_bound=1,
+      upper_bound=pretraining_data.MAX_OUTPUT_SHARDS)
   flags.DEFINE_float("progress_seconds", 30, "Seconds between progress log lines.",
                      lower_bound=0.0)
   flags.DEFINE_bool(
@@ -279,10 +280,11 @@ def run(options):
                                                        options.num_output_shards)
   fileio.check_outputs(files=[("output_file", output_files)],
                        inputs=[("input_file", input_files), ("vocab_file", options.vocab_file)])
+  tfrecord_io.check_open_files(output_files)
+  stale = pretraining_data.earlier_shards(options.output_file, output_files)
   num_workers = options.num_workers or os.cpu_count() or 1
   # Built here in both modes so a bad vocab fails at once, not inside a worker process.
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
   vocab_ids = pretraining_data.VocabIds(tokenizer.vocab)
   logging.info("*** Reading from %d input file(s) ***\n  %s", len(input_files),
                "\n  ".join(input_files))
@@ -319,6 +321,7 @@ def run(options):
                  len(output_files), "\n  ".join(output_files))
     tfrecord_io.write_sharded(records, output_files)
 
+  pretraining_data.remove_earlier_shards(stale)
   pretraining_data.log_done(stats, start, output_files)
   return stats
 

@@ -1,6 +1,7 @@
-"""Exports SavedModels for serving and TF Hub: encoder, text preprocessor, classifier, SQuAD.
+"""Exports SavedModels for serving and TF Hub: encoder, text preprocessor, classifier, SQuAD,
+sentence embedder.
 
-Four kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved_model.load`,
+Five kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved_model.load`,
 `hub.load` and `hub.KerasLayer`, and runnable with `saved_model_cli run`:
 
 * encoder: the BERT encoder in the TF Hub BERT convention. Called with a dict of int32
@@ -16,6 +17,12 @@ Four kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved
 * classifier: a fine-tuned run_classifier.py model whose `serving_default` takes raw text
   (`text_a`, plus `text_b` for sentence-pair tasks) and returns the label, its id and the
   probabilities of every label (or `score` for regression).
+* embedder: raw strings (`text`) -> sentence vectors (`embedding`, [batch, hidden] float32): the
+  encoder's last layer pooled over the real tokens as --pooling says (mean by default; cls, max)
+  and, with --normalize, scaled to unit length: sentence-transformers' encode() for a model
+  such as all-MiniLM-L6-v2 (extract_features.py --pooling gives the same vectors). Texts longer
+  than --max_seq_length are truncated. It tokenizes as the original does, so "[CLS]" written in
+  a text is split into pieces (HuggingFace reads it as the token).
 * squad: a fine-tuned run_squad.py model whose `serving_default` takes `question` and `context`
   and returns run_squad.py's answer over the whole context: the context is read in windows
   --doc_stride tokens apart, the best span over all of them is chosen by run_squad's rules
@@ -54,10 +61,12 @@ from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 
+MODEL_TYPES = ("encoder", "preprocessor", "classifier", "squad", "embedder")
+
 
 def define_flags():
   """The flags of export_model.py: its own, then the shared groups (script_flags)."""
-  flags.DEFINE_enum("model_type", "encoder", ["encoder", "preprocessor", "classifier", "squad"],
+  flags.DEFINE_enum("model_type", "encoder", list(MODEL_TYPES),
                     "What to export (see the module docstring).")
   flags.DEFINE_string("export_dir", None,
                       "Directory the SavedModel is written to. An existing one is replaced only "
@@ -75,6 +84,7 @@ def define_flags():
                     "and --regression), else false.")
   script_flags.define_squad_flags()
   script_flags.define_doc_stride_flag()  # squad: see _fine_tuned_module
+  script_flags.define_pooling_flags()  # embedder (its default pooling: mean)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,6 +157,34 @@ class EncoderModule(_SavedModelRoot):
     for training in (False, True):
       self.__call__.get_concrete_function(specs, training=training)
     return {"serving_default": self.serve.get_concrete_function()}
+
+
+class EmbedderModule(_SavedModelRoot):
+  """Sentence vectors of raw text: `module(text)` / serving_default -> {"embedding": [batch,
+  hidden] float32} (modeling.pool_tokens of the last layer)."""
+
+  def __init__(self, bert, vocab_file, do_lower_case, seq_length, pooling, normalize):
+    super().__init__(name="embedder")
+    self.bert = bert
+    self.preprocessor = graph_tokenization.TextPreprocessor(vocab_file, do_lower_case, seq_length)
+    self.pooling = pooling
+    self.normalize = normalize
+    self.pooling_name = tf.Variable(pooling, trainable=False, name="pooling")
+    self.normalized = tf.Variable(normalize, trainable=False, name="normalize")
+    self._set_tokenization_info(vocab_file, do_lower_case)
+    self._set_reusable_attributes([bert])
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
+  def __call__(self, text):
+    features = self.preprocessor.encode(text)
+    outputs = self.bert(features["input_word_ids"], features["input_mask"],
+                        features["input_type_ids"])
+    return {"embedding": modeling.pool_tokens(outputs["sequence_output"],
+                                              features["input_mask"], self.pooling,
+                                              self.normalize)}
+
+  def signatures(self):
+    return {"serving_default": self.__call__.get_concrete_function()}
 
 
 class PreprocessorModule(_SavedModelRoot):
@@ -241,6 +279,9 @@ class ClassifierModule(_SavedModelRoot):
 
 
 _SQUAD_WHITESPACE = "[ \t\r\n\u202f]"  # run_squad's _is_whitespace.
+# Windows the SQuAD model's encoder reads at a time: its memory is that of this many sequences
+# whatever the length of the contexts it is given (the rest of a call is linear in them).
+_SQUAD_WINDOWS_PER_RUN = 32
 _SPACE = 32
 
 
@@ -260,19 +301,21 @@ def _context_windows(query_len, doc_len, seq_length, doc_stride):
   return example, index, start, length, count
 
 
-def _max_context(example, index, start, length, count, offset, seq_length):
+def _max_context(example, index, start, length, count, offset, seq_length, reach):
   """[windows, seq_length]: whether each position of each window is a context token that this
   window reads with the most context of all its context's windows (sliding_windows.max_context,
   the same float64 score, the first window on a tie); `offset` is each window's first context
-  position."""
+  position. Only the `reach` windows on either side of a window can share a token with it
+  (windows start a stride apart and hold at most seq_length tokens), so each window is compared
+  with those 2 * reach + 1 only: work and memory linear in the number of windows, where
+  comparing every pair of a context's windows grew with the square of a long context."""
   positions = tf.range(seq_length)[None, :] - offset[:, None]  # in the window's context tokens
   in_window = (positions >= 0) & (positions < length[:, None])
   token = start[:, None] + positions  # [windows, seq]: the context token at each position
-  # Every window of the same context, by its index there: [windows, most windows of a context].
-  siblings = tf.gather(tf.RaggedTensor.from_row_lengths(tf.range(tf.size(example)),
-                                                        count).to_tensor(-1), example)
-  exists = siblings >= 0
-  other = tf.maximum(siblings, 0)
+  # The neighbours of each window in its context, by their index there: [windows, 2 reach + 1].
+  ranks = index[:, None] + tf.range(-reach, reach + 1)[None, :]
+  exists = (ranks >= 0) & (ranks < tf.gather(count, example)[:, None])
+  other = tf.where(exists, tf.range(tf.size(example))[:, None] - index[:, None] + ranks, 0)
   other_start = tf.gather(start, other)[:, None, :]
   other_length = tf.gather(length, other)[:, None, :]
   left = token[:, :, None] - other_start
@@ -282,9 +325,27 @@ def _max_context(example, index, start, length, count, offset, seq_length):
            + tf.constant(0.01, tf.float64) * tf.cast(other_length, tf.float64))
   score = tf.where(holds, score, -np.inf)
   best = tf.reduce_max(score, axis=-1, keepdims=True)
-  ranks = tf.range(tf.shape(siblings)[1])[None, None, :]
-  first_best = tf.reduce_min(tf.where(holds & tf.equal(score, best), ranks, tf.int32.max), -1)
+  first_best = tf.reduce_min(tf.where(holds & tf.equal(score, best), ranks[:, None, :],
+                                      tf.int32.max), -1)
   return in_window, in_window & tf.equal(first_best, index[:, None])
+
+
+def _in_chunks(model, features, seq_length, chunk):
+  """model(features) over the rows of `features` `chunk` at a time (tf.map_fn, one chunk after
+  the other), so that the encoder's activations stay those of `chunk` windows however long the
+  contexts of a call are; the outputs are as of one call."""
+  rows = tf.shape(features["input_ids"])[0]
+  padded = (rows + chunk - 1) // chunk * chunk
+  batches = {name: tf.reshape(tf.pad(value, [[0, padded - rows], [0, 0]]),
+                              [-1, chunk, seq_length])
+             for name, value in features.items()}
+  spec = {name: tf.TensorSpec([chunk, seq_length], tf.float32)
+          for name in ("start_logits", "end_logits")}
+  outputs = tf.map_fn(lambda batch: {name: tf.cast(value, tf.float32)
+                                     for name, value in model(batch).items() if name in spec},
+                      batches, fn_output_signature=spec, parallel_iterations=1)
+  return {name: tf.reshape(value, [padded, seq_length])[:rows]
+          for name, value in outputs.items()}
 
 
 def _gather_or(values, indices, ok, default):
@@ -382,6 +443,9 @@ class SquadModule(_SavedModelRoot):
     self.max_answer_length = max_answer_length
     self.doc_stride = doc_stride
     self.n_best_size = min(n_best_size, seq_length)
+    # Windows start at least min(doc_stride, their length) tokens apart, so a token is in at
+    # most this many windows after the one that starts before it (the band _max_context reads).
+    self.reach = -(-seq_length // doc_stride)
     vocab = tokenization.load_vocab(vocab_file)
     self._token_of_id = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(list(vocab.values()), tf.int32),
@@ -409,12 +473,13 @@ class SquadModule(_SavedModelRoot):
                          window_tokens.with_flat_values(tf.gather(doc.flat_values,
                                                                   window_tokens.flat_values))],
                         self.seq_length)
-    outputs = self.model({"input_ids": features["input_word_ids"],
-                          "input_mask": features["input_mask"],
-                          "segment_ids": features["input_type_ids"]})
+    outputs = _in_chunks(self.model, {"input_ids": features["input_word_ids"],
+                                      "input_mask": features["input_mask"],
+                                      "segment_ids": features["input_type_ids"]},
+                         self.seq_length, _SQUAD_WINDOWS_PER_RUN)
     offset = tf.gather(query_len, example) + 2  # [CLS] question [SEP]
     in_window, max_context = _max_context(example, index, start, length, count, offset,
-                                          self.seq_length)
+                                          self.seq_length, self.reach)
     # Each window's n_best_size best starts and ends among its own tokens (the original's
     # _get_best_indexes: the earlier position first on a tie, as top_k).
     real = tf.range(self.seq_length)[None, :] < tf.reduce_sum(features["input_mask"], 1)[:, None]
@@ -524,7 +589,7 @@ def _config_file_for_asset(config, staging_dir):
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
            do_lower_case=True, max_seq_length=128, labels=None, regression=None,
            text_pairs=None, max_query_length=64, max_answer_length=30, doc_stride=None,
-           n_best_size=20, overwrite=False):
+           n_best_size=20, overwrite=False, pooling="mean", normalize=False):
   """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
 
   A fine-tuning run's output directory (or a checkpoint in it) needs nothing else: its
@@ -539,8 +604,13 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
   """
   if not export_dir:
     raise fileio.InputError("--export_dir is required")
-  if model_type not in ("encoder", "preprocessor", "classifier", "squad"):
+  if model_type not in MODEL_TYPES:
     raise fileio.InputError(f"unknown --model_type={model_type}")
+  if model_type == "embedder" and pooling not in modeling.POOLINGS:
+    raise fileio.InputError(f"--pooling={pooling}: the embedder pools with one of "
+                            f"{', '.join(modeling.POOLINGS)}")
+  if normalize and model_type != "embedder":
+    raise fileio.InputError(f"--normalize is for --model_type=embedder, not {model_type}")
   if model_type != "encoder" and max_seq_length < 3:
     raise fileio.InputError(f"--max_seq_length={max_seq_length} is too small for [CLS] x [SEP]")
   fileio.check_distinct(labels, "labels", "label")
@@ -569,7 +639,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
         module = _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                                     do_lower_case, max_seq_length, labels, regression,
                                     text_pairs, max_query_length, max_answer_length, doc_stride,
-                                    n_best_size)
+                                    n_best_size, pooling, normalize)
       signatures = module.signatures()
       try:
         tf.saved_model.save(module, staging, signatures=signatures)
@@ -585,17 +655,26 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
 
 def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                        do_lower_case, max_seq_length, labels, regression, text_pairs,
-                       max_query_length, max_answer_length, doc_stride, n_best_size):
-  """The encoder, classifier or SQuAD module with the checkpoint's weights."""
+                       max_query_length, max_answer_length, doc_stride, n_best_size,
+                       pooling=None, normalize=False):
+  """The encoder, embedder, classifier or SQuAD module with the checkpoint's weights."""
   tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
   config = modeling.BertConfig.from_json_file(config_path)
+  if tokenization.is_sentencepiece_model(vocab_path):
+    # The SavedModels tokenize in the graph with WordPiece (graph_tokenization).
+    raise fileio.InputError(
+        f"--vocab_file={vocab_path} is a SentencePiece model: the exported models tokenize "
+        "raw strings in the graph with a WordPiece vocab.txt only (the scripts read either)")
   tokenization.check_vocab_fits(len(tokenization.load_vocab(vocab_path)), config, vocab_path,
                                 config_path)
   if model_type != "encoder":
     checkpoints.check_seq_length(max_seq_length, config, config_path)
-  if model_type == "encoder":
+  if model_type in ("encoder", "embedder"):
     holder = checkpoints.EncoderHolder(config, name="holder")
     checkpoints.init_from_checkpoint(holder, init_checkpoint, require_all=True)
+    if model_type == "embedder":
+      return EmbedderModule(holder.bert, vocab_path, do_lower_case, max_seq_length, pooling,
+                            normalize)
     return EncoderModule(holder.bert, vocab_path, do_lower_case,
                          _config_file_for_asset(config, scratch))
   if model_type in ("classifier", "squad"):
@@ -651,7 +730,9 @@ def main(_):
          labels=FLAGS.labels, regression=_given(FLAGS["regression"]),
          text_pairs=_given(FLAGS["text_pairs"]),
          max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
-         doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite)
+         doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite,
+         pooling=FLAGS.pooling if FLAGS["pooling"].present else "mean",
+         normalize=FLAGS.normalize)
 
 
 def _given(flag):

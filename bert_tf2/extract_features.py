@@ -7,6 +7,12 @@ the 0-based input line, `index` a layer as numbered by --layers (-1 = the last e
 the values are rounded to 6 decimals. The checkpoint may be a Google TF1 one, a HuggingFace
 safetensors directory, or one of this project's.
 
+With --pooling (mean, cls or max; --normalize for unit length) each output line is instead the
+line's sentence vector, as sentence-transformers computes it, {"linex_index": i, "embedding":
+[...]}, from one layer (--layers, default -1), pooled in the graph over the real tokens. With
+the packaged all-MiniLM-L6-v2, `--pooling=mean --normalize --max_seq_length=256` gives its
+sentence-transformers embeddings (tests/test_extract_features.py checks them within 1e-5).
+
 A line longer than --max_seq_length is truncated, as in the original; with --doc_stride it is read
 whole in overlapping windows (text_b of a pair, else the text; see sliding_windows.py) and its
 output line still holds every token once: a token of the windowed text has the vectors of the
@@ -49,15 +55,21 @@ def define_flags():
   script_flags.define_max_seq_length(128)
   script_flags.define_dynamic_padding_flag()
   script_flags.define_doc_stride_flag()
+  script_flags.define_pooling_flags()
 
   script_flags.define_input_file_flag()
   script_flags.define_output_file_flag()
 
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                      "Comma-separated encoder layers to output: -1 is the last, 0 the first.")
+                      "Comma-separated encoder layers to output: -1 is the last, 0 the first. "
+                      "With --pooling: the one layer pooled (default -1).")
 
   flags.DEFINE_integer("batch_size", 32, "Sequences per forward pass (over all replicas).",
                        lower_bound=1)
+  flags.DEFINE_bool("split_special_tokens", True,
+                    "Special tokens written in the text ([CLS], [SEP], [MASK], ...) are split "
+                    "like any text, as the original's tokenizer does; false: read as those "
+                    "tokens, as HuggingFace's tokenizers and sentence-transformers do.")
 
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "The original's TPU switch; accepted and ignored (the lookup is a gather).")
@@ -101,13 +113,17 @@ def split_line(line):
   return text_a, text_b or None
 
 
-def convert_lines_to_features(numbered_lines, seq_length, tokenizer, doc_stride=None):
+def convert_lines_to_features(numbered_lines, seq_length, tokenizer, doc_stride=None,
+                              split_special_tokens=True):
   """[(line index, line)] -> InputFeatures: [CLS] a [SEP] (b [SEP]), segment 0 then 1; a line
   too long for `seq_length` truncated, or with `doc_stride` one feature per window (a line's in
-  a row, see the module docstring). unique_ids count from the first line's index."""
+  a row, see the module docstring). unique_ids count from the first line's index. Without
+  `split_special_tokens`, "[CLS]" and the like in a text are those tokens (HuggingFace's way)."""
   pairs = [split_line(line) for _, line in numbered_lines]
-  tokens_a = tokenizer.tokenize_batch([a for a, _ in pairs])
-  tokens_b = tokenizer.tokenize_batch([b or "" for _, b in pairs])
+  tokenize = (tokenizer.tokenize_batch if split_special_tokens
+              else tokenizer.tokenize_batch_keeping_special_tokens)
+  tokens_a = tokenize([a for a, _ in pairs])
+  tokens_b = tokenize([b or "" for _, b in pairs])
   features = []
   unique_id = numbered_lines[0][0] if numbered_lines else 0
   for (line_index, _), (_, text_b), a, b in zip(numbered_lines, pairs, tokens_a, tokens_b):
@@ -154,18 +170,27 @@ def parse_layers(text, num_hidden_layers):
 
 class LayerExtractor(tf.Module):
   """A BertModel (as `bert`, so this project's checkpoints load by object path too) that returns
-  the chosen encoder layers stacked: `layers` [batch, len(layer_indexes), seq, hidden] float32."""
+  the chosen encoder layers stacked: `layers` [batch, len(layer_indexes), seq, hidden] float32;
+  with `pooling`, the sentence vectors of the one chosen layer instead: `embedding` [batch,
+  hidden] float32 (modeling.pool_tokens)."""
 
-  def __init__(self, config, layer_indexes, compute_dtype=tf.float32):
+  def __init__(self, config, layer_indexes, compute_dtype=tf.float32, pooling=None,
+               normalize=False):
     super().__init__(name="extractor")
     self.bert = modeling.BertModel(config, compute_dtype)
     self.layer_indexes = list(layer_indexes)
+    self.pooling = pooling
+    self.normalize = normalize
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     outputs = self.bert(features["input_ids"], features["input_mask"], features["input_type_ids"],
                         training=training, dropout_seed=dropout_seed,
                         inference_weights=inference_weights)
     layers = outputs["encoder_outputs"]
+    if self.pooling:
+      return {"embedding": modeling.pool_tokens(layers[self.layer_indexes[0]],
+                                                features["input_mask"], self.pooling,
+                                                self.normalize)}
     return {"layers": tf.cast(tf.stack([layers[i] for i in self.layer_indexes], axis=1),
                               tf.float32)}
 
@@ -240,10 +265,11 @@ def _groups(features, max_tokens):
     yield group
 
 
-def _layer_values(trainer, group, seq_length, batch_size, pad_to_longest):
-  """{unique_id: float32 [layers, tokens, hidden]} of the sequences in `group`: run sorted by
-  length when `pad_to_longest` (each batch then holds sequences of about one length and runs only
-  up to its longest, input_pipeline.trim_to_longest), in input order otherwise."""
+def _layer_values(trainer, group, seq_length, batch_size, pad_to_longest, output="layers"):
+  """{unique_id: float32 [layers, tokens, hidden]} of the sequences in `group` (`output`
+  "embedding": their [hidden] sentence vectors): run sorted by length when `pad_to_longest`
+  (each batch then holds sequences of about one length and runs only up to its longest,
+  input_pipeline.trim_to_longest), in input order otherwise."""
   # No larger than the lines need (a short input under a huge --batch_size).
   per_replica_batch_size, global_batch = training.prediction_batch_size(
       batch_size, len(group), trainer.strategy, "batch_size")
@@ -272,15 +298,17 @@ def _layer_values(trainer, group, seq_length, batch_size, pad_to_longest):
 
   lengths = {f.unique_id: len(f.tokens) for f in group}
   values = {}
-  for outputs in trainer.predict(dataset_fn, ["layers"]):
-    for unique_id, layers in zip(outputs["unique_ids"].tolist(), outputs["layers"]):
+  for outputs in trainer.predict(dataset_fn, [output]):
+    for unique_id, value in zip(outputs["unique_ids"].tolist(), outputs[output]):
       if unique_id >= 0:
-        values[unique_id] = np.array(layers[:, :lengths[unique_id]])  # a copy, not the batch
+        # A copy, not a view of the batch.
+        values[unique_id] = np.array(value if output == "embedding"
+                                     else value[:, :lengths[unique_id]])
   return values
 
 
 def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, batch_size,
-            pad_to_longest=False, doc_stride=None):
+            pad_to_longest=False, doc_stride=None, split_special_tokens=True):
   """Streams `input_file` through the model into `writer` (a text file), lines in input order.
   Returns the line count. `pad_to_longest` runs the sequences of each group of held lines sorted
   by length, each batch only up to its longest: on real text (WikiText) about half the model
@@ -289,8 +317,19 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
   hidden_size = trainer.model.bert.config.hidden_size
   max_tokens = max(1, _MAX_HELD_VALUES // (len(layer_indexes) * hidden_size))
   lines = ((number - 1, line) for number, line in fileio.read_lines(input_file))
+  pooled = bool(trainer.model.pooling)
   for chunk in _chunks(lines, batch_size * _BATCHES_PER_CHUNK):
-    features = convert_lines_to_features(chunk, seq_length, tokenizer, doc_stride)
+    features = convert_lines_to_features(chunk, seq_length, tokenizer, doc_stride,
+                                         split_special_tokens)
+    if pooled:  # one vector a line (no windows: --doc_stride is refused with --pooling)
+      values = _layer_values(trainer, features, seq_length, batch_size, pad_to_longest,
+                             "embedding")
+      for feature in features:
+        writer.write(json.dumps({"linex_index": feature.line_index,
+                                 "embedding": rounded(values[feature.unique_id])}))
+        writer.write("\n")
+        count += 1
+      continue
     for group in _groups(features, max_tokens):
       values = _layer_values(trainer, group, seq_length, batch_size, pad_to_longest)
       for windows in _lines(group):
@@ -321,18 +360,34 @@ def main(_):
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
                                         FLAGS.max_seq_length)
-  layer_indexes = parse_layers(FLAGS.layers, config.num_hidden_layers)
+  pooling = None if FLAGS.pooling == "none" else FLAGS.pooling
+  if FLAGS.normalize and not pooling:
+    raise fileio.InputError("--normalize scales sentence vectors: give --pooling too")
+  layer_indexes = parse_layers(FLAGS.layers if FLAGS["layers"].present or not pooling else "-1",
+                               config.num_hidden_layers)
+  if pooling and len(layer_indexes) > 1:
+    raise fileio.InputError(f"--pooling={pooling} pools one layer, but --layers={FLAGS.layers} "
+                            f"names {len(layer_indexes)}")
+  if pooling and FLAGS.doc_stride is not None:
+    raise fileio.InputError(f"--doc_stride with --pooling={pooling}: a sentence vector is of one "
+                            "sequence (a longer line is truncated, as sentence-transformers does)")
   if FLAGS.doc_stride is not None:
     sliding_windows.check_stride(
         FLAGS.doc_stride, FLAGS.max_seq_length - 2,
         f"text tokens of a window (--max_seq_length={FLAGS.max_seq_length} - 2 for "
         "[CLS] text [SEP])")
-  tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  # An id past the model's embedding table would fail deep in the graph ("Graph execution
+  # error"); checked here, naming both files.
+  tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
+                                FLAGS.vocab_file, FLAGS.bert_config_file or
+                                f"the config of --init_checkpoint={FLAGS.init_checkpoint}")
 
   strategy = script_flags.strategy()
   training.per_replica_batch_size(FLAGS.batch_size, strategy, "batch_size")  # checked early
   with strategy.scope():
-    model = LayerExtractor(config, layer_indexes, script_flags.compute_dtype())
+    model = LayerExtractor(config, layer_indexes, script_flags.compute_dtype(), pooling,
+                           FLAGS.normalize)
   report = checkpoints.init_from_checkpoint(model, FLAGS.init_checkpoint)
   # Every encoder variable must come from the checkpoint; only the pooler, which no output here
   # uses, may be missing (some exported encoders drop it).
@@ -350,7 +405,8 @@ def main(_):
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
                     FLAGS.max_seq_length, FLAGS.batch_size,
                     pad_to_longest=script_flags.dynamic_padding(strategy),
-                    doc_stride=FLAGS.doc_stride)
+                    doc_stride=FLAGS.doc_stride,
+                    split_special_tokens=FLAGS.split_special_tokens)
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)
 
 

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 
 from absl import logging
@@ -60,6 +61,9 @@ def read_delimited(path, delimiter=",", quotechar='"', what="file"):
   the line a row starts on; blank rows skipped. InputError naming the file and line for a
   malformed row, the byte for invalid UTF-8."""
   check_file(path, what)
+  # The csv module refuses a field over 131,072 characters by default (a long document in a
+  # valid file); the whole file is read into memory anyway, so its size is the only bound.
+  csv.field_size_limit(sys.maxsize)
   rows = []
   try:
     with open(path, encoding="utf-8-sig", newline="") as f:
@@ -77,10 +81,22 @@ def read_delimited(path, delimiter=",", quotechar='"', what="file"):
   return rows
 
 
+# A URL's scheme: gs://, s3://, hdfs://, https://.
+_REMOTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_remote(path):
+  return bool(_REMOTE.match(os.fspath(path)))
+
+
 def check_file(path, what="file"):
   """Raises InputError unless `path` is a readable regular file."""
   if not path:
     raise InputError(f"no {what} given")
+  if is_remote(path):
+    raise InputError(f"{what} {path} is a remote path: the scripts read local files (copy it "
+                     "first, e.g. `gcloud storage cp`); only create_pretraining_data's Beam job "
+                     "reads remote files")
   if not os.path.exists(path):
     raise InputError(f"{what} not found: {path}")
   if not os.path.isfile(path):
@@ -101,6 +117,8 @@ def expand_file_patterns(patterns, what="input file"):
   for pattern in (p.strip() for p in patterns.split(",")):
     if not pattern:
       continue
+    if is_remote(pattern):
+      check_file(pattern, what)  # the error that says so
     matches = [pattern] if os.path.lexists(pattern) else sorted(glob.glob(pattern))
     if not matches:
       raise InputError(f"{what} pattern matches no file: {pattern}")
@@ -211,6 +229,14 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
   """
   files, inputs = _flat(files), _flat(inputs)
   directories, replaced = _flat(directories), _flat(replaced_directories)
+  for flag, path in files + directories + replaced:
+    if is_remote(path):
+      # Outputs are written under a temporary name and renamed, and directories locked, with
+      # local file-system calls: a gs:// name would become a local folder called "gs:".
+      raise InputError(
+          f"--{flag}={path} is a remote path: the scripts write local files (write locally, then "
+          "copy, e.g. `gcloud storage cp -r`); create_pretraining_data writes remote files as a "
+          "Beam job (--beam_pipeline_options; gs:// needs `pip install 'apache-beam[gcp]'`)")
   # The stale-temporary sweep before each write never removes one of these (_is_input).
   _INPUTS.extend(os.path.realpath(path) for _, path in inputs if os.path.lexists(path))
   for flag, path in files:
@@ -224,6 +250,7 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
       raise InputError(f"--{flag}={path} exists and is not a regular file (a device, FIFO or "
                        "socket); refusing to replace it")
     _check_parent(flag, path)
+    _check_name_length(flag, path)
   for i, (flag, path) in enumerate(files):
     for other_flag, other in files[:i]:
       if os.path.abspath(path) == os.path.abspath(other) or (
@@ -243,10 +270,37 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
                          f"--{in_flag}={in_path}; choose another output directory")
 
 
+def _check_name_length(flag, path):
+  """InputError for a file name longer than its file system takes (found at the final rename,
+  after all the work, otherwise)."""
+  name = os.fsencode(os.path.basename(os.fspath(path)))
+  probe = os.path.dirname(os.path.abspath(path))
+  while not os.path.isdir(probe):
+    probe = os.path.dirname(probe)
+  try:
+    limit = os.pathconf(probe, "PC_NAME_MAX")
+  except (OSError, ValueError):
+    limit = 255
+  if len(name) > limit:
+    raise InputError(f"--{flag}={path}: the file name is {len(name)} bytes, over the {limit} "
+                     "its file system takes")
+
+
 def _check_parent(flag, path, directory=None):
   """InputError unless the parent directory of `path` exists and is writable, or can be made:
   its nearest existing ancestor is a writable directory. Nothing is created here (the writers
   make the directories they need), so a run refused later leaves no empty directory behind."""
+  # `newdir/../out`: the system resolves `..` only through a directory that exists (abspath
+  # would drop the missing one, and the run would fail only at its end).
+  # (An output directory is made with os.makedirs, which makes the missing one too.)
+  parts = [] if directory else os.fspath(path).split(os.sep)
+  for i in range(1, len(parts)):
+    prefix = os.sep.join(parts[:i])
+    if parts[i] != ".." or not prefix or os.path.basename(prefix) in ("..", "."):
+      continue
+    if not os.path.isdir(prefix):
+      raise InputError(f"--{flag}={path}: {prefix} is not an existing directory, so "
+                       f"{prefix}/.. cannot be followed; give the path without it")
   probe = os.path.abspath(directory or os.path.dirname(os.path.abspath(path)))
   while not os.path.lexists(probe):
     probe = os.path.dirname(probe)
@@ -296,8 +350,9 @@ def naming_output(path):
     yield
   except OSError as e:
     name = os.path.basename(os.fspath(e.filename)) if e.filename is not None else None
-    if e.errno is None or not (
-        name is None or name.startswith(f".{os.path.basename(os.fspath(path))}.tmp-")):
+    # The stem of this output's temporaries (shortened with a digest for a very long name).
+    stem = _temporary_stem(os.fspath(path))[1]
+    if e.errno is None or not (name is None or name.startswith(f"{stem}.tmp-")):
       raise
     raise OSError(e.errno, e.strerror, os.fspath(path)) from None
 
@@ -364,23 +419,42 @@ def _is_input(path):
   return any(real == i or i.startswith(real.rstrip(os.sep) + os.sep) for i in _INPUTS)
 
 
-def _remove_stale_temporaries(path):
-  """Removes temporaries of `path` left by processes that no longer run (killed with SIGKILL):
-  exactly the names this module creates (`.NAME.tmp-PID-` and mkstemp's 8 random characters,
-  `.old` for a directory moved aside), of a dead process, owned by this user, and never an input
-  of this run, so that a user's file that merely looks like one survives."""
-  directory, stem = _temporary_stem(path)
-  pattern = re.compile(re.escape(stem) + r"\.tmp-(\d+)-" + _RANDOM + r"(\.old)?")
-  for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(stem) + ".tmp-*")):
-    match = pattern.fullmatch(os.path.basename(stale))
-    if not match or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
-      continue
+# What a temporary of ours is named after its stem (`.NAME`): atomic_path's and
+# atomic_directory's `.tmp-PID-` + mkstemp's random part (+ `.old`, a directory moved aside), and
+# a Beam job's `.tmp-beam-PID-` + 16 hex digits (+ `.pieces`, its directory of pieces).
+_TEMPORARY = re.compile(r"(?P<stem>\..+?)\.tmp-(?:(?P<pid>\d+)-" + _RANDOM + r"(?:\.old)?"
+                        r"|beam-(?P<beam_pid>\d+)-[0-9a-f]{16}(?:\.pieces)?)")
+
+
+def remove_stale_temporaries(paths):
+  """Removes the temporaries of the outputs `paths` left by processes that no longer run (killed
+  with SIGKILL): exactly the names this project creates (_TEMPORARY), of a dead process, owned by
+  this user, and never an input of this run, so that a user's file that merely looks like one
+  survives. Each directory is listed once, however many outputs it holds (thousands of shards
+  cost one listing, not one each)."""
+  stems = {}
+  for path in paths:
+    directory, stem = _temporary_stem(path)
+    stems.setdefault(directory, set()).add(stem)
+  for directory, names in stems.items():
     try:
-      if os.lstat(stale).st_uid != os.getuid() or _is_input(stale):
-        continue
+      entries = os.listdir(directory)
     except OSError:
       continue
-    remove_path(stale)
+    for entry in entries:
+      match = _TEMPORARY.fullmatch(entry)
+      if not match or match.group("stem") not in names:
+        continue
+      pid = int(match.group("pid") or match.group("beam_pid"))
+      if pid == os.getpid() or _alive(pid):
+        continue
+      stale = os.path.join(directory, entry)
+      try:
+        if os.lstat(stale).st_uid != os.getuid() or _is_input(stale):
+          continue
+      except OSError:
+        continue
+      remove_path(stale)
 
 
 def remove_path(path):
@@ -403,23 +477,30 @@ def _alive(pid):
 
 
 @contextlib.contextmanager
-def atomic_path(path):
+def atomic_path(path, sweep=True):
   """Yields a temporary path beside `path`; renames it onto `path` only if the block succeeds.
 
   The temporary file is a hidden sibling (so the rename stays on one file system and is atomic),
   created exclusively (a file or symlink planted at a predictable name cannot redirect the write),
   and removed when the block raises or is interrupted, so a failed run leaves the old output (or
   nothing). The result gets the permissions of an ordinary new file (0666 less the umask).
+  Temporaries of `path` that a killed run left are removed first, unless `sweep` is False (the
+  caller has called remove_stale_temporaries for all its outputs at once).
   """
   directory, prefix = _temporary_prefix(path)
   os.makedirs(directory, exist_ok=True)
-  _remove_stale_temporaries(path)
+  if sweep:
+    remove_stale_temporaries([path])
   fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
   os.close(fd)
   try:
     yield tmp
     os.chmod(tmp, 0o666 & ~_UMASK)
-    os.replace(tmp, path)
+    try:
+      os.replace(tmp, path)
+    except OSError as e:  # named after the output, not our hidden temporary (e.g. an output
+      # through a missing `newdir/../`, or a name over the file system's limit)
+      raise OSError(e.errno, e.strerror, os.fspath(path)) from None
   finally:
     if os.path.lexists(tmp):
       os.remove(tmp)
@@ -457,7 +538,7 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
                        "--overwrite to replace it)")
   directory, prefix = _temporary_prefix(path)
   os.makedirs(directory, exist_ok=True)
-  _remove_stale_temporaries(path)
+  remove_stale_temporaries([path])
   staging = tempfile.mkdtemp(prefix=prefix, dir=directory)
   old = None
   try:
@@ -467,7 +548,13 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
       old = tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=directory)
       os.rmdir(old)
       os.replace(path, old)
-    os.replace(staging, path)
+    try:
+      os.replace(staging, path)
+    except OSError as e:
+      if old:
+        os.replace(old, path)  # the earlier output back in place
+        old = None
+      raise OSError(e.errno, e.strerror, path) from None
   finally:
     if os.path.lexists(staging):
       shutil.rmtree(staging, ignore_errors=True)

@@ -101,7 +101,7 @@ def tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs=None):
   """The FullTokenizer of `vocab_file`; InputError naming `config_source` when its ids do not fit
   the config's vocab_size, or when the task's texts are pairs (`pairs` says which, for the
   message) and the config has no second segment type."""
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case)
   tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config, vocab_file,
                                 config_source)
   if pairs and config.type_vocab_size < 2:
@@ -111,12 +111,14 @@ def tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs=None):
 
 
 def train_steps(train_examples, strategy, train_batch_size, accumulation_steps, num_train_epochs,
-                warmup_proportion):
+                warmup_proportion, train_file=None):
   """(num_train_steps, num_warmup_steps, per-replica batch) of training on `train_examples`
   (_steps, training.per_replica_batch_size: checked before any record is
   written); (1, 0, None) without training (None): the optimizer is then only restored."""
   if train_examples is None:
     return 1, 0, None
+  if not train_examples:
+    raise fileio.InputError(f"{train_file or 'the training file'}: no training example in it")
   batch = training.per_replica_batch_size(train_batch_size, strategy, "train_batch_size",
                                           accumulation_steps)
   return (*_steps(len(train_examples), train_batch_size, num_train_epochs,

@@ -497,6 +497,29 @@ class Pooler(tf.Module):
                       inference_weights=inference_weights)
 
 
+POOLINGS = ("mean", "cls", "max")
+
+
+def pool_tokens(sequence, input_mask, pooling, normalize=False):
+  """Sentence vectors [batch, hidden] float32 from token vectors [batch, seq, hidden]:
+  sentence-transformers' poolings over the real tokens (input_mask 1, [CLS] and [SEP] included):
+  `mean` their average, `cls` the [CLS] vector, `max` their element-wise maximum; `normalize`
+  scales each to unit L2 norm (as its Normalize module, x / max(|x|, 1e-12))."""
+  sequence = tf.cast(sequence, tf.float32)
+  mask = tf.cast(input_mask, tf.float32)[:, :, None]
+  if pooling == "mean":
+    vectors = tf.reduce_sum(sequence * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1e-9)
+  elif pooling == "cls":
+    vectors = sequence[:, 0]
+  elif pooling == "max":
+    vectors = tf.reduce_max(tf.where(mask > 0, sequence, -1e9), 1)
+  else:
+    raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+  if normalize:
+    vectors /= tf.maximum(tf.norm(vectors, axis=-1, keepdims=True), 1e-12)
+  return vectors
+
+
 def _dropout_seeds(seed, count):
   """`count` distinct stateless seeds from one [2] seed (None stays None: stateful dropout)."""
   if seed is None:

@@ -39,6 +39,7 @@ import dataclasses
 import itertools
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -56,6 +57,11 @@ _MAX_CHUNK_BYTES = 8 << 20
 
 # Exact mode tokenizes this many documents per batch call (bounded transient memory).
 _TOKENIZE_BATCH_DOCUMENTS = 2000
+
+
+# Bounds of the sizes a user controls, checked before any work (validate_options).
+MAX_SEQ_LENGTH = 65536
+MAX_OUTPUT_SHARDS = 10000
 
 
 @dataclasses.dataclass
@@ -93,6 +99,10 @@ def validate_options(options):
     raise fileio.InputError(
         f"--max_seq_length={options.max_seq_length} is too small: an instance needs [CLS], "
         f"[SEP], [SEP] and at least one token per segment (use at least 5)")
+  if options.max_seq_length > MAX_SEQ_LENGTH:
+    raise fileio.InputError(
+        f"--max_seq_length={options.max_seq_length} is larger than any BERT's position table "
+        f"(at most {MAX_SEQ_LENGTH} here; BERT's is 512): every record would hold that many ids")
   if not 1 <= options.max_predictions_per_seq <= options.max_seq_length:
     raise fileio.InputError(
         f"--max_predictions_per_seq={options.max_predictions_per_seq} must be between 1 and "
@@ -111,8 +121,10 @@ def validate_options(options):
   if options.shuffle_buffer_size < 0:
     raise fileio.InputError(
         f"--shuffle_buffer_size={options.shuffle_buffer_size} must be 0 or more")
-  if options.num_output_shards < 1:
-    raise fileio.InputError(f"--num_output_shards={options.num_output_shards} must be at least 1")
+  if not 1 <= options.num_output_shards <= MAX_OUTPUT_SHARDS:
+    raise fileio.InputError(
+        f"--num_output_shards={options.num_output_shards} must be between 1 and "
+        f"{MAX_OUTPUT_SHARDS} (each shard is a file open while the records are written)")
   for name in ("dynamic_masking", "pack_sequences"):
     if getattr(options, name) and options.mode != "fast":
       raise fileio.InputError(
@@ -121,6 +133,14 @@ def validate_options(options):
   if options.max_instances_per_pack < 1:
     raise fileio.InputError(
         f"--max_instances_per_pack={options.max_instances_per_pack} must be at least 1")
+  most = options.max_seq_length // 3
+  if options.pack_sequences and options.max_instances_per_pack > most:
+    # Each slot is a next-sentence label of every packed record (and of every batch
+    # run_pretraining reads), so an absurd value would cost memory for slots no instance fills.
+    raise fileio.InputError(
+        f"--max_instances_per_pack={options.max_instances_per_pack} must be between 1 and "
+        f"{most}: an instance takes at least 3 of the --max_seq_length={options.max_seq_length} "
+        f"tokens ([CLS], a token, [SEP])")
   if options.pack_sequences and options.max_instances_per_pack == 1:
     # Refused rather than honoured: the padded records of the packed kind, with nothing gained.
     raise fileio.InputError(
@@ -917,6 +937,48 @@ def progress_detail(stats, progress):
           f"({progress.per_second(stats.instances):.0f}/s)")
 
 
+_SHARD_NAME = re.compile(r"pretraining-(\d{5})-of-(\d{5})\.tfrecord")
+
+
+def earlier_shards(output_file, output_files):
+  """Shards an earlier run with another --num_output_shards left where this run writes: in an
+  output directory, `pretraining-*-of-M.tfrecord` for another M; for a {shard} pattern, the
+  pattern's files past this run's last index. A later glob of the directory or pattern would read
+  them with this run's shards, two corpora mixed, so the run removes them once its own are in."""
+  if "{" in output_file:
+    stale = []
+    for i in itertools.count(len(output_files)):
+      try:
+        path = output_file.format(shard=i, num_shards=len(output_files))
+      except (KeyError, IndexError, ValueError):
+        break
+      if path in output_files or not os.path.isfile(path):
+        break
+      stale.append(path)
+    return stale
+  if not (output_file.endswith(("/", os.sep)) or os.path.isdir(output_file)):
+    return []
+  directory = os.path.dirname(output_files[0])
+  try:
+    names = os.listdir(directory)
+  except OSError:
+    return []
+  count = f"{len(output_files):05d}"
+  return sorted(os.path.join(directory, name) for name in names
+                if (m := _SHARD_NAME.fullmatch(name)) and m.group(2) != count
+                and os.path.isfile(os.path.join(directory, name)))
+
+
+def remove_earlier_shards(stale):
+  """Removes (and reports) the shards earlier_shards found, once this run's are written."""
+  for path in stale:
+    fileio.remove_path(path)
+  if stale:
+    logging.warning("Removed %d shard(s) an earlier run with another --num_output_shards left "
+                    "beside this run's, so that a glob reads one corpus:\n  %s", len(stale),
+                    "\n  ".join(stale))
+
+
 def no_documents_message(input_files):
   """The error of a run whose input holds no document (every mode gives the same)."""
   return (f"no documents in the input ({', '.join(input_files)}): it needs text with one "
@@ -929,6 +991,11 @@ def log_done(stats, start, output_files):
   logging.info("Wrote %s in %.1f s (%.2f MB/s of text)", stats.summary(), elapsed,
                stats.input_bytes / 1e6 / max(elapsed, 1e-9))
   logging.info("Output file(s):\n  %s", "\n  ".join(output_files))
+  if stats.records < len(output_files):
+    logging.warning(
+        "Only %d record(s) for %d output files: %d of them are empty; --num_output_shards=%d "
+        "or fewer would leave none empty", stats.records, len(output_files),
+        len(output_files) - stats.records, max(1, stats.records))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -995,8 +1062,8 @@ class WorkerState:
   @classmethod
   def create(cls, options, tokenizer=None):
     if tokenizer is None:
-      tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                             do_lower_case=options.do_lower_case)
+      tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case,
+                                              check=False)
     vocab_ids = VocabIds(tokenizer.vocab)
     encoder = tfrecord_io.ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
                                          vocab_ids.size)

@@ -56,7 +56,10 @@ def beam_pipeline_args(text):
   """
   text = text.strip()
   if text.startswith("-"):
-    return shlex.split(text)
+    try:
+      return shlex.split(text)
+    except ValueError as e:  # an unclosed quote
+      raise fileio.InputError(f"--beam_pipeline_options={text}: {e}") from None
   return ["--" + item.strip().lstrip("-") for item in text.split(",") if item.strip()]
 
 
@@ -110,6 +113,26 @@ def _is_local(path):
   return FileSystems.get_scheme(path) is None
 
 
+# The extra of apache-beam that brings the file system of a scheme.
+_BEAM_EXTRAS = {"gs": "gcp", "s3": "aws", "az": "azure", "hdfs": "hadoop"}
+
+
+def _check_file_systems(flag, paths):
+  """InputError naming the flag, the path and the extra to install when Beam has no file system
+  for a path's scheme here (gs:// without apache-beam[gcp]: a ValueError deep in the job)."""
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  for path in paths:
+    try:
+      FileSystems.get_filesystem(path)
+    except ValueError:
+      scheme = path.split("://", 1)[0]
+      extra = _BEAM_EXTRAS.get(scheme)
+      install = (f"install it with `pip install 'apache-beam[{extra}]'`" if extra
+                 else "install the Beam extra that provides it")
+      raise fileio.InputError(f"--{flag}={path}: Beam has no file system for {scheme}:// here; "
+                              f"{install}") from None
+
+
 def _beam_input_files(patterns):
   """--input_file -> (paths, total bytes): local paths and patterns as the local run expands
   them, others (gs://...) through Beam's file systems, with the same error for a pattern that
@@ -119,6 +142,7 @@ def _beam_input_files(patterns):
   for pattern in (p.strip() for p in patterns.split(",")):
     if not pattern:
       continue
+    _check_file_systems("input_file", [pattern])
     if _is_local(pattern):
       matches = fileio.expand_file_patterns(pattern)
       total_bytes += sum(os.path.getsize(path) for path in matches)
@@ -222,12 +246,13 @@ def _add_stats(stats):
 def _beam_temporaries(output_files, token):
   """(hidden siblings of the outputs for the workers to write, named as fileio.atomic_path names
   its temporaries, the hidden directory of the pieces beside the first output); `token`, the
-  job's, is unpredictable."""
+  job's, is unpredictable. The names hold this process' id, so that a later run removes what a
+  job killed with SIGKILL left (fileio.remove_stale_temporaries)."""
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
   temporaries = []
   for path in output_files:
     directory, name = FileSystems.split(path)
-    temporaries.append(FileSystems.join(directory, f".{name}.tmp-beam-{token}"))
+    temporaries.append(FileSystems.join(directory, f".{name}.tmp-beam-{os.getpid()}-{token}"))
   return temporaries, temporaries[0] + ".pieces"
 
 
@@ -411,6 +436,7 @@ def run_beam(options):
     fileio.check_file(options.vocab_file, "vocab file")
     output_files = pretraining_data.resolve_output_files(options.output_file,
                                                          options.num_output_shards)
+    _check_file_systems("output_file", output_files)
     local_outputs = [path for path in output_files if _is_local(path)]
     fileio.check_outputs(
         files=[("output_file", local_outputs)],
@@ -418,8 +444,10 @@ def run_beam(options):
                 ("vocab_file", options.vocab_file)])
     # Built here, so a bad vocab fails at once; the workers get it with the job, so they need no
     # access to the vocab file.
-    tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                           do_lower_case=options.do_lower_case)
+    tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
+    stale = ([] if len(local_outputs) < len(output_files) else
+             pretraining_data.earlier_shards(options.output_file, output_files))
+    fileio.remove_stale_temporaries(local_outputs)
     temporaries, pieces = _beam_temporaries(output_files, secrets.token_hex(8))
     _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, pieces,
                     tokenizer)
@@ -444,10 +472,14 @@ def run_beam(options):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
           _beam_remove(temporaries, pieces)
-        error = (_worker_error(e, os.path.dirname(output_files[0]) or ".")
-                 if isinstance(e, Exception) else None)
+        if not isinstance(e, Exception):
+          raise  # Ctrl-C, SIGTERM: the entry point's one line
+        error = _worker_error(e, os.path.dirname(output_files[0]) or ".")
         if error is None:
-          raise
+          # A runner that cannot start or a job that failed for another reason: its text (often
+          # many lines; the entry point prints the first) after what failed.
+          error = fileio.ReportedError(f"the Beam job failed ({type(e).__name__}): {e}")
         raise error from None
+  pretraining_data.remove_earlier_shards(stale)
   pretraining_data.log_done(stats, start, output_files)
   return stats

@@ -831,7 +831,7 @@ def _main(vocab_file):
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples if train_windows is None else train_windows, strategy,
       FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, FLAGS.num_train_epochs,
-      FLAGS.warmup_proportion)
+      FLAGS.warmup_proportion, processor.split_file(FLAGS.data_dir, "train"))
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),

@@ -364,7 +364,7 @@ def _main(vocab_file):
   train_examples = processor.get_train_examples(data_dir) if FLAGS.do_train else None
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion, os.path.join(data_dir, "train.txt"))
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
                                                      script_flags.compute_dtype()),

@@ -152,6 +152,13 @@ def main(_):
   # Before any TF op: --num_cpu_devices splits the CPU only while the runtime is uninitialised.
   strategy = script_flags.strategy()
   records = input_pipeline.PretrainingRecords.of_files(input_files)
+  if records.max_instances > max(1, FLAGS.max_seq_length // 3):
+    # Each slot is a next-sentence label and a [CLS] gathered in every batch: bounded by what
+    # fits a sequence (an instance takes at least [CLS], a token and [SEP]).
+    raise fileio.InputError(
+        f"{input_files[0]}: packed records with {records.max_instances} next-sentence slots a "
+        f"sequence, but at most {FLAGS.max_seq_length // 3} instances fit --max_seq_length="
+        f"{FLAGS.max_seq_length}")
   masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq, records)

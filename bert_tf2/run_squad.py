@@ -853,7 +853,7 @@ def _main(vocab_file):
   # The steps count questions, not windows, as in the original.
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion)
+      FLAGS.num_train_epochs, FLAGS.warmup_proportion, FLAGS.train_file)
   if FLAGS.do_predict:
     # Read before any training, so that a bad predict file does not cost a training run.
     predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,

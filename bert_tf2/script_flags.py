@@ -18,6 +18,8 @@ import sys
 from absl import flags
 from absl import logging
 
+from bert_tf2 import pretraining_data
+
 FLAGS = flags.FLAGS
 
 # The heading each shared flag is listed under in --help, from the define_* group that defined it.
@@ -27,7 +29,8 @@ _TITLES = {"runtime": "devices and precision", "mode": "what to run", "output_di
            "checkpoint": "model", "vocab": "text", "lower_case": "text", "text": "text",
            "max_seq_length": "sequences", "max_predictions": "sequences", "masking": "sequences",
            "doc_stride": "sequences", "dynamic_padding": "sequences", "data_dir": "task",
-           "labels": "task", "regression": "task", "squad": "SQuAD", "fine_tuning": "fine-tuning"}
+           "labels": "task", "regression": "task", "squad": "SQuAD", "fine_tuning": "fine-tuning",
+           "pooling": "sentence vectors"}
 
 # TensorFlow and the modules on it are imported by the functions that build values only:
 # create_pretraining_data uses the groups here and never imports TensorFlow (it starts fast).
@@ -157,8 +160,9 @@ def define_checkpoint_flags():
 def define_vocab_flag():
   """--vocab_file: the WordPiece vocabulary of a model."""
   _define(flags.DEFINE_string, "vocab_file", None,
-          "WordPiece vocabulary (vocab.txt) of the model; export_model and convert_checkpoint "
-          "default to the one beside the checkpoint.")
+          "Vocabulary of the model: a WordPiece vocab.txt, or a SentencePiece .model (what "
+          "build_vocab.py --vocab_type=sentencepiece writes); export_model and "
+          "convert_checkpoint default to the vocab.txt beside the checkpoint.")
 
 
 def define_lower_case_flag():
@@ -179,7 +183,8 @@ def define_max_seq_length(default, minimum=3):
   the least length its sequences need ([CLS] a [SEP] is 3)."""
   _define(flags.DEFINE_integer, "max_seq_length", default,
           "Length in WordPiece tokens of every sequence, [CLS] and [SEP] included; how a longer "
-          "input is cut is the script's (its docstring says).", lower_bound=2)
+          "input is cut is the script's (its docstring says).", lower_bound=2,
+          upper_bound=pretraining_data.MAX_SEQ_LENGTH)
   flags.register_validator("max_seq_length", lambda value: value >= minimum,
                            message=f"must be at least {minimum} here")
 
@@ -255,6 +260,20 @@ def define_squad_flags():
           "How many candidate answers per question to keep (and list in run_squad's "
           "nbest_predictions.json): spans are searched among the n_best_size highest start and "
           "end logits of each window.", lower_bound=1)
+
+
+def define_pooling_flags():
+  """--pooling and --normalize: sentence vectors (extract_features' output, export_model's
+  embedder), as sentence-transformers pools."""
+  _define(flags.DEFINE_enum, "pooling", "none",
+          "Sentence vectors instead of per-token ones: mean (the average over real tokens, "
+          "[CLS] and [SEP] included: sentence-transformers' mean pooling), cls (the [CLS] "
+          "vector) or max (element-wise over real tokens) of one --layers layer; none: "
+          "per-token output (extract_features' default).",
+          enum_values=["none", "mean", "cls", "max"])
+  _define(flags.DEFINE_bool, "normalize", False,
+          "With --pooling: scale each sentence vector to unit L2 norm (sentence-transformers' "
+          "normalize_embeddings=True), so that a dot product is the cosine similarity.")
 
 
 def define_doc_stride_flag(default=None):

@@ -15,6 +15,7 @@ leaves no partial file, and the same records give the same bytes in every run.
 
 import contextlib
 import itertools
+import resource
 import struct
 
 from absl import logging
@@ -270,24 +271,54 @@ def _varint_rows(values):
   return planes[keep].tobytes(), keep.sum(axis=(1, 2))
 
 
+def open_files_limit(needed):
+  """Raises the soft limit of open files towards the hard one when `needed` files (plus a margin
+  for the rest of the process) would not fit; returns whether they fit."""
+  margin = 64
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  if soft != resource.RLIM_INFINITY and needed + margin > soft:
+    target = needed + margin if hard == resource.RLIM_INFINITY else min(hard, needed + margin)
+    with contextlib.suppress(ValueError, OSError):
+      resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+  return soft == resource.RLIM_INFINITY or needed + margin <= soft
+
+
+def check_open_files(output_files):
+  """InputError naming the outputs when they cannot all be open at once (write_sharded keeps
+  them open), even after raising the soft limit: callers check before any work."""
+  if len(output_files) > 1 and not open_files_limit(len(output_files)):
+    raise fileio.InputError(
+        f"{output_files[0]} and {len(output_files) - 1} more: {len(output_files)} output files "
+        f"cannot be open at once here (the open-files limit is "
+        f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; `ulimit -n` raises it): write fewer")
+
+
 def write_sharded(records, output_files, batch_size=4096):
   """Writes serialized records round-robin to `output_files`; returns how many were written.
 
   Each file is written under a temporary name and renamed only once every record is written, so
-  an error or interruption never leaves a partial file under an output name.
+  an error or interruption never leaves a partial file under an output name. Work and memory are
+  linear in the number of files: one listing of each directory for the temporaries a killed run
+  left, and at most max(batch_size, number of files) records held at a time.
   """
+  check_open_files(output_files)
+  fileio.remove_stale_temporaries(output_files)
   count = 0
   with contextlib.ExitStack() as stack:
     files = []
     for path in output_files:
       with fileio.naming_output(path):  # Too many open files, say.
-        files.append(stack.enter_context(open(stack.enter_context(fileio.atomic_path(path)), "wb")))
-    for batch in _batched(records, batch_size * len(files)):
+        files.append(stack.enter_context(open(
+            stack.enter_context(fileio.atomic_path(path, sweep=False)), "wb")))
+    for batch in _batched(records, max(batch_size, len(files))):
       # Record i of the whole output goes to file i mod len(files).
       offset = count % len(files)
       for i, (f, path) in enumerate(zip(files, output_files)):
-        with fileio.naming_output(path):
-          f.write(tfrecord_bytes(batch[(i - offset) % len(files)::len(files)]))
+        part = batch[(i - offset) % len(files)::len(files)]
+        if part:
+          with fileio.naming_output(path):
+            f.write(tfrecord_bytes(part))
       count += len(batch)
     for f, path in zip(files, output_files):
       with fileio.naming_output(path):

@@ -322,6 +322,72 @@ def preprocess_for_sentencepiece(text, lower):
   return text.lower() if lower else text
 
 
+def is_sentencepiece_model(vocab_file):
+  """Whether `vocab_file` is a SentencePiece model (what build_vocab.py --vocab_type=sentencepiece
+  writes as spm.model) rather than a WordPiece vocab.txt: named *.model, or not UTF-8 text (a
+  model is a binary protocol buffer)."""
+  if vocab_file.endswith(".model"):
+    return True
+  try:
+    with open(vocab_file, "rb") as f:
+      head = f.read(4096)
+  except OSError:
+    return False  # load_vocab's check names the problem
+  try:
+    head.decode("utf-8")
+  except UnicodeDecodeError as e:
+    return e.start < len(head) - 4  # not a character cut by the 4096-byte read
+  return b"\0" in head
+
+
+def load_tokenizer(vocab_file, do_lower_case=True, check=True):
+  """The FullTokenizer of a --vocab_file: a WordPiece vocab.txt, or a SentencePiece model (read
+  with sentencepiece, its pieces as the vocab), so that either vocabulary build_vocab.py writes
+  works in every script. With `check`, a WordPiece vocab that cannot make sense of text is
+  refused or warned about (check_vocab_sense); worker processes pass False (their parent
+  checked)."""
+  if is_sentencepiece_model(vocab_file):
+    tokenizer = FullTokenizer(None, do_lower_case, spm_model_file=vocab_file)
+    check_special_tokens(tokenizer.vocab, vocab_file)
+    return tokenizer
+  tokenizer = FullTokenizer(vocab_file, do_lower_case)
+  if check:
+    check_vocab_sense(tokenizer.vocab, vocab_file, do_lower_case)
+  return tokenizer
+
+
+_BRACKETED = re.compile(r"\[[^\]]*\]")
+
+
+def check_vocab_sense(vocab, vocab_file, do_lower_case):
+  """InputError for a WordPiece vocab with no word pieces at all (only [UNK]-like bracketed
+  entries: every word would become [UNK]); a warning for one that is nearly so, and for a casing
+  that contradicts --do_lower_case (capitals in many pieces while the text is lower-cased, so
+  those pieces never match; none in a large vocab while the text keeps its capitals, so every
+  capitalised word splits or becomes [UNK])."""
+  words = [token for token in vocab if token and not _BRACKETED.fullmatch(token)]
+  if not words:
+    raise fileio.InputError(
+        f"vocab file {vocab_file} holds no word pieces, only bracketed entries like [UNK]: "
+        f"every word would become [UNK]")
+  if len(words) < 0.1 * len(vocab):
+    logging.warning("vocab file %s: only %d of its %d entries are word pieces (the rest are "
+                    "bracketed, like [UNK]): most words will become [UNK]", vocab_file,
+                    len(words), len(vocab))
+  alphabetic = [w for w in words if any(c.isalpha() for c in w)]
+  cased = sum(w != w.lower() for w in alphabetic)
+  if do_lower_case and cased >= max(1, 0.05 * len(alphabetic)):
+    logging.warning(
+        "vocab file %s looks cased (%d of its %d alphabetic pieces hold capitals) but "
+        "--do_lower_case is true: the text is lower-cased and those pieces never match; a cased "
+        "model needs --do_lower_case=false", vocab_file, cased, len(alphabetic))
+  elif not do_lower_case and not cased and len(alphabetic) >= 1000:
+    logging.warning(
+        "vocab file %s looks uncased (none of its %d alphabetic pieces holds a capital) but "
+        "--do_lower_case is false: capitalised words split into odd pieces or become [UNK]; an "
+        "uncased model needs --do_lower_case=true", vocab_file, len(alphabetic))
+
+
 class FullTokenizer:
   """Text -> tokens -> ids with a WordPiece vocab file, or with a SentencePiece model.
 
@@ -337,7 +403,10 @@ class FullTokenizer:
       import sentencepiece as spm  # Only needed in this mode.
       fileio.check_file(spm_model_file, "SentencePiece model file")
       self.sp_model = spm.SentencePieceProcessor()
-      self.sp_model.Load(spm_model_file)
+      try:
+        self.sp_model.Load(spm_model_file)
+      except (OSError, RuntimeError) as e:
+        raise fileio.InputError(f"{spm_model_file}: not a SentencePiece model ({e})") from None
       # Callers read .vocab / .inv_vocab in either mode, so they are built from the model's pieces.
       self.vocab = collections.OrderedDict(
           (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
@@ -374,6 +443,26 @@ class FullTokenizer:
     if self.sp_model is not None:
       return [self.tokenize(text) for text in texts]
     return self._run_batch(texts, self._token_cache, self._word_tokens)
+
+  def tokenize_batch_keeping_special_tokens(self, texts):
+    """tokenize_batch, but the special tokens written in a text ("[CLS]", "[SEP]", "[MASK]",
+    "[PAD]", "[UNK]", exactly so cased) come out as those tokens, as HuggingFace's tokenizers
+    (and so sentence-transformers) take them, where the original's BasicTokenizer splits them
+    into "[", "cl", "##s", "]" (what tokenize_batch keeps)."""
+    pattern = "|".join(re.escape(t) for t in SPECIAL_TOKENS if t in self.vocab)
+    if not pattern:
+      return self.tokenize_batch(texts)
+    pattern = re.compile(f"({pattern})")
+    parts = [pattern.split(text) for text in texts]
+    # Every other part is a special token; the texts between them go through the batch path.
+    pieces = iter(self.tokenize_batch([p for split in parts for p in split[::2]]))
+    result = []
+    for split in parts:
+      tokens = []
+      for i, part in enumerate(split):
+        tokens.extend(next(pieces) if i % 2 == 0 else [part])
+      result.append(tokens)
+    return result
 
   def encode_batch(self, texts):
     """Texts -> list of id lists, equal to tokenizing each text and converting tokens to ids."""

@@ -112,6 +112,56 @@ def test_sentencepiece_model_loads_into_full_tokenizer(split, tmp_path):
   assert "".join(tokenizer.tokenize("The Lobster")).replace("\u2581", " ").strip() == "the lobster"
 
 
+@requires_shared
+def test_sentencepiece_model_from_build_vocab_runs_through_the_scripts(split, tmp_path):
+  """The SentencePiece model build_vocab.py writes is a --vocab_file for every script (it was
+  usable by none): its records hold its pieces' ids, a tiny model pre-trains on them, and
+  extract_features reads that model with it; export_model, which builds WordPiece into the
+  graph, says so in one line."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  run_ok(["build_vocab.py", f"--input_file={split[0]}", f"--output_dir={tmp_path}",
+          "--vocab_type=sentencepiece", "--vocab_size=2000"])
+  spm_model = str(tmp_path / "spm.model")
+  records = tmp_path / "records.tfrecord"
+  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
+          f"--vocab_file={spm_model}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+          "--dupe_factor=1", "--num_workers=1"])
+  tokenizer = tokenization.FullTokenizer(None, True, spm_model_file=spm_model)
+  first = next(iter(tf.data.TFRecordDataset(str(records))))
+  example = tf.train.Example.FromString(first.numpy())
+  ids = [i for i in example.features.feature["input_ids"].int64_list.value if i]
+  tokens = tokenizer.convert_ids_to_tokens(ids)
+  assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
+  assert sum(t.startswith("\u2581") for t in tokens) > len(tokens) / 4  # SentencePiece's pieces
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(dict(vocab_size=2000, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=64,
+                                    max_position_embeddings=64, type_vocab_size=2)))
+  out = tmp_path / "pretrain"
+  run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
+          f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+          "--do_train", "--train_batch_size=16", "--num_train_steps=4", "--num_warmup_steps=1",
+          "--save_checkpoints_steps=4"])
+  lines = tmp_path / "lines.txt"
+  lines.write_text("The lobster is a large crustacean .\nIt lives in the sea ||| and walks .\n")
+  features = tmp_path / "features.jsonl"
+  run_ok(["extract_features.py", f"--input_file={lines}", f"--output_file={features}",
+          f"--vocab_file={spm_model}", f"--bert_config_file={config}",
+          f"--init_checkpoint={out}", "--max_seq_length=32", "--layers=-1"])
+  rows = [json.loads(line) for line in features.read_text().splitlines()]
+  assert [f["token"] for f in rows[0]["features"]] == (
+      ["[CLS]"] + tokenizer.tokenize("The lobster is a large crustacean .") + ["[SEP]"])
+  assert np.isfinite(rows[1]["features"][0]["layers"][0]["values"]).all()
+  result = subprocess.run(
+      [PYTHON, "export_model.py", f"--init_checkpoint={out}", f"--vocab_file={spm_model}",
+       f"--bert_config_file={config}", f"--export_dir={tmp_path / 'export'}"],
+      cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      f"error: --vocab_file={spm_model} is a SentencePiece model"), result.stderr[-2000:]
+
+
 def test_bad_inputs(tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_text("\n\n")
@@ -128,3 +178,102 @@ def test_bad_inputs(tmp_path):
                            f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 2 and "matches no file" in result.stderr
+
+
+def test_a_corpus_with_no_usable_word_is_one_error_line(tmp_path):
+  """Every word longer than the learner takes (50 characters): one line naming the corpus (it was
+  a ValueError traceback from an empty max())."""
+  long_words = tmp_path / "long.txt"
+  long_words.write_text(("x" * 60 + " " + "y" * 70 + "\n") * 5 + "\n" + "z" * 80 + "\n")
+  with pytest.raises(fileio.InputError, match="no word to learn pieces from"):
+    build_vocab.learn_wordpiece({"a" * 60: 3, "b" * 51: 1}, 100)
+  result = subprocess.run([PYTHON, "build_vocab.py", f"--input_file={long_words}",
+                           f"--output_dir={tmp_path / 'vocab'}", "--vocab_size=100"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: {long_words} has no word to learn pieces from: the learner skips words over 50 "
+      "characters and words with a character outside the --max_unique_chars=1000 most "
+      "frequent, and that leaves none")
+  assert not (tmp_path / "vocab").exists()
+
+
+@requires_shared
+def test_extend_vocab_adds_domain_words_and_grows_the_model(wordpiece, split, tmp_path):
+  """--extend_vocab with --init_checkpoint: the old vocab's lines first and unchanged, then the
+  corpus' words that it split into the most pieces, each now one token; the model grows by their
+  rows (each the mean of its old pieces' rows, the masked-LM bias too), the encoder's output for
+  text tokenized with the old vocab is exactly the old model's, and pre-training continues from
+  the extended checkpoint on records made with the new vocab."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  # A small model with the pre-training heads, trained a few steps with the learned vocab.
+  records = tmp_path / "records.tfrecord"
+  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
+          f"--vocab_file={wordpiece}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+          "--dupe_factor=1", "--num_workers=1"])
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(dict(vocab_size=4000, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=64,
+                                    max_position_embeddings=64, type_vocab_size=2)))
+  base = tmp_path / "base"
+  run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={base}",
+          f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+          "--do_train", "--train_batch_size=16", "--num_train_steps=3", "--num_warmup_steps=1",
+          "--save_checkpoints_steps=3"])
+  domain = tmp_path / "domain.txt"
+  domain.write_text("\n".join(split[1]) + "\n", encoding="utf-8")
+  out = tmp_path / "extended"
+  result = run_ok(["build_vocab.py", f"--input_file={domain}", f"--output_dir={out}",
+                   f"--extend_vocab={wordpiece}", f"--init_checkpoint={base}",
+                   f"--bert_config_file={config}", "--num_new_tokens=100"])
+  assert "Extended model:" in result.stdout, result.stdout
+  old_lines = open(wordpiece, encoding="utf-8").read().splitlines()
+  new_lines = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+  assert new_lines[:4000] == old_lines and len(new_lines) == 4100
+  added = new_lines[4000:]
+  old_tok = tokenization.FullTokenizer(wordpiece, True)
+  new_tok = tokenization.FullTokenizer(str(out / "vocab.txt"), True)
+  counts = build_vocab.count_words(split[1], True)
+  saved = [counts[w] * (len(old_tok.wordpiece_tokenizer.tokenize(w)) - 1) for w in added]
+  assert saved == sorted(saved, reverse=True) and saved[-1] >= 1
+  assert all(new_tok.tokenize(w) == [w] for w in added)
+  grown = json.loads((out / "bert_config.json").read_text())
+  assert grown["vocab_size"] == 4100
+
+  old_model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(str(config)))
+  checkpoints.init_from_checkpoint(old_model, str(base), require_all=True)
+  new_model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
+      str(out / "bert_config.json")))
+  checkpoints.init_from_checkpoint(new_model, str(out / "bert_model.ckpt"), require_all=True)
+  old_table = old_model.bert.embeddings.word_embeddings.numpy()
+  new_table = new_model.bert.embeddings.word_embeddings.numpy()
+  np.testing.assert_array_equal(new_table[:4000], old_table)
+  for row, word in enumerate(added[:10]):
+    ids = old_tok.convert_tokens_to_ids(old_tok.wordpiece_tokenizer.tokenize(word))
+    np.testing.assert_allclose(new_table[4000 + row], old_table[ids].mean(0), atol=1e-6)
+    np.testing.assert_allclose(new_model.masked_lm.output_bias.numpy()[4000 + row],
+                               old_model.masked_lm.output_bias.numpy()[ids].mean(), atol=1e-6)
+  ids = [old_tok.convert_tokens_to_ids(["[CLS]"] + old_tok.tokenize(line)[:60] + ["[SEP]"])
+         for line in split[1][:8]]
+  width = max(map(len, ids))
+  ids = tf.constant([i + [0] * (width - len(i)) for i in ids])
+  mask = tf.cast(ids > 0, tf.int32)
+  outputs = [m.bert(ids, mask, tf.zeros_like(ids))["sequence_output"].numpy()
+             for m in (old_model, new_model)]
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+
+  # Pre-training continues from the extended model on records made with the new vocab.
+  new_records = tmp_path / "new.tfrecord"
+  run_ok(["create_pretraining_data.py", f"--input_file={domain}", f"--output_file={new_records}",
+          f"--vocab_file={out / 'vocab.txt'}", "--max_seq_length=64",
+          "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=1"])
+  run_ok(["run_pretraining.py", f"--input_file={new_records}", f"--output_dir={tmp_path / 'more'}",
+          f"--init_checkpoint={out / 'bert_model.ckpt'}",
+          f"--bert_config_file={out / 'bert_config.json'}", "--max_seq_length=64",
+          "--max_predictions_per_seq=10", "--do_train", "--train_batch_size=16",
+          "--num_train_steps=2", "--num_warmup_steps=1", "--save_checkpoints_steps=2"])
+  assert os.path.exists(tmp_path / "more" / "ckpt-2.index")

@@ -644,3 +644,90 @@ def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
   assert refused.stderr.strip().splitlines()[-1] == (
       f"error: --init_checkpoint={out} holds the model of run_classifier --task_name=mrpc, not "
       "of run_squad: no --model_type=squad")
+
+
+def test_squad_max_context_reads_neighbouring_windows_only_as_run_squad():
+  """The SQuAD model's in-graph max-context choice (each window against the windows that can share
+  a token with it, not every window of its context) picks, for every token of every window,
+  exactly what run_squad's sliding_windows.max_context picks over all windows."""
+  from bert_tf2 import sliding_windows  # pylint: disable=g-import-not-at-top
+  rng = random.Random(7)
+  seq_length = 40
+  for doc_stride in (1, 3, 16, 64):
+    query_lens = [rng.randint(1, 10) for _ in range(8)]
+    doc_lens = [rng.choice([0, 1, 5, 30, 29, 200]) for _ in range(8)]
+    example, index, start, length, count = export_model._context_windows(
+        tf.constant(query_lens), tf.constant(doc_lens), seq_length, doc_stride)
+    offset = tf.gather(tf.constant(query_lens), example) + 2
+    in_window, best = export_model._max_context(example, index, start, length, count, offset,
+                                                seq_length, -(-seq_length // doc_stride))
+    want_in, want_best = np.zeros(in_window.shape, bool), np.zeros(best.shape, bool)
+    for w, e in enumerate(example.numpy()):
+      spans = sliding_windows.spans(doc_lens[e], seq_length - 3 - query_lens[e], doc_stride)
+      for position in range(seq_length):
+        token = position - int(offset[w])
+        if 0 <= token < int(length[w]):
+          want_in[w, position] = True
+          want_best[w, position] = sliding_windows.max_context(
+              spans, int(start[w]) + token) == int(index[w])
+    np.testing.assert_array_equal(in_window.numpy(), want_in)
+    np.testing.assert_array_equal(best.numpy(), want_best)
+
+
+def test_squad_max_context_of_a_very_long_context_stays_small():
+  """One context of 320,000 tokens (20,000 windows): the max-context choice must stay within a
+  few hundred MB (it built windows x seq x windows tensors: ~200 GB here, killed or refused)."""
+  code = """
+import resource
+import tensorflow as tf
+from bert_tf2 import export_model
+with open("/proc/self/status") as f:
+  size = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + 3 * 2**30, resource.RLIM_INFINITY))
+seq, stride, tokens = 64, 16, 320000
+example, index, start, length, count = export_model._context_windows(
+    tf.constant([5]), tf.constant([tokens]), seq, stride)
+offset = tf.gather(tf.constant([5]), example) + 2
+_, best = export_model._max_context(example, index, start, length, count, offset, seq,
+                                    -(-seq // stride))
+print(int(count[0]), int(tf.reduce_sum(tf.cast(best, tf.int32))))
+"""
+  result = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  windows, chosen = map(int, result.stdout.split())
+  assert windows > 5000
+  assert chosen == 320000  # every token read in exactly one window: its max-context one
+
+
+def test_embedder_saved_model_gives_sentence_transformers_vectors(tmp_path):
+  """export_model.py --model_type=embedder --normalize from the packaged all-MiniLM-L6-v2: a
+  SavedModel of raw strings -> sentence-transformers' normalized embeddings within 1e-5 (the
+  lines with special tokens written as text excepted: the graph tokenizes as the original,
+  splitting them, where HuggingFace reads them as tokens); its vectors are extract_features'
+  --pooling ones for the same flags."""
+  model_dir = minilm_dir()
+  reference = np.load(os.path.join(SHARED, "reference", "minilm_sentence_embeddings.npz"))
+  sentences = [str(s) for s in reference["sentences"]]
+  keep = [i for i, s in enumerate(sentences)
+          if not any(t in s for t in tokenization.SPECIAL_TOKENS)]
+  assert len(keep) == len(sentences) - 1
+  path = str(tmp_path / "embedder")
+  run_ok(["export_model.py", "--model_type=embedder", f"--init_checkpoint={model_dir}",
+          f"--export_dir={path}", "--max_seq_length=256", "--normalize"])
+  embedder = tf.saved_model.load(path)
+  vectors = np.concatenate([
+      embedder.signatures["serving_default"](text=tf.constant([sentences[i] for i in part]))[
+          "embedding"].numpy() for part in np.array_split(keep, 8)])
+  assert vectors.shape == (len(keep), 384)
+  worst = np.abs(vectors - reference["normalized"][keep]).max()
+  print(f"embedder: largest difference from sentence-transformers {worst:.2e}")
+  assert worst < 1e-5
+  assert bool(embedder.normalized.numpy()) and embedder.pooling_name.numpy() == b"mean"
+  # Refused: --normalize for another kind, a pooling the embedder does not have.
+  for flags, message in ((["--model_type=encoder", "--normalize"], "--normalize is for"),
+                         (["--model_type=embedder", "--pooling=none"], "--pooling=none: the")):
+    result = subprocess.run([PYTHON, "export_model.py", f"--init_checkpoint={model_dir}",
+                             f"--export_dir={tmp_path / 'other'}", *flags], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr

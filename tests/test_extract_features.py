@@ -419,3 +419,75 @@ def test_windows_of_no_token_are_refused():
                                              ["p", "q", "r"], 5, 1))
   assert [sliding_windows.window_tokens(a, b, s)[0] for s in spans] == [
       ["[CLS]", "x", "[SEP]", t, "[SEP]"] for t in ("p", "q", "r")]
+
+
+ST_REFERENCE = os.path.join(SHARED, "reference", "minilm_sentence_embeddings.npz")
+
+
+@requires_shared
+def test_sentence_embeddings_equal_sentence_transformers(tmp_path):
+  """`--pooling=mean --normalize --max_seq_length=256` with the packaged all-MiniLM-L6-v2 gives
+  sentence-transformers' encode(..., normalize_embeddings=True) for 305 real and awkward lines
+  (Unicode, empty, blank, an 800-token line cut to 256, special tokens written as text, read as
+  HF reads them with --nosplit_special_tokens) within 1e-5, and without --normalize its mean
+  pooling; cls and max pool the per-token output's own vectors."""
+  model_dir = minilm_dir()
+  reference = np.load(ST_REFERENCE)
+  sentences = [str(s) for s in reference["sentences"]]
+  assert int(reference["max_seq_length"]) == 256
+  input_file = tmp_path / "sentences.txt"
+  input_file.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+  common = [f"--input_file={input_file}", f"--init_checkpoint={model_dir}",
+            f"--vocab_file={model_dir}/vocab.txt", "--max_seq_length=256",
+            "--nosplit_special_tokens"]
+  runs = {"normalized": ["--pooling=mean", "--normalize"], "mean_pooled": ["--pooling=mean"]}
+  for name, flags in runs.items():
+    out = tmp_path / f"{name}.jsonl"
+    result = run_script(["extract_features.py", *common, f"--output_file={out}", *flags])
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["linex_index"] for r in rows] == list(range(len(sentences)))
+    ours = np.array([r["embedding"] for r in rows])
+    worst = np.abs(ours - reference[name]).max(axis=1)
+    print(f"{name}: largest difference from sentence-transformers {worst.max():.2e}")
+    assert worst.max() < 1e-5, (np.argmax(worst), sentences[int(np.argmax(worst))][:80])
+  norms = np.linalg.norm(np.array([json.loads(l)["embedding"] for l in
+                                   (tmp_path / "normalized.jsonl").read_text().splitlines()]), axis=1)
+  assert np.allclose(norms, 1, atol=1e-5)
+
+  # cls and max: the [CLS] vector and the element-wise maximum of the per-token output.
+  few = tmp_path / "few.txt"
+  few.write_text("".join(s + "\n" for s in sentences[:3] + sentences[300:302]), encoding="utf-8")
+  common[0] = f"--input_file={few}"
+  result = run_script(["extract_features.py", *common, f"--output_file={tmp_path}/tokens.jsonl",
+                       "--layers=-1"])
+  assert result.returncode == 0, result.stderr[-3000:]
+  tokens = [np.array([f["layers"][0]["values"] for f in json.loads(line)["features"]])
+            for line in (tmp_path / "tokens.jsonl").read_text().splitlines()]
+  for pooling, pool in (("cls", lambda t: t[0]), ("max", lambda t: t.max(0))):
+    out = tmp_path / f"{pooling}.jsonl"
+    result = run_script(["extract_features.py", *common, f"--output_file={out}",
+                         f"--pooling={pooling}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    for line, vectors in zip(out.read_text().splitlines(), tokens):
+      np.testing.assert_allclose(json.loads(line)["embedding"], pool(vectors), atol=2e-6)
+
+
+def test_pooling_flags_are_checked(tmp_path):
+  """--normalize without --pooling, --pooling with several --layers or with --doc_stride: one
+  error line each, before any model is built."""
+  words = tmp_path / "words.txt"
+  words.write_text("all work and no play\n")
+  tiny = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
+  common = ["extract_features.py", f"--input_file={words}", f"--output_file={tmp_path}/o.jsonl",
+            f"--init_checkpoint={tiny}/bert_model.ckpt", f"--vocab_file={tiny}/vocab.txt",
+            "--max_seq_length=16"]
+  for flags, message in (
+      (["--normalize"], "--normalize scales sentence vectors: give --pooling too"),
+      (["--pooling=mean", "--layers=-1,-2"], "--pooling=mean pools one layer, but --layers="),
+      (["--pooling=max", "--doc_stride=4"], "--doc_stride with --pooling=max"),
+  ):
+    result = run_script([*common, *flags])
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: " + message), result.stderr
+  assert not os.path.exists(tmp_path / "o.jsonl")

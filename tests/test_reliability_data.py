@@ -362,10 +362,12 @@ def test_full_disk_and_too_many_open_files_name_the_output_and_leave_nothing(tmp
                      f"--out-file={tmp_path}/out/eval.json"],
                     f"error: {tmp_path}/out/eval.json: File too large")],
                   [str(tmp_path), SQUAD_V1], preexec_fn=_file_size_limit(20))
-  # Too many open files: 64 output shards under a limit of 32 descriptors.
+  # Too many open files: 64 output shards under a hard limit of 32 descriptors, said before any
+  # work, naming the outputs and the limit.
   _check_failures([(_cpd(SAMPLE_TEXT, f"{tmp_path}/out/{{shard}}.tfrecord",
                          "--num_output_shards=64"),
-                    [f"error: {tmp_path}/out/", ".tfrecord: Too many open files"])],
+                    [f"error: {tmp_path}/out/0.tfrecord and 63 more: 64 output files cannot be "
+                     "open at once here (the open-files limit is 32; `ulimit -n` raises it)"])],
                   [str(tmp_path), SAMPLE_TEXT, VOCAB],
                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
 
@@ -478,3 +480,271 @@ def test_fast_mode_with_workers_is_byte_identical_across_hash_seeds(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
   assert outputs[0].stat().st_size > 10_000
   assert outputs[0].read_bytes() == outputs[1].read_bytes()
+
+
+# --- Third round (issue #31): bounded sizes, our own leftovers, empty shards ---------------------
+
+
+def test_sizes_a_user_controls_are_bounded_before_any_work(tmp_path):
+  """Absurd sizes are one error line up front, not a MemoryError, GBs of records or hours."""
+  out = tmp_path / "out"
+  _check_failures([
+      (_cpd(SAMPLE_TEXT, f"{out}/", "--num_output_shards=20000"),
+       "flag --num_output_shards=20000"),
+      (_cpd(SAMPLE_TEXT, out, "--max_seq_length=1000000000"), "flag --max_seq_length=1000000000"),
+      (_cpd(SAMPLE_TEXT, out, "--mode=fast", "--pack_sequences", "--dynamic_masking",
+            "--max_instances_per_pack=1000000000"),
+       "--max_instances_per_pack=1000000000 must be between 1 and 10: an instance takes at least"),
+  ], [str(tmp_path), SAMPLE_TEXT])
+  # Packed records written with an absurd slot count (by hand, or an older version): refused by
+  # run_pretraining before it builds batches of that many next-sentence slots.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  seq, slots = 32, 5000
+  ints = lambda values: tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+  example = tf.train.Example(features=tf.train.Features(feature={
+      "input_ids": ints([2, 5, 3] + [0] * (seq - 3)), "input_mask": ints([1] * 3 + [0] * (seq - 3)),
+      "segment_ids": ints([0] * seq), "instance_ids": ints([1] * 3 + [0] * (seq - 3)),
+      "masked_lm_positions": ints([1] + [0] * 4), "masked_lm_ids": ints([5] + [0] * 4),
+      "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0] + [0.0] * 4)),
+      "next_sentence_labels": ints([0] * slots), "next_sentence_weights": tf.train.Feature(
+          float_list=tf.train.FloatList(value=[1.0] + [0.0] * (slots - 1)))}))
+  records = tmp_path / "packed.tfrecord"
+  with tf.io.TFRecordWriter(str(records)) as writer:
+    writer.write(example.SerializeToString())
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(dict(vocab_size=15, hidden_size=8, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=16,
+                                    max_position_embeddings=64, type_vocab_size=2)))
+  _check_failures([(["run_pretraining.py", f"--input_file={records}",
+                     f"--output_dir={tmp_path}/pretrain", f"--bert_config_file={config}",
+                     "--do_train", f"--max_seq_length={seq}", "--max_predictions_per_seq=5",
+                     "--train_batch_size=2", "--num_train_steps=2"],
+                    f"{records}: packed records with 5000 next-sentence slots a sequence, but at "
+                    "most 10 instances fit --max_seq_length=32")], [str(tmp_path)])
+
+
+def test_many_shards_cost_one_directory_listing(tmp_path, monkeypatch):
+  """The sweep for a killed run's temporaries lists the output directory once for all shards
+  (it listed it once per shard: thousands of shards took minutes), and the records in memory
+  stay bounded by the batch, not batch x shards."""
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import tfrecord_io  # pylint: disable=g-import-not-at-top
+  listings = []
+  for module, name in ((os, "listdir"), (os, "scandir")):
+    real = getattr(module, name)
+    def counted(path=".", real=real):
+      listings.append(str(path))
+      return real(path)
+    monkeypatch.setattr(module, name, counted)
+  outputs = [str(tmp_path / f"shard-{i:05d}.tfrecord") for i in range(2000)]
+  leftover = tmp_path / ".shard-01999.tfrecord.tmp-999996-k1l2m3n4"
+  leftover.write_bytes(b"partial")
+  count = tfrecord_io.write_sharded((b"record %d" % i for i in range(3000)), outputs)
+  assert count == 3000
+  assert listings.count(str(tmp_path)) == 1, len(listings)
+  assert not leftover.exists()
+  assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in outputs)
+  assert os.path.getsize(outputs[0]) > os.path.getsize(outputs[-1]) > 0  # 2 records vs 1
+  assert fileio  # the module whose sweep is counted
+
+
+def test_a_rerun_with_fewer_shards_removes_the_earlier_runs_shards(tmp_path):
+  """Rerun into the same directory (or {shard} pattern) with fewer shards: the first run's extra
+  shards would be read by a later glob with the new ones (two corpora mixed); they are removed,
+  with a warning, and only once the new shards are in. Files that are not our shards stay."""
+  out = tmp_path / "records"
+  first = _run_all([_cpd(SAMPLE_TEXT, f"{out}/", "--num_output_shards=4"),
+                    _cpd(SAMPLE_TEXT, f"{tmp_path}/p-{{shard}}.tfrecord",
+                         "--num_output_shards=4")])
+  assert all(r.returncode == 0 for r in first), [r.stderr[-2000:] for r in first]
+  (out / "pretraining-00000-of-00004.txt").write_text("a user's notes\n")
+  (out / "README").write_text("mine\n")
+  second = _run_all([_cpd(SAMPLE_TEXT, f"{out}/", "--num_output_shards=2"),
+                     _cpd(SAMPLE_TEXT, f"{tmp_path}/p-{{shard}}.tfrecord",
+                          "--num_output_shards=2")])
+  # The directory's four -of-00004 shards all go; the pattern's p-2 and p-3 (p-0 and p-1 are
+  # this run's, rewritten).
+  for result, removed in zip(second, (4, 2)):
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"Removed {removed} shard(s) an earlier run" in result.stderr, result.stderr[-2000:]
+  assert sorted(os.listdir(out)) == ["README", "pretraining-00000-of-00002.tfrecord",
+                                     "pretraining-00000-of-00004.txt",
+                                     "pretraining-00001-of-00002.tfrecord"]
+  assert sorted(glob.glob(f"{tmp_path}/p-*.tfrecord")) == [f"{tmp_path}/p-0.tfrecord",
+                                                         f"{tmp_path}/p-1.tfrecord"]
+
+
+def test_more_shards_than_records_warns_and_killed_beam_leftovers_are_removed(tmp_path):
+  """A corpus smaller than the shard count writes empty shards: said, with the count that would
+  not. A Beam job killed with SIGKILL leaves its hidden temporaries and pieces beside the outputs
+  (named after its process): the next run into the same place removes them."""
+  from bert_tf2 import pretraining_data_beam  # pylint: disable=g-import-not-at-top
+  text = tmp_path / "one_document.txt"
+  text.write_text("The first sentence here.\nAnd a second one.\nThen a third.\n")
+  out = tmp_path / "records"
+  out.mkdir()
+  names = [str(out / f"pretraining-{i:05d}-of-00008.tfrecord") for i in range(8)]
+  # What a Beam job that was killed would leave (pid 999996: a process that is gone).
+  temporaries, pieces = pretraining_data_beam._beam_temporaries(names, "0123456789abcdef")
+  dead = [path.replace(f"-{os.getpid()}-", "-999996-") for path in temporaries + [pieces]]
+  assert all(f"-{os.getpid()}-" in path for path in temporaries + [pieces])
+  for path in dead[:-1]:
+    with open(path, "wb") as f:
+      f.write(b"partial")
+  os.makedirs(dead[-1])
+  with open(os.path.join(dead[-1], "000000000-00000"), "wb") as f:
+    f.write(b"x" * 100000)
+  for extra in (["--mode=fast"], ["--mode=fast", "--pack_sequences", "--dynamic_masking"]):
+    result = _run_all([_cpd(text, f"{out}/", *extra, "--dupe_factor=1")])[0]
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "of them are empty; --num_output_shards=" in result.stderr, result.stderr[-2000:]
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(n) for n in names)
+
+
+def test_errors_name_the_users_path_and_what_is_wrong(tmp_path):
+  """An output through a missing `newdir/../` is refused up front naming the path (the run used to
+  fail at its end naming our hidden temporary); so is a name over the file system's limit; a
+  vocab file with ids the model cannot embed is named with the config before any graph runs (it
+  was `error: Graph execution error:`); an unclosed quote in --beam_pipeline_options is one line
+  (a ValueError traceback); a remote output (gs://) is refused, where it became a local folder
+  named "gs:", and a Beam job to gs:// without Beam's gcp extra names the extra (a traceback)."""
+  checkpoint = tmp_path / "checkpoint"
+  shutil.copytree(TINY, checkpoint)
+  words = _words_file(tmp_path / "words.txt")
+  too_long = tmp_path / ("n" * 300 + ".tfrecord")
+  _check_failures([
+      (_cpd(SAMPLE_TEXT, tmp_path / "newdir" / ".." / "out.tfrecord"),
+       f"error: --output_file={tmp_path}/newdir/../out.tfrecord: {tmp_path}/newdir is not an "
+       "existing directory"),
+      (_cpd(SAMPLE_TEXT, too_long),
+       f"error: --output_file={too_long}: the file name is 309 bytes, over the 255 its file "
+       "system takes"),
+      (["extract_features.py", f"--input_file={words}", f"--output_file={tmp_path}/f.jsonl",
+        f"--init_checkpoint={checkpoint}/bert_model.ckpt", f"--vocab_file={VOCAB}",
+        "--max_seq_length=16", "--do_lower_case", "--layers=-1"],
+       f"error: vocab file {VOCAB} has 30522 tokens but the config of --init_checkpoint="),
+      (_cpd(SAMPLE_TEXT, tmp_path / "out.tfrecord", "--mode=fast",
+            "--beam_pipeline_options=--runner='FnApiRunner"),
+       "--beam_pipeline_options=--runner='FnApiRunner: No closing quotation"),
+      (_cpd(SAMPLE_TEXT, "gs://no-bucket/records.tfrecord"),
+       "error: --output_file=gs://no-bucket/records.tfrecord is a remote path: the scripts write "
+       "local files"),
+      (_extract(words, "gs://no-bucket/f.jsonl", checkpoint),
+       "error: --output_file=gs://no-bucket/f.jsonl is a remote path"),
+      (_cpd("gs://no-bucket/text.txt", tmp_path / "o.tfrecord"),
+       "error: input file gs://no-bucket/text.txt is a remote path: the scripts read local files"),
+  ], [str(tmp_path), SAMPLE_TEXT])
+  assert not os.path.exists(os.path.join(ROOT, "gs:"))
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  has_beam = importlib.util.find_spec("apache_beam") is not None
+  try:
+    has_gcs = has_beam and importlib.util.find_spec("google.cloud.storage") is not None
+  except ModuleNotFoundError:
+    has_gcs = False
+  if has_beam and not has_gcs:  # Beam without its gcp extra, as requirements-beam.txt installs it
+    _check_failures([(_cpd(SAMPLE_TEXT, "gs://no-bucket/dir/", "--mode=fast",
+                           "--beam_pipeline_options=runner=FnApiRunner"),
+                      "error: --output_file=gs://no-bucket/dir/pretraining-00000-of-00008.tfrecord: "
+                      "Beam has no file system for gs:// here; install it with `pip install "
+                      "'apache-beam[gcp]'`")], [str(tmp_path)])
+
+
+def test_vocab_that_makes_no_sense_of_text_is_refused_or_warned_about(tmp_path):
+  """A vocab of only bracketed entries (every word [UNK]) is refused; a cased vocab with
+  --do_lower_case, or an uncased one without it, is warned about (both ran silently)."""
+  from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
+  brackets = tmp_path / "brackets.txt"
+  brackets.write_text("".join(f"{t}\n" for t in tokenization.SPECIAL_TOKENS)
+                      + "".join(f"[unused{i}]\n" for i in range(50)))
+  cased = tmp_path / "cased.txt"
+  with open(VOCAB, encoding="utf-8") as f:
+    uncased_tokens = f.read().splitlines()
+  cased.write_text("".join(f"{t.capitalize() if i > 2000 and i % 3 == 0 else t}\n"
+                           for i, t in enumerate(uncased_tokens)))
+  _check_failures([(_cpd(SAMPLE_TEXT, tmp_path / "out.tfrecord", vocab=brackets),
+                    f"error: vocab file {brackets} holds no word pieces, only bracketed "
+                    "entries like [UNK]")], [str(tmp_path)])
+  results = _run_all([_cpd(SAMPLE_TEXT, tmp_path / "a.tfrecord", "--do_lower_case", vocab=cased),
+                      _cpd(SAMPLE_TEXT, tmp_path / "b.tfrecord", "--do_lower_case=false"),
+                      _cpd(SAMPLE_TEXT, tmp_path / "c.tfrecord", "--do_lower_case")])
+  assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+  assert f"vocab file {cased} looks cased" in results[0].stderr
+  assert f"vocab file {VOCAB} looks uncased" in results[1].stderr
+  assert "looks cased" not in results[2].stderr and "looks uncased" not in results[2].stderr
+
+
+def test_csv_fields_over_the_csv_modules_default_limit_are_read(tmp_path):
+  """A valid row with a 300,000-character field (a long document) is read (the csv module's
+  default limit of 131,072 refused it as a malformed row)."""
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  text = "a word, then another " * 15000
+  path = tmp_path / "long.csv"
+  path.write_text(f'label,sentence\n1,"{text}"\n0,short\n', encoding="utf-8")
+  rows = fileio.read_delimited(str(path), ",")
+  assert rows == [(1, ["label", "sentence"]), (2, ["1", text]), (3, ["0", "short"])]
+
+
+def test_every_reported_error_prints_one_line(capsys):
+  """Whatever the text of an error (a runner's or a library's of several lines, TensorFlow's
+  "Graph execution error:" heading with its status line further down), the entry point prints
+  one `error:` line, the informative one."""
+  from bert_tf2 import commands  # pylint: disable=g-import-not-at-top
+  cases = [
+      ("Pipeline failed to start\n  caused by: port 8099 refused\n  more",
+       "error: Pipeline failed to start"),
+      ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n"
+       "  File a.py, line 3\nNOT_FOUND: /m/variables/variables.index; No such file\n\t [[{{n}}]]",
+       "error: Graph execution error: NOT_FOUND: /m/variables/variables.index; No such file"),
+      ("Unsuccessful TensorSliceReader constructor:\nFailed to find any matching files for x",
+       "error: Unsuccessful TensorSliceReader constructor: Failed to find any matching files "
+       "for x"),
+  ]
+  for text, line in cases:
+    with pytest.raises(SystemExit) as stopped:
+      commands._report(text, 2)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_damaged_hub_module_and_empty_training_files_are_one_line_naming_them(tmp_path):
+  """A --hub_module_handle whose variables file is truncated (an IndexError traceback) or whose
+  variables index is missing (two lines of TensorSliceReader); a training file with a header and
+  no row, a CoNLL file of only -DOCSTART-, an empty SQuAD file: one line naming the file (it was
+  "0 training examples ... make no training step", naming none)."""
+  exported = tmp_path / "encoder"
+  result = subprocess.run([PYTHON, "export_model.py", f"--init_checkpoint={TINY}/bert_model.ckpt",
+                           f"--export_dir={exported}"], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  truncated, no_index = tmp_path / "truncated", tmp_path / "no_index"
+  shutil.copytree(exported, truncated)
+  shutil.copytree(exported, no_index)
+  (data,) = glob.glob(str(truncated / "variables" / "variables.data-*"))
+  with open(data, "r+b") as f:
+    f.truncate(100)
+  os.remove(no_index / "variables" / "variables.index")
+  glue = tmp_path / "glue"
+  glue.mkdir()
+  (glue / "train.tsv").write_text("sentence\tlabel\n")
+  conll = tmp_path / "conll"
+  conll.mkdir()
+  (conll / "train.txt").write_text("-DOCSTART- -X- -X- O\n\n")
+  squad = tmp_path / "squad.json"
+  squad.write_text('{"version": "1.1", "data": []}')
+  classifier = ["run_classifier.py", "--task_name=tsv", "--text_a_column=sentence",
+                "--label_column=label", f"--data_dir={glue}", "--max_seq_length=16",
+                "--do_train", "--labels=0,1"]
+  model = [f"--init_checkpoint={TINY}/bert_model.ckpt", f"--vocab_file={TINY}/vocab.txt"]
+  _check_failures([
+      (classifier + [f"--hub_module_handle={truncated}", f"--output_dir={tmp_path}/o1"],
+       f"error: --hub_module_handle={truncated}: the SavedModel cannot be loaded"),
+      (classifier + [f"--hub_module_handle={no_index}", f"--output_dir={tmp_path}/o2"],
+       f"error: --hub_module_handle={no_index}: the SavedModel has no variables/variables.index"),
+      (classifier + model + [f"--output_dir={tmp_path}/o3"],
+       f"error: {glue}/train.tsv: no training example in it"),
+      (["run_ner.py", f"--data_dir={conll}", "--max_seq_length=16", "--do_train", *model,
+        f"--output_dir={tmp_path}/o4"], f"error: {conll}/train.txt: no training example in it"),
+      (["run_squad.py", f"--train_file={squad}", "--max_seq_length=16", "--doc_stride=4",
+        "--max_query_length=4", "--do_train", *model, f"--output_dir={tmp_path}/o5"],
+       f"error: {squad}: no training example in it"),
+  ], [str(tmp_path)])

@@ -1,0 +1,90 @@
+"""Adding words to a trained model's vocabulary (build_vocab.py --extend_vocab).
+
+A domain corpus is full of words the general vocabulary splits into several pieces ("##ase"
+soup for enzymes, say). Adding the most useful of them as whole tokens shortens sequences and
+gives each word its own vector, and continued pre-training or fine-tuning then learns them.
+
+- new_tokens: the words of the corpus that the old vocabulary splits, ranked by the pieces they
+  would save (count x (pieces - 1)); words the old vocabulary makes [UNK] are left out (nothing to
+  start their vector from), so are words the new vocabulary would not produce whole (the
+  tokenizer's greedy longest match takes a whole-word entry first, so a listed word always is).
+- extend_model: the model with its word-embedding table grown by one row a new token, each the
+  mean of the rows of the pieces the old vocabulary split it into, and the masked-LM output bias
+  (when the model has the pre-training heads) grown the same way. The new ids come after every
+  old one, so every old id, and the output for any text tokenized with the old vocabulary, is
+  unchanged.
+"""
+
+import collections
+
+import numpy as np
+
+from bert_tf2 import fileio
+
+# TensorFlow and the modules on it are imported by the functions that grow a model only:
+# build_vocab.py ranks the words without it (it starts fast).
+# pylint: disable=g-import-not-at-top
+
+
+def new_tokens(word_counts, tokenizer, count):
+  """(token, old pieces) of the `count` words of `word_counts` (BasicTokenizer words -> counts,
+  build_vocab.count_words) that save the most pieces, most first; ties by count, then word."""
+  scored = []
+  for word, n in word_counts.items():
+    if word in tokenizer.vocab:
+      continue
+    pieces = tokenizer.wordpiece_tokenizer.tokenize(word)
+    if len(pieces) < 2 or "[UNK]" in pieces:
+      continue
+    scored.append((-n * (len(pieces) - 1), -n, word, pieces))
+  scored.sort()
+  return [(word, pieces) for _, _, word, pieces in scored[:count]]
+
+
+def _pretrainer_or_encoder(config, init_checkpoint):
+  """The model of the checkpoint: BertPretrainer with its heads when it has them, else the
+  encoder alone (as convert_checkpoint.load_model)."""
+  from bert_tf2 import checkpoints
+  from bert_tf2 import modeling
+  model = modeling.BertPretrainer(config)
+  report = checkpoints.init_from_checkpoint(model, init_checkpoint, log=False)
+  missing = [n for n in report.missing if not n.startswith("cls/")]
+  if missing:
+    raise fileio.InputError(f"{init_checkpoint} lacks encoder variables: "
+                            f"{', '.join(missing[:5])}")
+  if report.missing:
+    model = checkpoints.EncoderHolder(config)
+    checkpoints.init_from_checkpoint(model, init_checkpoint, require_all=True, log=False)
+  return model
+
+
+def extend_model(config, init_checkpoint, piece_ids):
+  """(extended config, extended model) of the checkpoint: `piece_ids`, one list of old ids a new
+  token, gives each new row its start (their mean)."""
+  from bert_tf2 import checkpoints
+  from bert_tf2 import modeling
+  old = _pretrainer_or_encoder(config, init_checkpoint)
+  grown = modeling.BertConfig.from_dict(dict(config.to_dict(),
+                                             vocab_size=config.vocab_size + len(piece_ids)))
+  new = (modeling.BertPretrainer(grown) if isinstance(old, modeling.BertPretrainer)
+         else checkpoints.EncoderHolder(grown))
+  averages = np.zeros([len(piece_ids), config.vocab_size], np.float32)
+  for row, ids in enumerate(piece_ids):
+    for i, n in collections.Counter(ids).items():
+      averages[row, i] = n / len(ids)
+  old_variables = checkpoints.variables_by_name(old)
+  for name, variable in checkpoints.variables_by_name(new).items():
+    value = old_variables[name].numpy()
+    if tuple(variable.shape) != value.shape:  # the two tables with a row (entry) per token
+      rows = value.reshape(config.vocab_size, -1)
+      added = (averages.astype(np.float64) @ rows.astype(np.float64)).astype(value.dtype)
+      value = np.concatenate([rows, added]).reshape(variable.shape)
+    variable.assign(value)
+  return grown, new
+
+
+def write_extended_checkpoint(config, model, prefix, vocab_file):
+  """The extended model as a TF1 checkpoint (bert_model.ckpt, the original's names) with its
+  bert_config.json and vocab.txt, which every script reads."""
+  from bert_tf2 import checkpoints
+  return checkpoints.export_tf1_checkpoint(model, prefix, config, vocab_file)
