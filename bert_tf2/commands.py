@@ -127,7 +127,7 @@ def _first_line(text):
   return lines[0]
 
 
-# The terminal's stderr while _quiet_start_up holds fd 2 (None otherwise).
+# The terminal's stderr while filtered_stderr holds fd 2 (None otherwise).
 _TERMINAL_FD = None
 
 # What TensorFlow's C++ libraries print while they load, whatever TF_CPP_MIN_LOG_LEVEL says (they
@@ -140,21 +140,26 @@ _START_UP_NOISE = re.compile(
 
 
 @contextlib.contextmanager
-def _quiet_start_up():
-  """While the script's imports load TensorFlow: its C++ start-up notices (_START_UP_NOISE) are
-  dropped, anything else written to stderr then comes out as it was. The C++ code writes to
-  file descriptor 2, so that is what is held (in a temporary file). TF_CPP_MIN_LOG_LEVEL=0 keeps
-  every line."""
+def filtered_stderr(noise, drop_all_if_stopped=False):
+  """While the block runs, what is written to file descriptor 2 (this process' C++ libraries,
+  child processes that inherit it) is held in a temporary file; afterwards the lines that do not
+  match the regex `noise` come out as they were. With `drop_all_if_stopped`, a block ended by
+  Ctrl-C or SIGTERM drops everything held (worker processes' tracebacks as they are stopped):
+  the entry point's one line says what happened. TF_CPP_MIN_LOG_LEVEL=0 holds nothing back."""
   global _TERMINAL_FD
-  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0" or _TERMINAL_FD is not None:
     yield
     return
   sys.stderr.flush()
   _TERMINAL_FD = os.dup(2)
   capture = tempfile.TemporaryFile()
   os.dup2(capture.fileno(), 2)
+  stopped = False
   try:
     yield
+  except (KeyboardInterrupt, Interrupted):
+    stopped = True
+    raise
   finally:
     sys.stderr.flush()
     os.dup2(_TERMINAL_FD, 2)
@@ -163,7 +168,8 @@ def _quiet_start_up():
     capture.seek(0)
     text = capture.read().decode("utf-8", errors="replace")
     capture.close()
-    kept = [line for line in text.splitlines(keepends=True) if not _START_UP_NOISE.match(line)]
+    kept = [] if stopped and drop_all_if_stopped else [
+        line for line in text.splitlines(keepends=True) if not noise.match(line)]
     if kept:
       sys.stderr.write("".join(kept))
       sys.stderr.flush()
@@ -250,7 +256,7 @@ def run_script(name):
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
   package name (never as __main__, so no module is loaded twice) and its cli() runs."""
   stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  with _quiet_start_up():
+  with filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()
 

@@ -39,12 +39,19 @@ import time
 from absl import logging
 import numpy as np
 
+from bert_tf2 import commands
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
 _BEAM_DEFAULT_RUNNER = "FnApiRunner"
+_LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
+                  "SwitchingDirectRunner")
+# What the local runner's worker processes print about themselves: their Python logging's INFO
+# lines and two warnings about optional Google Cloud packages and a directory they do not need.
+_LOCAL_WORKER_NOISE = re.compile(r"INFO:|WARNING:root:apitools not found|"
+                                 r"WARNING:__main__:No semi_persistent_directory found")
 _BEAM_METRICS = "create_pretraining_data"
 
 
@@ -456,8 +463,14 @@ def run_beam(options):
                  "\n  ".join(input_files))
     start = time.monotonic()
     before = fileio.descendants()
+    runner = pipeline.options.get_all_options()["runner"]
+    # A local runner's worker processes write their start-up and shut-down INFO lines (some 20
+    # each) and, when stopped, tracebacks to the stderr they inherit: held back while the job runs
+    # here (a remote runner's job is polled with progress lines, which must come as they come).
+    quiet = (commands.filtered_stderr(_LOCAL_WORKER_NOISE, drop_all_if_stopped=True)
+             if runner in _LOCAL_RUNNERS else contextlib.nullcontext())
     # The temporaries and pieces are removed inside, so that a directory the job made is empty.
-    with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)):
+    with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)), quiet:
       try:
         stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
       except BaseException as e:

@@ -99,6 +99,8 @@ def test_beam_job_on_two_workers_writes_the_local_fast_mode_records(tmp_path):
   # The counts are reported as the local run reports them.
   assert f"Wrote {local.summary()}" in done.stderr
   assert "fast mode: 1.1/1.1 MB (100%)" in done.stderr
+  # A quiet console: none of the ~20 start-up and shut-down lines each worker process logs.
+  assert not [line for line in done.stderr.splitlines() if line.startswith("INFO:")], done.stderr
   # The shards' bytes do not depend on the runner or its number of workers: each is read from
   # its pieces in chunk order.
   cpd.run(options(tmp_path, "in_process/", beam_pipeline_options="runner=FnApiRunner"))
@@ -273,3 +275,40 @@ def _running(pid):
       return f.read().rsplit(")", 1)[1].split()[0] != "Z"
   except OSError:
     return False
+
+
+@requires_shared
+@requires_beam
+def test_ctrl_c_to_the_whole_group_is_one_line_without_worker_tracebacks(tmp_path):
+  """Ctrl-C in a terminal reaches every process of the group, the Beam workers too, which then
+  printed their KeyboardInterrupt tracebacks around the one error line: now only that line."""
+  corpus = tmp_path / "corpus.txt"
+  with open(WIKITEXT, "rb") as f:
+    corpus.write_bytes(f.read() * 10)
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
+       f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
+       f"--beam_pipeline_options={TWO_WORKERS}"],
+      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+      start_new_session=True)
+  try:
+    deadline = time.time() + 120
+    while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
+      assert proc.poll() is None, proc.communicate()[1][-3000:]
+      assert time.time() < deadline, "the job did not get going"
+      time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  assert proc.returncode == 130, err[-3000:]
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+  lines = err.strip().splitlines()
+  assert lines[-1] == ("error: stopped by SIGINT (Ctrl-C); no incomplete output was left under "
+                       "its final name")
+  assert sum(line.startswith("error:") for line in lines) == 1
+  assert not os.path.exists(tmp_path / "out")
+  time.sleep(0.5)
+  assert not {pid for pid in workers if _running(pid)}, "workers outlived it"
