@@ -354,7 +354,7 @@ def _extend(input_files):
   if FLAGS.init_checkpoint:
     piece_ids = [tokenizer.convert_tokens_to_ids(pieces) for _, pieces in added]
     grown, model = vocab_extension.extend_model(config, FLAGS.init_checkpoint, piece_ids)
-    vocab_extension.write_extended_checkpoint(grown, model, prefix, None)
+    checkpoints.export_tf1_checkpoint(model, prefix, grown)  # + bert_config.json beside
     print(f"Extended model: {prefix} (vocab_size {config.vocab_size} -> {grown.vocab_size})")
 
 

@@ -411,6 +411,25 @@ class EncoderHolder(tf.Module):
     self.bert = modeling.BertModel(config)
 
 
+def load_pretrainer_or_encoder(config, path, log=True):
+  """The model of checkpoint `path`: modeling.BertPretrainer with its weights when it has the
+  pre-training heads, else the encoder alone (an EncoderHolder). A missing encoder variable is an
+  error; heads it lacks are dropped on purpose, not "left at random init"."""
+  model = modeling.BertPretrainer(config)
+  report = init_from_checkpoint(model, path, log=False)  # a probe
+  missing_encoder = [n for n in report.missing if not n.startswith("cls/")]
+  if missing_encoder:
+    raise fileio.InputError(f"{path} lacks encoder variables: {', '.join(missing_encoder[:5])}")
+  if report.missing:
+    if log:
+      logging.info("%s has no pre-training heads: the encoder alone", path)
+    model = EncoderHolder(config)
+    init_from_checkpoint(model, path, require_all=True, log=log)
+  elif log:
+    report.log()
+  return model
+
+
 # --- Encoders exported by export_model.py (--hub_module_handle) ---------------------------------
 
 

@@ -65,25 +65,6 @@ def find_sidecars(input_path, bert_config_file=None, vocab_file=None):
   return config, vocab
 
 
-def load_model(input_path, config):
-  """The project's model with the input's weights: BertPretrainer when the input has the
-  pre-training heads, else the encoder alone. A missing encoder variable is an error."""
-  model = modeling.BertPretrainer(config)
-  # A probe: heads missing here are dropped below on purpose, not "left at random init".
-  report = checkpoints.init_from_checkpoint(model, input_path, log=False)
-  missing_encoder = [n for n in report.missing if not n.startswith("cls/")]
-  if missing_encoder:
-    raise fileio.InputError(f"{input_path} lacks encoder variables: "
-                            f"{', '.join(missing_encoder[:5])}")
-  if report.missing:
-    logging.info("%s has no pre-training heads: converting the encoder alone", input_path)
-    model = checkpoints.EncoderHolder(config)
-    checkpoints.init_from_checkpoint(model, input_path, require_all=True)
-  else:
-    report.log()
-  return model
-
-
 def _tf1_config(config):
   """The config as the original code reads it: its "gelu" is the tanh form."""
   config = modeling.BertConfig.from_dict(config.to_dict())
@@ -196,7 +177,7 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file, ov
     _check_project_output(output)
   _check_existing(output_files(output, output_format, vocab), output_format, output, overwrite)
   config = modeling.BertConfig.from_json_file(config_path)
-  model = load_model(input_path, config)
+  model = checkpoints.load_pretrainer_or_encoder(config, input_path)
   logging.info("Converting %s (%s) to %s: %s", input_path, kind, output_format, output)
   try:
     if output_format == "tf1":

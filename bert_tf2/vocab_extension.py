@@ -15,11 +15,8 @@ gives each word its own vector, and continued pre-training or fine-tuning then l
   unchanged.
 """
 
-import collections
-
 import numpy as np
 
-from bert_tf2 import fileio
 
 # TensorFlow and the modules on it are imported by the functions that grow a model only:
 # build_vocab.py ranks the words without it (it starts fast).
@@ -41,50 +38,23 @@ def new_tokens(word_counts, tokenizer, count):
   return [(word, pieces) for _, _, word, pieces in scored[:count]]
 
 
-def _pretrainer_or_encoder(config, init_checkpoint):
-  """The model of the checkpoint: BertPretrainer with its heads when it has them, else the
-  encoder alone (as convert_checkpoint.load_model)."""
-  from bert_tf2 import checkpoints
-  from bert_tf2 import modeling
-  model = modeling.BertPretrainer(config)
-  report = checkpoints.init_from_checkpoint(model, init_checkpoint, log=False)
-  missing = [n for n in report.missing if not n.startswith("cls/")]
-  if missing:
-    raise fileio.InputError(f"{init_checkpoint} lacks encoder variables: "
-                            f"{', '.join(missing[:5])}")
-  if report.missing:
-    model = checkpoints.EncoderHolder(config)
-    checkpoints.init_from_checkpoint(model, init_checkpoint, require_all=True, log=False)
-  return model
-
-
 def extend_model(config, init_checkpoint, piece_ids):
   """(extended config, extended model) of the checkpoint: `piece_ids`, one list of old ids a new
   token, gives each new row its start (their mean)."""
   from bert_tf2 import checkpoints
   from bert_tf2 import modeling
-  old = _pretrainer_or_encoder(config, init_checkpoint)
+  old = checkpoints.load_pretrainer_or_encoder(config, init_checkpoint, log=False)
   grown = modeling.BertConfig.from_dict(dict(config.to_dict(),
                                              vocab_size=config.vocab_size + len(piece_ids)))
   new = (modeling.BertPretrainer(grown) if isinstance(old, modeling.BertPretrainer)
          else checkpoints.EncoderHolder(grown))
-  averages = np.zeros([len(piece_ids), config.vocab_size], np.float32)
-  for row, ids in enumerate(piece_ids):
-    for i, n in collections.Counter(ids).items():
-      averages[row, i] = n / len(ids)
   old_variables = checkpoints.variables_by_name(old)
   for name, variable in checkpoints.variables_by_name(new).items():
     value = old_variables[name].numpy()
     if tuple(variable.shape) != value.shape:  # the two tables with a row (entry) per token
       rows = value.reshape(config.vocab_size, -1)
-      added = (averages.astype(np.float64) @ rows.astype(np.float64)).astype(value.dtype)
+      added = np.stack([rows[ids].astype(np.float64).mean(0) for ids in piece_ids]
+                       ).astype(value.dtype)
       value = np.concatenate([rows, added]).reshape(variable.shape)
     variable.assign(value)
   return grown, new
-
-
-def write_extended_checkpoint(config, model, prefix, vocab_file):
-  """The extended model as a TF1 checkpoint (bert_model.ckpt, the original's names) with its
-  bert_config.json and vocab.txt, which every script reads."""
-  from bert_tf2 import checkpoints
-  return checkpoints.export_tf1_checkpoint(model, prefix, config, vocab_file)

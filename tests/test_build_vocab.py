@@ -77,16 +77,22 @@ def test_word_counts_are_basic_tokenizer_words(split):
     assert build_vocab.count_words(sentences[:3000], lower) == expected
 
 
-@requires_shared
-def test_tiny_model_pretrains_with_the_learned_vocab(wordpiece, split, tmp_path):
-  records = tmp_path / "records.tfrecord"
-  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
-        f"--vocab_file={wordpiece}", "--max_seq_length=64", "--max_predictions_per_seq=10",
-        "--dupe_factor=1", "--num_workers=1"])
+def _records_and_config(text, vocab, tmp_path, vocab_size, name="records"):
+  """Pre-training records of `text` at seq 64 with `vocab`, and a tiny BERT config for them."""
+  records = tmp_path / f"{name}.tfrecord"
+  run_ok(["create_pretraining_data.py", f"--input_file={text}", f"--output_file={records}",
+          f"--vocab_file={vocab}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+          "--dupe_factor=1", "--num_workers=1"])
   config = tmp_path / "bert_config.json"
-  config.write_text(json.dumps(dict(vocab_size=4000, hidden_size=32, num_hidden_layers=2,
+  config.write_text(json.dumps(dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
                                     num_attention_heads=2, intermediate_size=64,
                                     max_position_embeddings=64, type_vocab_size=2)))
+  return records, config
+
+
+@requires_shared
+def test_tiny_model_pretrains_with_the_learned_vocab(wordpiece, split, tmp_path):
+  records, config = _records_and_config(split[0], wordpiece, tmp_path, 4000)
   out = tmp_path / "pretrain"
   run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
         f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
@@ -123,10 +129,7 @@ def test_sentencepiece_model_from_build_vocab_runs_through_the_scripts(split, tm
   run_ok(["build_vocab.py", f"--input_file={split[0]}", f"--output_dir={tmp_path}",
           "--vocab_type=sentencepiece", "--vocab_size=2000"])
   spm_model = str(tmp_path / "spm.model")
-  records = tmp_path / "records.tfrecord"
-  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
-          f"--vocab_file={spm_model}", "--max_seq_length=64", "--max_predictions_per_seq=10",
-          "--dupe_factor=1", "--num_workers=1"])
+  records, config = _records_and_config(split[0], spm_model, tmp_path, 2000)
   tokenizer = tokenization.FullTokenizer(None, True, spm_model_file=spm_model)
   first = next(iter(tf.data.TFRecordDataset(str(records))))
   example = tf.train.Example.FromString(first.numpy())
@@ -134,10 +137,6 @@ def test_sentencepiece_model_from_build_vocab_runs_through_the_scripts(split, tm
   tokens = tokenizer.convert_ids_to_tokens(ids)
   assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
   assert sum(t.startswith("\u2581") for t in tokens) > len(tokens) / 4  # SentencePiece's pieces
-  config = tmp_path / "bert_config.json"
-  config.write_text(json.dumps(dict(vocab_size=2000, hidden_size=32, num_hidden_layers=2,
-                                    num_attention_heads=2, intermediate_size=64,
-                                    max_position_embeddings=64, type_vocab_size=2)))
   out = tmp_path / "pretrain"
   run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
           f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
@@ -211,14 +210,7 @@ def test_extend_vocab_adds_domain_words_and_grows_the_model(wordpiece, split, tm
   from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   # A small model with the pre-training heads, trained a few steps with the learned vocab.
-  records = tmp_path / "records.tfrecord"
-  run_ok(["create_pretraining_data.py", f"--input_file={split[0]}", f"--output_file={records}",
-          f"--vocab_file={wordpiece}", "--max_seq_length=64", "--max_predictions_per_seq=10",
-          "--dupe_factor=1", "--num_workers=1"])
-  config = tmp_path / "bert_config.json"
-  config.write_text(json.dumps(dict(vocab_size=4000, hidden_size=32, num_hidden_layers=2,
-                                    num_attention_heads=2, intermediate_size=64,
-                                    max_position_embeddings=64, type_vocab_size=2)))
+  records, config = _records_and_config(split[0], wordpiece, tmp_path, 4000)
   base = tmp_path / "base"
   run_ok(["run_pretraining.py", f"--input_file={records}", f"--output_dir={base}",
           f"--bert_config_file={config}", "--max_seq_length=64", "--max_predictions_per_seq=10",
@@ -267,10 +259,7 @@ def test_extend_vocab_adds_domain_words_and_grows_the_model(wordpiece, split, tm
   np.testing.assert_array_equal(outputs[0], outputs[1])
 
   # Pre-training continues from the extended model on records made with the new vocab.
-  new_records = tmp_path / "new.tfrecord"
-  run_ok(["create_pretraining_data.py", f"--input_file={domain}", f"--output_file={new_records}",
-          f"--vocab_file={out / 'vocab.txt'}", "--max_seq_length=64",
-          "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=1"])
+  new_records, _ = _records_and_config(domain, out / "vocab.txt", tmp_path, 4100, "new")
   run_ok(["run_pretraining.py", f"--input_file={new_records}", f"--output_dir={tmp_path / 'more'}",
           f"--init_checkpoint={out / 'bert_model.ckpt'}",
           f"--bert_config_file={out / 'bert_config.json'}", "--max_seq_length=64",

@@ -240,7 +240,8 @@ def test_a_full_disk_in_a_worker_is_one_error_line_naming_the_output(tmp_path):
 
 @requires_shared
 @requires_beam
-def test_sigterm_stops_the_job_its_workers_and_leaves_no_output(tmp_path):
+def _start_two_worker_job(tmp_path, **popen):
+  """A Beam job on two workers over 10x WikiText, once both workers run: (process, workers)."""
   corpus = tmp_path / "corpus.txt"
   with open(WIKITEXT, "rb") as f:
     corpus.write_bytes(f.read() * 10)
@@ -248,13 +249,19 @@ def test_sigterm_stops_the_job_its_workers_and_leaves_no_output(tmp_path):
       [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
        f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
        f"--beam_pipeline_options={TWO_WORKERS}"],
-      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+  deadline = time.time() + 120
+  while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
+    if proc.poll() is not None or time.time() > deadline:
+      proc.kill()
+      raise AssertionError(f"the job did not get going: {proc.communicate()[1][-3000:]}")
+    time.sleep(0.1)
+  return proc, workers
+
+
+def test_sigterm_stops_the_job_its_workers_and_leaves_no_output(tmp_path):
+  proc, workers = _start_two_worker_job(tmp_path)
   try:
-    deadline = time.time() + 120
-    while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
-      assert proc.poll() is None, proc.communicate()[1][-3000:]
-      assert time.time() < deadline, "the job did not get going"
-      time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
   finally:
@@ -282,21 +289,8 @@ def _running(pid):
 def test_ctrl_c_to_the_whole_group_is_one_line_without_worker_tracebacks(tmp_path):
   """Ctrl-C in a terminal reaches every process of the group, the Beam workers too, which then
   printed their KeyboardInterrupt tracebacks around the one error line: now only that line."""
-  corpus = tmp_path / "corpus.txt"
-  with open(WIKITEXT, "rb") as f:
-    corpus.write_bytes(f.read() * 10)
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
-       f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
-       f"--beam_pipeline_options={TWO_WORKERS}"],
-      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-      start_new_session=True)
+  proc, workers = _start_two_worker_job(tmp_path, start_new_session=True)
   try:
-    deadline = time.time() + 120
-    while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
-      assert proc.poll() is None, proc.communicate()[1][-3000:]
-      assert time.time() < deadline, "the job did not get going"
-      time.sleep(0.1)
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
