@@ -11,7 +11,7 @@ the engine behind many editors' go-to-definition) and by running the scripts:
 - every project import, in the package, the entry points, tests/ and benchmarks/, resolves
   statically to the file it names.
 
-The installed wheel's side is checked in test_quickstart.py's pip test.
+The installed wheel's side is checked in test_quickstart.py's wheel test (a fresh venv).
 """
 
 import ast
