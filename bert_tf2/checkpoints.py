@@ -367,6 +367,18 @@ def num_classifier_outputs(init_checkpoint):
   return None
 
 
+def global_step(checkpoint):
+  """The training step a checkpoint of these scripts was saved at (its optimizer's iterations),
+  or None for a checkpoint without an optimizer (converted, HuggingFace, the original's)."""
+  kind, path = resolve_checkpoint(checkpoint)
+  if kind == "hf":
+    return None
+  name = "optimizer/iter" + _VALUE_SUFFIX
+  if name not in dict(tf.train.list_variables(path)):
+    return None
+  return int(tf.train.load_variable(path, name))
+
+
 def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint"):
   """--bert_config_file, else the config beside `checkpoint`; InputError when neither is."""
   path = bert_config_file or (config_beside(checkpoint) if checkpoint else None)

@@ -16,7 +16,10 @@ Five kinds of SavedModel, chosen with --model_type, each loadable with `tf.saved
   and `bert_pack_inputs` follow TF Hub's BERT preprocessors, for sentence pairs.
 * classifier: a fine-tuned run_classifier.py model whose `serving_default` takes raw text
   (`text_a`, plus `text_b` for sentence-pair tasks) and returns the label, its id and the
-  probabilities of every label (or `score` for regression).
+  probabilities of every label (or `score` for regression). A multi-label model
+  (`run_classifier --multi_label`, goemotions) returns each label's sigmoid probability,
+  `predicted` (0/1 per label, above its threshold: the tuned thresholds.json of the run when it
+  is this checkpoint's, else 0.5) and `label`, the predicted labels joined ("joy,love"; "" none).
 * embedder: raw strings (`text`) -> sentence vectors (`embedding`, [batch, hidden] float32): the
   encoder's last layer pooled over the real tokens as --pooling says (mean by default; cls, max)
   and, with --normalize, scaled to unit length: sentence-transformers' encode() for a model
@@ -43,6 +46,7 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
+import json
 import os
 import tempfile
 
@@ -77,6 +81,7 @@ def define_flags():
   script_flags.define_max_seq_length(128)  # the length the preprocessing pads to
   script_flags.define_labels_flag()
   script_flags.define_regression_flag()
+  script_flags.define_multi_label_flag()
   flags.DEFINE_bool("text_pairs", False,
                     "classifier: serving_default takes text_a and text_b (sentence-pair task); "
                     "the `pairs` signature takes both in any case. Default: what the task.json "
@@ -235,15 +240,25 @@ class PreprocessorModule(_SavedModelRoot):
 
 
 class ClassifierModule(_SavedModelRoot):
-  """A fine-tuned classifier on raw text: returns the label, its id and the probabilities."""
+  """A fine-tuned classifier on raw text: returns the label, its id and the probabilities.
+
+  A multi-label one returns each label's probability (independent sigmoids), `predicted` (0/1 per
+  label: probability above the label's threshold) and `label`, the predicted labels joined by
+  `label_delimiter` ("" for none).
+  """
 
   def __init__(self, model, vocab_file, do_lower_case, seq_length, labels, is_regression,
-               text_pairs):
+               text_pairs, multi_label=False, thresholds=None, label_delimiter=","):
     super().__init__(name="classifier")
     self.model = model
     self.preprocessor = graph_tokenization.TextPreprocessor(vocab_file, do_lower_case, seq_length)
     self.label_names = tf.Variable(labels or [""], trainable=False, name="labels")
     self.is_regression = is_regression
+    self.multi_label = multi_label
+    if multi_label:
+      values = [0.5] * len(labels) if thresholds is None else list(thresholds)
+      self.thresholds = tf.Variable(values, dtype=tf.float32, trainable=False, name="thresholds")
+      self.label_delimiter = label_delimiter
     self.text_pairs = text_pairs
     self._set_tokenization_info(vocab_file, do_lower_case)
     self._set_reusable_attributes([model])
@@ -255,6 +270,14 @@ class ClassifierModule(_SavedModelRoot):
                          "segment_ids": features["input_type_ids"]})["logits"]
     if self.is_regression:
       return {"score": logits[:, 0], "logits": logits}
+    if self.multi_label:
+      probabilities = tf.sigmoid(tf.cast(logits, tf.float32))
+      predicted = probabilities > self.thresholds
+      names = tf.ragged.boolean_mask(
+          tf.broadcast_to(self.label_names, tf.shape(predicted)), predicted)
+      return {"label": tf.strings.reduce_join(names, axis=-1, separator=self.label_delimiter),
+              "predicted": tf.cast(predicted, tf.int32), "probabilities": probabilities,
+              "logits": logits}
     probabilities = tf.nn.softmax(logits)
     label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return {"label": tf.gather(self.label_names, label_id), "label_id": label_id,
@@ -589,13 +612,15 @@ def _config_file_for_asset(config, staging_dir):
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
            do_lower_case=True, max_seq_length=128, labels=None, regression=None,
            text_pairs=None, max_query_length=64, max_answer_length=30, doc_stride=None,
-           n_best_size=20, overwrite=False, pooling="mean", normalize=False):
+           n_best_size=20, overwrite=False, pooling="mean", normalize=False, multi_label=None):
   """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
 
   A fine-tuning run's output directory (or a checkpoint in it) needs nothing else: its
   bert_config.json and vocab.txt are found beside the checkpoint, and `labels`, `regression` and
-  `text_pairs` (None: not given) default to what its task.json says (else: the label count of the
-  checkpoint, False, False).
+  `text_pairs` and `multi_label` (None: not given) default to what its task.json says (else: the
+  label count of the checkpoint, False, False, False). A multi-label classifier predicts a label
+  above its threshold: those run_classifier --tune_thresholds left beside the checkpoint for the
+  same step (thresholds.json), else 0.5.
 
   Every input is checked and `export_dir` is vetted before the model is built: it must not be or
   hold an input, and an existing one is replaced only if it is an earlier SavedModel (or with
@@ -639,7 +664,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
         module = _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                                     do_lower_case, max_seq_length, labels, regression,
                                     text_pairs, max_query_length, max_answer_length, doc_stride,
-                                    n_best_size, pooling, normalize)
+                                    n_best_size, pooling, normalize, multi_label)
       signatures = module.signatures()
       try:
         tf.saved_model.save(module, staging, signatures=signatures)
@@ -656,7 +681,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
 def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
                        do_lower_case, max_seq_length, labels, regression, text_pairs,
                        max_query_length, max_answer_length, doc_stride, n_best_size,
-                       pooling=None, normalize=False):
+                       pooling=None, normalize=False, multi_label=None):
   """The encoder, embedder, classifier or SQuAD module with the checkpoint's weights."""
   tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
   config = modeling.BertConfig.from_json_file(config_path)
@@ -678,8 +703,8 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
     return EncoderModule(holder.bert, vocab_path, do_lower_case,
                          _config_file_for_asset(config, scratch))
   if model_type in ("classifier", "squad"):
-    labels, regression, text_pairs = _task_defaults(model_type, init_checkpoint, labels,
-                                                    regression, text_pairs)
+    labels, regression, text_pairs, record = _task_defaults(model_type, init_checkpoint, labels,
+                                                            regression, text_pairs)
   if model_type == "classifier":
     num_labels = 1 if regression else (len(labels) if labels else
                                        checkpoints.num_classifier_outputs(init_checkpoint))
@@ -695,8 +720,13 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
     if report.missing:
       raise fileio.InputError(f"{init_checkpoint} is not a fine-tuned classifier with "
                               f"{num_labels} outputs: it lacks {', '.join(report.missing[:5])}")
+    multi_label = bool(record.get("multi_label")) if multi_label is None else multi_label
+    if multi_label and regression:
+      raise fileio.InputError("--multi_label and --regression exclude each other")
+    thresholds = _tuned_thresholds(init_checkpoint, labels) if multi_label else None
     return ClassifierModule(model, vocab_path, do_lower_case, max_seq_length, labels, regression,
-                            text_pairs)
+                            text_pairs, multi_label, thresholds,
+                            record.get("label_delimiter") or ",")
   model = modeling.BertSpanLabeler(config)
   report = checkpoints.init_from_checkpoint(model, init_checkpoint)
   if report.missing:
@@ -706,10 +736,32 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
                      max_answer_length, doc_stride, n_best_size)
 
 
+def _tuned_thresholds(init_checkpoint, labels):
+  """The per-label thresholds run_classifier --tune_thresholds wrote beside the checkpoint
+  (thresholds.json), when they are this checkpoint's (same step); else None (0.5 for all)."""
+  path = os.path.join(checkpoints.checkpoint_directory(init_checkpoint), "thresholds.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+    values = [float(record["thresholds"][label]) for label in labels]
+    step = int(record["global_step"])
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+  checkpoint_step = checkpoints.global_step(init_checkpoint)
+  if checkpoint_step is not None and checkpoint_step != step:
+    logging.warning("%s was tuned at step %d, the checkpoint is at step %d: exporting with 0.5 "
+                    "for every label", path, step, checkpoint_step)
+    return None
+  logging.info("Per-label thresholds from %s", path)
+  return values
+
+
 def _task_defaults(model_type, init_checkpoint, labels, regression, text_pairs):
-  """(labels, regression, text_pairs): those given (not None), else the task.json of the
-  fine-tuning run beside `init_checkpoint`, else None / False / False. InputError when that run
-  trained another kind of model."""
+  """(labels, regression, text_pairs, task record): those given (not None), else the task.json of
+  the fine-tuning run beside `init_checkpoint`, else None / False / False. InputError when that
+  run trained another kind of model."""
   record = fine_tuning.task_record(checkpoints.checkpoint_directory(init_checkpoint), None,
                                    has_checkpoint=False, flag="init_checkpoint") or {}
   script = {"classifier": "run_classifier", "squad": "run_squad"}[model_type]
@@ -719,7 +771,7 @@ def _task_defaults(model_type, init_checkpoint, labels, regression, text_pairs):
   if labels is None and not regression:
     labels = record.get("labels")
   return (labels, bool(record.get("regression")) if regression is None else regression,
-          bool(record.get("text_pairs")) if text_pairs is None else text_pairs)
+          bool(record.get("text_pairs")) if text_pairs is None else text_pairs, record)
 
 
 def main(_):
@@ -732,7 +784,7 @@ def main(_):
          max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
          doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite,
          pooling=FLAGS.pooling if FLAGS["pooling"].present else "mean",
-         normalize=FLAGS.normalize)
+         normalize=FLAGS.normalize, multi_label=_given(FLAGS["multi_label"]))
 
 
 def _given(flag):

@@ -4,7 +4,8 @@ an exported encoder, required flags, the seed); then outputs checked against inp
 work, the config (of a checkpoint or an exported encoder) and the tokenizer checked against each
 other, the start from --init_checkpoint or --hub_module_handle, the training steps and shuffle
 buffer, the task record (task.json) and the label checks against it, padded sequences, reading
-feature records, and running a model over records padded to whole batches.
+feature records, running a model over records padded to whole batches, and evaluation during
+training with the best checkpoint kept and early stopping (EvalDuringTraining).
 
 Plain values in, plain values out (it reads no flag): each script still reads its own data, turns
 it into features and reads top to bottom; what differs between tasks stays in the task's script.
@@ -16,6 +17,7 @@ import json
 import os
 import shutil
 
+from absl import logging
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
@@ -29,13 +31,16 @@ from bert_tf2 import training
 def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, **required):
   """Calls a fine-tuning script's `main(vocab_file)` after what every run starts with, in this
   order: one of `modes` ({"do_train": value, ...}) set; the vocab, `vocab_file` or else the one
-  the encoder SavedModel `hub_module_handle` carries; the `required` flags (name=value), then
+  the encoder SavedModel `hub_module_handle` carries or the vocab.txt a training run saved beside
+  its checkpoints in `output_dir`; the `required` flags (name=value), then
   --vocab_file and --output_dir, given (an InputError names the first that is missing); and
   TensorFlow's global `seed`. A run that fails before writing leaves no empty `output_dir`
   behind (fileio.check_outputs makes it, to prove that it can)."""
   if not any(modes.values()):
     raise fileio.InputError(f"at least one of {', '.join(f'--{m}' for m in modes)} must be set")
   vocab_file = hub_module_vocab(hub_module_handle, vocab_file)
+  if not vocab_file and not hub_module_handle:
+    vocab_file = saved_beside_checkpoints(output_dir, "vocab.txt")
   fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
   tf.random.set_seed(seed)
   with fileio.no_new_empty_directories(*[output_dir] if output_dir else []):
@@ -55,6 +60,16 @@ def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_
                if init_checkpoint else None)],
       directories=[("output_dir", output_dir)])
   return bool(training.checkpoint_numbers(output_dir))
+
+
+def saved_beside_checkpoints(output_dir, name):
+  """`output_dir`/`name` (vocab.txt, bert_config.json) when output_dir holds the checkpoints of a
+  training run that saved it there (write_model_files), else None: evaluating, predicting or
+  resuming in a run's own folder needs neither flag again."""
+  path = os.path.join(output_dir, name) if output_dir else None
+  if path and os.path.isfile(path) and training.checkpoint_numbers(output_dir):
+    return path
+  return None
 
 
 def hub_module_vocab(hub_module_handle, vocab_file):
@@ -289,3 +304,167 @@ def write_model_files(directory, config, vocab_file):
   if not (os.path.exists(target) and filecmp.cmp(target, vocab_file, shallow=False)):
     with fileio.open_atomic(target, "wb") as f, open(vocab_file, "rb") as source:
       shutil.copyfileobj(source, f)
+
+
+# --- Evaluation during training, the best checkpoint, early stopping -------------------------
+
+BEST_DIRECTORY = "best"  # output_dir/best/: the best checkpoint as a whole model folder
+BEST_STATE = "best_checkpoint.json"  # output_dir/best_checkpoint.json: every evaluation so far
+
+
+def metric_key(name):
+  """A dev metric as eval_results.txt names it: "accuracy" and "eval_accuracy" are the same."""
+  return name if name.startswith("eval_") else f"eval_{name}"
+
+
+class EvalDuringTraining:
+  """`Trainer.train`'s `evaluate(step)`: evaluates the model on dev (`evaluate()` returns the
+  eval_* metrics, as eval_results.txt has them), logs them and writes them as TensorBoard scalars
+  (output_dir/eval, beside train/); with `metric` keeps the best checkpoint by it (lower is better
+  for a loss) in output_dir/best/ (a whole model folder: the checkpoint, bert_config.json,
+  vocab.txt, task.json), and with `patience` stops training after that many evaluations in a row
+  without improvement.
+
+  Every evaluation, the best value and step and the count of evaluations without improvement are
+  kept in output_dir/best_checkpoint.json (written atomically after best/), so a run killed and
+  resumed keeps its best model and its patience: the step it resumes at, always a saved
+  checkpoint, is evaluated again only if it was not before.
+  """
+
+  def __init__(self, trainer, output_dir, evaluate, metric=None, patience=None,
+               metric_names=None, model_files=("bert_config.json", "vocab.txt", "task.json")):
+    self.trainer, self.output_dir, self._evaluate = trainer, output_dir, evaluate
+    self.metric = metric_key(metric) if metric else None
+    if patience is not None and not self.metric:
+      raise fileio.InputError("--early_stopping_patience needs --keep_best_checkpoint_metric "
+                              "(the dev metric that must improve)")
+    if self.metric and metric_names is not None and self.metric not in metric_names:
+      raise fileio.InputError(f"--keep_best_checkpoint_metric={metric}: this task's dev metrics "
+                              f"are {', '.join(sorted(metric_names))}")
+    self.patience = patience
+    self.lower_is_better = bool(self.metric) and self.metric.endswith("loss")
+    self.model_files = model_files
+    self.state_path = os.path.join(output_dir, BEST_STATE)
+    self.state = read_best_state(output_dir) or {"metric": self.metric, "best_value": None,
+                                                 "best_step": None, "without_improvement": 0,
+                                                 "evaluations": []}
+    if self.metric and self.state.get("metric") not in (None, self.metric):
+      raise fileio.InputError(
+          f"{self.state_path}: this run's best checkpoint is kept by {self.state['metric']}, not "
+          f"{self.metric}; keep that metric, or start in another --output_dir")
+    self.state["metric"] = self.state.get("metric") or self.metric
+    self.writer = None
+
+  def _stop(self):
+    return self.patience is not None and self.state["without_improvement"] >= self.patience
+
+  def __call__(self, step):
+    if any(e["step"] == step for e in self.state["evaluations"]):
+      return self._stop()  # a resumed run at a step evaluated before
+    last = self.trainer.last_checkpoint
+    if not (last and last.endswith(f"ckpt-{step}")):
+      last = self.trainer.save()  # best/ copies a checkpoint of exactly this step
+    summary = self._evaluate()
+    entry = {"step": step, **{k: float(v) for k, v in summary.items()
+                              if k.startswith("eval_") and isinstance(v, (int, float))}}
+    if self.trainer.is_chief:
+      if self.writer is None:
+        self.writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "eval"))
+      with self.writer.as_default(step=step):
+        for key, value in entry.items():
+          if key != "step":
+            tf.summary.scalar(key, value)
+      self.writer.flush()
+    note = ""
+    if self.metric:
+      if self.metric not in entry:
+        raise fileio.InputError(f"--keep_best_checkpoint_metric={self.metric}: the dev metrics "
+                                f"are {', '.join(k for k in sorted(entry) if k != 'step')}")
+      value, best = entry[self.metric], self.state["best_value"]
+      if best is None or (value < best if self.lower_is_better else value > best):
+        if self.trainer.is_chief and last:
+          self._keep(last, step)
+        self.state.update(best_value=value, best_step=step, without_improvement=0)
+      else:
+        self.state["without_improvement"] += 1
+      note = (f" (best {self.metric}={self.state['best_value']:.4g} at step "
+              f"{self.state['best_step']}" + (f"; {self.state['without_improvement']} of "
+                                               f"{self.patience} evaluations without improvement"
+                                               if self.patience is not None else "") + ")")
+    self.state["evaluations"].append(entry)
+    if self.trainer.is_chief:
+      with fileio.open_atomic(self.state_path) as f:
+        json.dump(self.state, f, indent=1)
+    shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(entry.items()) if k != "step")
+    logging.info("Dev at step %d: %s%s", step, shown, note)
+    if self._stop():
+      logging.info("Early stopping at step %d: %d evaluations without improvement of %s (best "
+                   "%.4g at step %d)", step, self.state["without_improvement"], self.metric,
+                   self.state["best_value"], self.state["best_step"])
+      return True
+    return False
+
+  def _keep(self, checkpoint, step):
+    """Copies checkpoint `checkpoint` (of `step`) and the model files into output_dir/best/,
+    replacing the earlier best only once the new one is complete."""
+    best = os.path.join(self.output_dir, BEST_DIRECTORY)
+    with fileio.atomic_directory(best, replaceable=is_best_directory, flag="output_dir") as staging:
+      for path in glob.glob(glob.escape(checkpoint) + ".*"):
+        shutil.copyfile(path, os.path.join(staging, os.path.basename(path)))
+      with open(os.path.join(staging, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(f'model_checkpoint_path: "ckpt-{step}"\n'
+                f'all_model_checkpoint_paths: "ckpt-{step}"\n')
+      for name in self.model_files:
+        path = os.path.join(self.output_dir, name)
+        if os.path.exists(path):
+          shutil.copyfile(path, os.path.join(staging, name))
+
+
+def is_best_directory(path):
+  """Whether `path` holds what EvalDuringTraining keeps (a `checkpoint` file and ckpt-N files)."""
+  names = os.listdir(path)
+  return "checkpoint" in names and any(n.startswith("ckpt-") for n in names)
+
+
+def read_best_state(output_dir):
+  """output_dir/best_checkpoint.json (EvalDuringTraining's record), or None."""
+  path = os.path.join(output_dir, BEST_STATE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      state = json.load(f)
+    if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
+            and isinstance(state.get("without_improvement"), int)):
+      raise ValueError("not an object with evaluations and without_improvement")
+  except (OSError, ValueError) as e:
+    raise fileio.InputError(f"{path}: not the record of evaluations during training ({e}); "
+                            "remove it to start the record again") from None
+  return state
+
+
+def best_checkpoint(output_dir):
+  """(checkpoint path, step, metric, value) of the best checkpoint kept in output_dir/best/, or
+  None when none was kept."""
+  state = read_best_state(output_dir)
+  best = os.path.join(output_dir, BEST_DIRECTORY)
+  if not state or state.get("best_step") is None or not os.path.isdir(best):
+    return None
+  path = tf.train.latest_checkpoint(best)
+  if not path:
+    return None
+  step = int(path.rsplit("-", 1)[-1])
+  return path, step, state["metric"], state["best_value"] if step == state["best_step"] else None
+
+
+def restore_best(trainer, output_dir):
+  """Loads the weights of output_dir/best/ into the trainer's model when a best checkpoint was
+  kept (for evaluating and predicting with it); returns its step, or None."""
+  found = best_checkpoint(output_dir)
+  if not found:
+    return None
+  path, step, metric, value = found
+  status = tf.train.Checkpoint(model=trainer.model).restore(path).expect_partial()
+  status.assert_existing_objects_matched()
+  logging.info("Using the best checkpoint %s (step %d, %s=%s)", path, step, metric, value)
+  return step

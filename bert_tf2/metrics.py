@@ -157,6 +157,16 @@ def weighted_nll(logits, labels, weights):
   return float(-(gold * weights).sum()), float(weights.sum())
 
 
+def glue_metric_names(task_name, is_regression=False):
+  """The names glue_metrics gives a task's metrics (a custom task: accuracy, or Pearson and
+  Spearman for a regression)."""
+  key = task_name.lower().replace("-", "").replace("_", "")
+  names = next((v for k, v in _GLUE_TASK_METRICS.items() if k.replace("-", "") == key), None)
+  if names is None:
+    names = ("pearson", "spearman") if is_regression else ("accuracy",)
+  return tuple(names)
+
+
 def glue_metrics(task_name, labels, predictions):
   """The leaderboard metrics of a GLUE task as an ordered dict (first entry is the main metric).
 
@@ -165,13 +175,92 @@ def glue_metrics(task_name, labels, predictions):
   Spearman when `predictions` are floats of a regression task.
   """
   # "SST-2", "sst2" and "sst_2" name the same task, as in run_classifier.
-  key = task_name.lower().replace("-", "").replace("_", "")
-  names = next((v for k, v in _GLUE_TASK_METRICS.items() if k.replace("-", "") == key), None)
-  if names is None:
-    is_real = np.asarray(predictions).dtype.kind == "f"
-    names = ("pearson", "spearman") if is_real else ("accuracy",)
+  names = glue_metric_names(task_name, np.asarray(predictions).dtype.kind == "f")
   return collections.OrderedDict((name, _METRIC_FUNCTIONS[name](labels, predictions))
                                  for name in names)
+
+
+# --- Multi-label classification --------------------------------------------------------------
+
+
+# The summary names multi_label_metrics returns.
+MULTI_LABEL_METRICS = ("macro_f1", "micro_f1", "exact_match", "micro_precision", "micro_recall",
+                       "macro_precision", "macro_recall")
+
+
+def binary_cross_entropy(probabilities, labels):
+  """Mean binary cross-entropy of 0/1 `labels` [examples, labels] under independent
+  `probabilities` of the same shape, over every label of every example (torch's
+  BCEWithLogitsLoss); a probability of 0 or 1 counts as 1e-30 away from it."""
+  p = np.asarray(probabilities, np.float64)
+  y = np.asarray(labels, np.float64)
+  return float(-np.mean(y * np.log(np.maximum(p, 1e-30))
+                        + (1 - y) * np.log(np.maximum(1 - p, 1e-30))))
+
+
+def _label_counts(labels, predicted):
+  """Per label (true positives, false positives, false negatives) of 0/1 [examples, labels]."""
+  labels = np.asarray(labels).astype(bool)
+  predicted = np.asarray(predicted).astype(bool)
+  return ((labels & predicted).sum(0), (~labels & predicted).sum(0),
+          (labels & ~predicted).sum(0))
+
+
+def _ratio(numerator, denominator):
+  """numerator / denominator, 0 where the denominator is 0 (scikit-learn's zero_division=0)."""
+  numerator = np.asarray(numerator, np.float64)
+  denominator = np.asarray(denominator, np.float64)
+  return np.divide(numerator, denominator, out=np.zeros_like(numerator),
+                   where=denominator > 0)
+
+
+def multi_label_metrics(labels, probabilities, thresholds=0.5):
+  """The scores of a multi-label classifier: a label is predicted when its probability is above
+  its threshold (one for all, or one per label).
+
+  Returns (summary, per_label): summary has micro_f1 (over every example-label decision), macro_f1
+  (the unweighted mean of the labels' F1; a label with no true and no predicted example counts 0,
+  as scikit-learn's f1_score(average="macro") does), micro and macro precision / recall, and
+  exact_match (examples whose whole label set is right); per_label is a list of dicts (precision,
+  recall, f1, support, predicted, threshold) in label order.
+  """
+  labels = np.asarray(labels)
+  probabilities = np.asarray(probabilities)
+  if labels.shape != probabilities.shape or labels.ndim != 2:
+    raise ValueError(f"labels {labels.shape} and probabilities {probabilities.shape} must be "
+                     "[examples, labels] alike")
+  thresholds = np.broadcast_to(np.asarray(thresholds, np.float64), labels.shape[1:])
+  predicted = probabilities > thresholds
+  tp, fp, fn = _label_counts(labels, predicted)
+  precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+  f1 = _ratio(2 * tp, 2 * tp + fp + fn)
+  summary = collections.OrderedDict(
+      macro_f1=float(f1.mean()),
+      micro_f1=float(_ratio(2 * tp.sum(), 2 * tp.sum() + fp.sum() + fn.sum())),
+      exact_match=float(np.mean(np.all(predicted == labels.astype(bool), axis=1))),
+      micro_precision=float(_ratio(tp.sum(), tp.sum() + fp.sum())),
+      micro_recall=float(_ratio(tp.sum(), tp.sum() + fn.sum())),
+      macro_precision=float(precision.mean()),
+      macro_recall=float(recall.mean()))
+  per_label = [dict(precision=float(precision[i]), recall=float(recall[i]), f1=float(f1[i]),
+                    support=int(tp[i] + fn[i]), predicted=int(tp[i] + fp[i]),
+                    threshold=float(thresholds[i])) for i in range(labels.shape[1])]
+  return summary, per_label
+
+
+def tune_thresholds(labels, probabilities, default=0.5, grid=None):
+  """Each label's threshold (from `grid`, default 0.01 ... 0.99) that maximises its F1 on these
+  examples; among equal F1 the one nearest `default`, and `default` for a label with no true
+  example (no F1 to gain there but false positives)."""
+  labels = np.asarray(labels).astype(bool)
+  probabilities = np.asarray(probabilities)
+  grid = np.round(np.arange(1, 100) / 100, 2) if grid is None else np.asarray(grid, np.float64)
+  # Nearest the default first, so that argmax's first maximum is the nearest among ties.
+  grid = grid[np.argsort(np.abs(grid - default), kind="stable")]
+  scores = np.stack([_ratio(2 * tp, 2 * tp + fp + fn) for tp, fp, fn in (
+      _label_counts(labels, probabilities > t) for t in grid)])
+  chosen = grid[np.argmax(scores, axis=0)]
+  return np.where(labels.any(axis=0), chosen, default)
 
 
 # --- Entity-level scores as conlleval counts them ---------------------------------------------

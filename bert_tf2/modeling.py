@@ -871,12 +871,27 @@ def softmax_cross_entropy(logits, labels, weights):
 # The fine-tuning heads' losses, as training.py wants them: {name: (sum, count)}.
 
 
-def classifier_losses(is_regression):
-  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0."""
+def classifier_losses(is_regression, multi_label=False):
+  """The task loss as training.py wants it: {name: (sum, count)}, padding examples weighted 0.
+
+  Multi-label (label_ids a 0/1 row per example): each label an independent sigmoid, the loss the
+  binary cross-entropy averaged over labels and examples (as torch's BCEWithLogitsLoss, which HF's
+  multi_label_classification uses).
+  """
 
   def loss_fn(features, outputs):
     weights = tf.cast(features["is_real_example"], tf.float32)
     logits = outputs["logits"]
+    if multi_label:
+      logits = tf.cast(logits, tf.float32)
+      targets = tf.cast(features["label_ids"], tf.float32)
+      bce = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=targets,
+                                                                   logits=logits), axis=-1)
+      exact = tf.cast(tf.reduce_all(tf.equal(tf.cast(logits > 0, tf.float32), targets), -1),
+                      tf.float32)
+      count = tf.reduce_sum(weights)
+      return {"classification_loss": (tf.reduce_sum(bce * weights), count),
+              "exact_match": (tf.reduce_sum(exact * weights), count)}
     if is_regression:
       squared = tf.square(logits[:, 0] - tf.cast(features["label_ids"], tf.float32))
       return {"regression_loss": (tf.reduce_sum(squared * weights), tf.reduce_sum(weights))}

@@ -21,6 +21,7 @@ from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -49,6 +50,7 @@ def define_flags():
   script_flags.define_data_dir_flag()
   script_flags.define_labels_flag()
   script_flags.define_regression_flag()
+  script_flags.define_multi_label_flag()
   script_flags.define_doc_stride_flag()
 
   # The task (--vocab_file, --output_dir and the rest are script_flags' shared groups).
@@ -80,6 +82,24 @@ def define_flags():
       "label_column", None,
       "tsv/csv tasks: column of the label (header name or 0-based index). Not read from the test "
       "file, which may leave it out.")
+
+  flags.DEFINE_string(
+      "label_delimiter", ",",
+      "--multi_label tsv/csv tasks: what separates the labels of a row in the label column "
+      "(\"joy,love\"; an empty field is no label).")
+
+  ## Multi-label decisions: a label is predicted when its probability is above its threshold.
+  flags.DEFINE_float(
+      "threshold", 0.5,
+      "--multi_label: the probability above which a label is predicted (eval metrics, "
+      "test_predictions.tsv).", lower_bound=0.0, upper_bound=1.0)
+
+  flags.DEFINE_bool(
+      "tune_thresholds", False,
+      "--multi_label: with --do_eval, also pick each label's threshold that maximises its F1 on "
+      "dev, report the metrics at those thresholds (eval_tuned_*: optimistic, chosen on the same "
+      "data) and write them to thresholds.json; --do_predict then uses the thresholds.json of "
+      "the same checkpoint.")
 
   flags.DEFINE_bool(
       "skip_header", True,
@@ -123,7 +143,7 @@ class InputFeatures:
   input_ids: list
   input_mask: list
   segment_ids: list
-  label_id: int | float
+  label_id: int | float | list
   is_real_example: bool = True
   # The example a window belongs to (--doc_stride); not written to the records.
   example_index: int = 0
@@ -136,6 +156,8 @@ class DataProcessor:
   is_regression = False
   # Sentence-pair tasks put a second text in segment 1.
   is_pair = True
+  # Multi-label tasks give each example a set of labels (a tuple of label strings, maybe empty).
+  multi_label = False
 
   def get_train_examples(self, data_dir):
     """The training split."""
@@ -185,6 +207,20 @@ def _regression_label(input_file, line, text):
   if not math.isfinite(value):
     raise fileio.InputError(f"{input_file}:{line}: label {text!r} is not a finite number")
   return value
+
+
+def _multi_labels(input_file, line, text, delimiter, labels):
+  """A multi-label field ("joy,love"): the tuple of its labels, each checked against `labels`
+  (when known); an empty field is the empty set."""
+  found = tuple(part.strip() for part in text.split(delimiter) if part.strip())
+  if labels is not None:
+    unknown = [label for label in found if label not in labels]
+    if unknown:
+      raise fileio.InputError(f"{input_file}:{line}: unknown label {unknown[0]!r}; expected "
+                              f"labels among {', '.join(labels)} separated by {delimiter!r}")
+  if len(set(found)) != len(found):
+    raise fileio.InputError(f"{input_file}:{line}: a label is repeated in {text!r}")
+  return found
 
 
 @dataclasses.dataclass
@@ -450,11 +486,76 @@ class XnliProcessor(DataProcessor):
     return examples
 
 
+class GoEmotionsProcessor(DataProcessor):
+  """GoEmotions (Demszky et al., 2020): Reddit comments, each with one or more of 27 emotions or
+  "neutral" (a multi-label task).
+
+  The release's files: train.tsv, dev.tsv and test.tsv without a header, rows (text, label ids
+  comma-separated, comment id), and labels.txt with the label names, one per line, in id order.
+  Examples carry label names and the comment id as their guid ("dev-eecwqtt").
+  """
+
+  is_pair = False
+  multi_label = True
+
+  def __init__(self):
+    self._labels = None
+
+  def split_file(self, data_dir, split):
+    return os.path.join(data_dir, f"{split}.tsv")
+
+  def data_files(self, data_dir):
+    return super().data_files(data_dir) + [os.path.join(data_dir, "labels.txt")]
+
+  def get_train_examples(self, data_dir):
+    return self._create_examples(data_dir, "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._create_examples(data_dir, "dev")
+
+  def get_test_examples(self, data_dir):
+    return self._create_examples(data_dir, "test")
+
+  def get_labels(self, data_dir=None):
+    if self._labels is None:
+      if data_dir is None:
+        raise fileio.InputError("goemotions: give --data_dir (its labels.txt names the labels)")
+      path = os.path.join(data_dir, "labels.txt")
+      names = [line.strip() for _, line in fileio.read_lines(path) if line.strip()]
+      if not names:
+        raise fileio.InputError(f"{path}: no label names")
+      repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+      if repeated is not None:
+        raise fileio.InputError(f"{path}: the label {repeated!r} is listed twice")
+      self._labels = names
+    return list(self._labels)
+
+  def _create_examples(self, data_dir, set_type):
+    labels = self.get_labels(data_dir)
+    input_file = self.split_file(data_dir, set_type)
+    examples = []
+    for line, fields in self._read_tsv(input_file):
+      if len(fields) != 3:
+        raise fileio.InputError(f"{input_file}:{line}: expected 3 tab-separated columns (text, "
+                                f"label ids, comment id), found {len(fields)}")
+      ids = _multi_labels(input_file, line, fields[1], ",", None)
+      if not all(i.isdigit() and int(i) < len(labels) for i in ids):
+        raise fileio.InputError(f"{input_file}:{line}: label ids {fields[1]!r} are not numbers "
+                                f"below {len(labels)} (the labels of labels.txt)")
+      examples.append(InputExample(guid=f"{set_type}-{fields[2].strip()}",
+                                   text_a=tokenization.convert_to_unicode(fields[0]),
+                                   label=tuple(labels[int(i)] for i in ids)))
+    if not examples:
+      raise fileio.InputError(f"{input_file}: the file is empty")
+    return examples
+
+
 class DelimitedProcessor(DataProcessor):
   """A task of your own in train/dev/test .tsv or .csv files; see the tsv/csv flags."""
 
   def __init__(self, delimiter, text_a_column, text_b_column=None, label_column=None,
-               labels=None, skip_header=True, is_regression=False):
+               labels=None, skip_header=True, is_regression=False, multi_label=False,
+               label_delimiter=","):
     if delimiter not in ("tsv", "csv"):
       raise ValueError(f"delimiter must be tsv or csv, not {delimiter!r}")
     if text_a_column is None or (label_column is None):
@@ -463,6 +564,12 @@ class DelimitedProcessor(DataProcessor):
     self.columns = (text_a_column, text_b_column, label_column)
     self.skip_header = skip_header
     self.is_regression = is_regression
+    self.multi_label = multi_label
+    self.label_delimiter = label_delimiter
+    if is_regression and multi_label:
+      raise fileio.InputError("--regression and --multi_label exclude each other")
+    if multi_label and not label_delimiter:
+      raise fileio.InputError("--label_delimiter must not be empty")
     self._labels = list(labels) if labels else None
     self._data_dir = None
     by_name = [c for c in self.columns if c is not None and not str(c).isdigit()]
@@ -507,7 +614,10 @@ class DelimitedProcessor(DataProcessor):
         raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels "
                                 "from, nor a task.json saved by a training run in --output_dir")
       examples = self._create_examples(train_file, "train", labels=None)
-      found = {example.label for example in examples}
+      if self.multi_label:
+        found = {label for example in examples for label in example.label}
+      else:
+        found = {example.label for example in examples}
       if not found:
         raise fileio.InputError(f"{train_file}: no labelled rows to read the labels from; give "
                                 "--labels")
@@ -564,9 +674,13 @@ class DelimitedProcessor(DataProcessor):
         value = fields[label].strip()
         if self.is_regression:
           value = _regression_label(input_file, line, value)
+        elif self.multi_label:
+          value = _multi_labels(input_file, line, value, self.label_delimiter, labels)
         elif labels is not None and value not in labels:
           raise fileio.InputError(f"{input_file}:{line}: unknown label {value!r}; expected one of "
                                   f"{', '.join(labels)}")
+      elif self.multi_label:
+        value = ()
       elif labels:
         value = labels[0]
       elif self.is_regression:
@@ -589,6 +703,7 @@ PROCESSORS = {
     "sts-b": StsbProcessor,
     "wnli": WnliProcessor,
     "xnli": XnliProcessor,
+    "goemotions": GoEmotionsProcessor,
 }
 
 
@@ -619,23 +734,27 @@ def processor_from_flags():
       delimited_options=dict(text_a_column=FLAGS.text_a_column,
                              text_b_column=FLAGS.text_b_column,
                              label_column=FLAGS.label_column, labels=FLAGS.labels,
-                             skip_header=FLAGS.skip_header, is_regression=FLAGS.regression))
+                             skip_header=FLAGS.skip_header, is_regression=FLAGS.regression,
+                             multi_label=FLAGS.multi_label,
+                             label_delimiter=FLAGS.label_delimiter))
 
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer,
-                           is_regression=False):
+                           is_regression=False, multi_label=False):
   """The InputFeatures of one InputExample, truncated to one sequence (the original's): the one
   window of `convert_example_windows` without a stride; all zeros, marked not real, for
   padding."""
   (feature,) = convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
-                                       is_regression)
+                                       is_regression, multi_label=multi_label)
   return feature
 
 
 def convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
-                            is_regression=False, doc_stride=None):
+                            is_regression=False, doc_stride=None, multi_label=False):
   """The InputFeatures of one InputExample's windows, each with its label and `ex_index` as its
-  example_index; one window of zeros, marked not real, for padding.
+  example_index; one window of zeros, marked not real, for padding. The label id is the label's
+  index in `label_list`, the number for regression, or with `multi_label` a 0/1 list as long as
+  `label_list` (1 for each of the example's labels).
 
   Layout: "[CLS] a [SEP]" for one text, "[CLS] a [SEP] b [SEP]" for a pair, where segment id 0
   covers [CLS], a and the first [SEP] and segment id 1 covers b and the last [SEP]. The segment
@@ -647,8 +766,9 @@ def convert_example_windows(ex_index, example, label_list, max_seq_length, token
   the example.
   """
   if isinstance(example, PaddingInputExample):
+    label_id = [0] * len(label_list) if multi_label else 0.0 if is_regression else 0
     return [InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
-                          segment_ids=[0] * max_seq_length, label_id=0.0 if is_regression else 0,
+                          segment_ids=[0] * max_seq_length, label_id=label_id,
                           is_real_example=False)]
 
   first = tokenizer.tokenize(example.text_a)
@@ -657,6 +777,12 @@ def convert_example_windows(ex_index, example, label_list, max_seq_length, token
                                                           doc_stride)
   if is_regression:
     label_id = float(example.label)
+  elif multi_label:
+    unknown = [label for label in example.label if label not in label_list]
+    if unknown:
+      raise fileio.InputError(f"example {example.guid}: unknown label {unknown[0]!r}; expected "
+                              f"labels among {', '.join(map(str, label_list))}")
+    label_id = [int(label in example.label) for label in label_list]
   elif example.label in label_list:
     label_id = label_list.index(example.label)
   else:
@@ -681,16 +807,17 @@ def convert_example_windows(ex_index, example, label_list, max_seq_length, token
 
 
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                            output_file, is_regression=False):
+                                            output_file, is_regression=False, multi_label=False):
   """Writes one tf.train.Example per InputExample (truncated to one sequence) to a TFRecord
   file; returns how many.
 
   Record fields (see `feature_spec`): input_ids, input_mask, segment_ids ([max_seq_length] int64),
-  label_ids ([1] int64, or float for regression) and is_real_example ([1] int64). The file
-  appears under its name only once it is complete.
+  label_ids ([1] int64, float for regression, [labels] 0/1 int64 for multi-label) and
+  is_real_example ([1] int64). The file appears under its name only once it is complete.
   """
   features = (convert_single_example(index, example, label_list, max_seq_length, tokenizer,
-                                     is_regression) for index, example in enumerate(examples))
+                                     is_regression, multi_label)
+              for index, example in enumerate(examples))
   return write_features(features, output_file, is_regression)
 
 
@@ -702,29 +829,33 @@ def write_features(features, output_file, is_regression=False):
       "input_ids": tfrecord_io.int64_feature(feature.input_ids),
       "input_mask": tfrecord_io.int64_feature(feature.input_mask),
       "segment_ids": tfrecord_io.int64_feature(feature.segment_ids),
-      "label_ids": label_feature([feature.label_id]),
+      "label_ids": label_feature(feature.label_id if isinstance(feature.label_id, list)
+                                 else [feature.label_id]),
       "is_real_example": tfrecord_io.int64_feature([int(feature.is_real_example)]),
   } for feature in features))
 
 
-def feature_spec(seq_length, is_regression=False):
-  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes."""
+def feature_spec(seq_length, is_regression=False, num_multi_labels=None):
+  """name -> tf.io feature of the records `file_based_convert_examples_to_features` writes;
+  `num_multi_labels`: a multi-label task's label count (label_ids is then a 0/1 row)."""
+  label_shape = [num_multi_labels] if num_multi_labels is not None else []
   return {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+      "label_ids": tf.io.FixedLenFeature(label_shape, tf.float32 if is_regression else tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
 
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                 is_regression=False, doc_stride=None):
+                                 is_regression=False, doc_stride=None, multi_label=False):
   """The InputFeatures of all `examples` as an in-memory list: one per example, or with
   `doc_stride` one per window (`convert_example_windows`), an example's windows in a row."""
   return [feature for i, example in enumerate(examples)
           for feature in convert_example_windows(i, example, label_list, max_seq_length,
-                                                 tokenizer, is_regression, doc_stride)]
+                                                 tokenizer, is_regression, doc_stride,
+                                                 multi_label)]
 
 
 def mean_over_windows(values, example_index, num_examples):
@@ -736,23 +867,35 @@ def mean_over_windows(values, example_index, num_examples):
   return (sums / counts.reshape((-1,) + (1,) * (values.ndim - 1))).astype(values.dtype)
 
 
-def _padding(count, batch_size, max_seq_length, is_regression):
+def _padding(count, batch_size, max_seq_length, is_regression, label_list=(),
+             multi_label=False):
   """The padding examples' features that fill `count` real ones up to a multiple of the batch
   size: batches of one size (TPU, XLA) without dropping the last real examples, which the
   metrics then weight out."""
-  feature = convert_single_example(0, PaddingInputExample(), [], max_seq_length, None,
-                                   is_regression)
+  feature = convert_single_example(0, PaddingInputExample(), list(label_list), max_seq_length,
+                                   None, is_regression, multi_label)
   return [feature] * (-count % batch_size)
 
 
 # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
 _OUTPUTS = ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-            "test_results.tsv", "test_predictions.tsv", "task.json")
+            "test_results.tsv", "test_predictions.tsv", "task.json", "eval_per_label.tsv",
+            "thresholds.json")
 
 
 def _check_flags(processor):
   """Flag values absl's bounds cannot judge alone."""
   fileio.check_distinct(FLAGS.labels, "labels", "label")
+  if FLAGS.multi_label and not isinstance(processor, DelimitedProcessor):
+    raise fileio.InputError(
+        f"--multi_label is for --task_name=tsv or csv; --task_name={FLAGS.task_name} is "
+        + ("multi-label already" if processor.multi_label else "a single-label task"))
+  for name in ("label_delimiter", "threshold", "tune_thresholds"):
+    if FLAGS[name].present and not processor.multi_label:
+      raise fileio.InputError(f"--{name} is for multi-label tasks (--multi_label, goemotions)")
+  if FLAGS.tune_thresholds and not (FLAGS.do_eval or FLAGS.do_predict):
+    raise fileio.InputError("--tune_thresholds picks thresholds with --do_eval (and --do_predict "
+                            "uses them)")
   if processor.is_pair and FLAGS.max_seq_length < 5:
     raise fileio.InputError(f"--max_seq_length={FLAGS.max_seq_length} cannot hold a sentence pair "
                             f"of --task_name={FLAGS.task_name}: [CLS] a [SEP] b [SEP] needs 5")
@@ -776,6 +919,12 @@ def _label_list(processor, has_checkpoint):
                                           not FLAGS.do_train and not has_checkpoint)
   if processor.is_regression:
     return []
+  for saved_record, where in ((record if has_checkpoint else None, f"--output_dir={FLAGS.output_dir}"),
+                              (init_record, f"--init_checkpoint={FLAGS.init_checkpoint}")):
+    if saved_record and bool(saved_record.get("multi_label")) != processor.multi_label:
+      kind = "multi-label" if saved_record.get("multi_label") else "single-label"
+      raise fileio.InputError(f"{where} holds a {kind} classifier; run with"
+                              f"{'' if saved_record.get('multi_label') else 'out'} --multi_label")
   saved = (record if has_checkpoint and record else init_record or record or {}).get("labels")
   if (saved is not None and FLAGS.labels is None and not FLAGS.do_train
       and isinstance(processor, DelimitedProcessor)):
@@ -795,7 +944,8 @@ def _records_key(processor, split, label_list, vocab_file, order):
           "input": fileio.file_signature(processor.split_file(FLAGS.data_dir, split)),
           "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
           "max_seq_length": FLAGS.max_seq_length, "doc_stride": FLAGS.doc_stride,
-          "labels": label_list, "order": order}
+          "labels": label_list, "order": order, "multi_label": processor.multi_label,
+          "label_delimiter": FLAGS.label_delimiter if processor.multi_label else None}
 
 
 def main(_):
@@ -813,6 +963,9 @@ def _main(vocab_file):
       _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir))], vocab_file, pairs)
   label_list = _label_list(processor, has_checkpoint)
   is_regression = processor.is_regression
+  multi_label = processor.multi_label
+  spec = feature_spec(FLAGS.max_seq_length, is_regression,
+                      len(label_list) if multi_label else None)
 
   strategy = script_flags.strategy()
   # The batch sizes of every phase asked for are checked before any feature writing or training
@@ -827,7 +980,8 @@ def _main(vocab_file):
     # Every window is a training record with its example's label, and an epoch is one pass over
     # them all: the steps count windows.
     train_windows = convert_examples_to_features(train_examples, label_list, FLAGS.max_seq_length,
-                                                 tokenizer, is_regression, FLAGS.doc_stride)
+                                                 tokenizer, is_regression, FLAGS.doc_stride,
+                                                 multi_label)
   num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
       train_examples if train_windows is None else train_windows, strategy,
       FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, FLAGS.num_train_epochs,
@@ -835,72 +989,125 @@ def _main(vocab_file):
   model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
       strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
                                                 script_flags.compute_dtype()),
-      modeling.classifier_losses(is_regression), num_train_steps, num_warmup_steps, has_checkpoint)
+      modeling.classifier_losses(is_regression, multi_label), num_train_steps, num_warmup_steps,
+      has_checkpoint)
 
   def model_outputs(name, split, examples):
-    """The probabilities (or scores) of `examples` (of `split`) in input order, with
+    """The probabilities (or scores; independent sigmoids for multi-label) of `examples` (of
+    `split`) in input order, with
     --{name}_batch_size: the records go by length with dynamic padding (each batch then holds
     texts of about one length), then padding examples up to a multiple of the batch size. With
     --doc_stride the records are windows, and an example's outputs the mean of its windows'."""
     path = os.path.join(out, f"{name}.tf_record")
     features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length,
-                                            tokenizer, is_regression, FLAGS.doc_stride)
+                                            tokenizer, is_regression, FLAGS.doc_stride,
+                                            multi_label)
     by_length = script_flags.dynamic_padding(strategy)
     order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
              else np.arange(len(features)))
     write = lambda padded_to: write_features([features[i] for i in order] + _padding(
-        len(features), padded_to, FLAGS.max_seq_length, is_regression), path, is_regression)
+        len(features), padded_to, FLAGS.max_seq_length, is_regression, label_list,
+        multi_label), path, is_regression)
     key = _records_key(processor, split, label_list, vocab_file, "length" if by_length else "input")
     outputs, real = [], []
-    for batch in fine_tuning.predict(trainer, path, key, write, len(features),
-                                     feature_spec(FLAGS.max_seq_length, is_regression),
+    for batch in fine_tuning.predict(trainer, path, key, write, len(features), spec,
                                      FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size",
                                      by_length):
       logits = batch["logits"]
-      outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
+      if multi_label:  # (in float64: 1 - p stays exact enough for the loss)
+        outputs.append(1 / (1 + np.exp(-np.asarray(logits, np.float64))))
+      else:
+        outputs.append(logits[:, 0] if is_regression else tf.nn.softmax(logits).numpy())
       real.append(batch["is_real_example"].astype(bool))
     outputs = input_pipeline.unsort(np.concatenate(outputs)[np.concatenate(real)], order)
     return mean_over_windows(outputs, [f.example_index for f in features], len(examples))
 
+  def dev_evaluation():
+    """(the eval_* metrics and eval_loss of the model as it is now on dev, and for multi-label
+    the per-label scores and the tuned thresholds or None)."""
+    examples = processor.get_dev_examples(FLAGS.data_dir)
+    outputs = model_outputs("eval", "dev", examples)
+    details = None
+    if multi_label:
+      labels = np.array([[int(label in e.label) for label in label_list] for e in examples])
+      summary, per_label = metrics.multi_label_metrics(labels, outputs, FLAGS.threshold)
+      summary = {f"eval_{k}": v for k, v in summary.items()}
+      tuned = None
+      if FLAGS.tune_thresholds:
+        tuned = metrics.tune_thresholds(labels, outputs, FLAGS.threshold)
+        tuned_summary, per_label = metrics.multi_label_metrics(labels, outputs, tuned)
+        summary.update({f"eval_tuned_{k}": v for k, v in tuned_summary.items()})
+      loss = metrics.binary_cross_entropy(outputs, labels)
+      details = per_label, tuned
+    else:
+      labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
+                         for e in examples])
+      if is_regression:
+        predictions, loss = outputs, float(np.mean((outputs - labels) ** 2))
+      else:
+        predictions = outputs.argmax(-1)
+        loss = metrics.cross_entropy(outputs, labels)
+      task_metrics = metrics.glue_metrics(FLAGS.task_name, labels, predictions)
+      summary = {f"eval_{k}": float(v) for k, v in task_metrics.items()}
+    summary.update(eval_loss=loss, eval_examples=len(examples))
+    return summary, details
+
+  if multi_label:
+    names = metrics.MULTI_LABEL_METRICS + tuple(
+        f"tuned_{n}" for n in metrics.MULTI_LABEL_METRICS if FLAGS.tune_thresholds)
+  else:
+    names = metrics.glue_metric_names(FLAGS.task_name, is_regression)
+  evaluate = script_flags.eval_during_training(trainer, lambda: dev_evaluation()[0],
+                                               names + ("loss",))
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
         train_file, _records_key(processor, "train", label_list, vocab_file, "input"),
         lambda: file_based_convert_examples_to_features(
             train_examples, label_list, FLAGS.max_seq_length, tokenizer, train_file,
-            is_regression) if train_windows is None else write_features(
+            is_regression, multi_label) if train_windows is None else write_features(
                 train_windows, train_file, is_regression))
     # Evaluating or predicting later without --labels reads the labels of this model here.
-    fine_tuning.write_task_record(out, _task(), None if is_regression else label_list,
-                                  text_pairs=processor.is_pair, regression=is_regression)
+    fine_tuning.write_task_record(
+        out, _task(), None if is_regression else label_list, text_pairs=processor.is_pair,
+        regression=is_regression, multi_label=multi_label,
+        **({"label_delimiter": FLAGS.label_delimiter} if multi_label else {}))
     fine_tuning.write_model_files(out, config, vocab_file)
     num_records = len(train_examples if train_windows is None else train_windows)
     logging.info("Training on %d examples (%d records), %d steps (%d warm-up), batch %d",
                  len(train_examples), num_records, num_train_steps, num_warmup_steps,
                  FLAGS.train_batch_size)
     script_flags.train_on_records(
-        trainer, train_file, feature_spec(FLAGS.max_seq_length, is_regression), batch,
+        trainer, train_file, spec, batch,
         num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-        fine_tuning.shuffle_buffer(num_records))
+        fine_tuning.shuffle_buffer(num_records), evaluate)
   else:
     trainer.restore_or_initialize(init_fn)
 
+  # The step of the weights evaluated and predicted with: the best checkpoint's, when one was
+  # kept (--keep_best_checkpoint_metric), else the latest.
+  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
+                 else None) or int(optimizer.iterations.numpy())
+  thresholds = np.full(len(label_list), FLAGS.threshold)
   if FLAGS.do_eval:
-    examples = processor.get_dev_examples(FLAGS.data_dir)
-    outputs = model_outputs("eval", "dev", examples)
-    labels = np.array([float(e.label) if is_regression else label_list.index(e.label)
-                       for e in examples])
-    if is_regression:
-      predictions, loss = outputs, float(np.mean((outputs - labels) ** 2))
-    else:
-      predictions = outputs.argmax(-1)
-      loss = metrics.cross_entropy(outputs, labels)
-    task_metrics = metrics.glue_metrics(FLAGS.task_name, labels, predictions)
-    summary = {f"eval_{k}": float(v) for k, v in task_metrics.items()}
-    summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
-                   eval_examples=len(examples))
+    summary, details = dev_evaluation()
+    summary.update(loss=summary["eval_loss"], global_step=global_step)
     if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
-      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
+      training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
+    if trainer.is_chief and multi_label:
+      per_label, tuned = details
+      with fileio.open_atomic(os.path.join(out, "eval_per_label.tsv")) as f:
+        f.write("label\tprecision\trecall\tf1\tsupport\tpredicted\tthreshold\n")
+        for label, scores in zip(label_list, per_label):
+          f.write(f"{label}\t{scores['precision']:.4f}\t{scores['recall']:.4f}\t"
+                  f"{scores['f1']:.4f}\t{scores['support']}\t{scores['predicted']}\t"
+                  f"{scores['threshold']:.2f}\n")
+      if tuned is not None:
+        _write_thresholds(out, global_step, label_list, tuned)
+    if multi_label and details[1] is not None:
+      thresholds = details[1]
+  elif FLAGS.do_predict and multi_label and FLAGS.tune_thresholds:
+    thresholds = _read_thresholds(out, global_step, label_list)
 
   if FLAGS.do_predict:
     examples = processor.get_test_examples(FLAGS.data_dir)
@@ -920,12 +1127,46 @@ def _main(vocab_file):
       f.write("\t".join(["id", "prediction"] + ([] if is_regression else label_list)) + "\n")
       for example, row in zip(examples, outputs):
         example_id = example.guid.split("-", 1)[-1]
-        if is_regression:
+        if multi_label:  # the predicted labels joined as in the input ("" for none)
+          chosen = [label for label, p, t in zip(label_list, row, thresholds) if p > t]
+          f.write("\t".join([example_id, FLAGS.label_delimiter.join(chosen)]
+                             + [f"{v:.8g}" for v in row]) + "\n")
+        elif is_regression:
           f.write(f"{example_id}\t{row:.8g}\n")
         else:
           f.write("\t".join([example_id, label_list[int(np.argmax(row))]]
                              + [f"{v:.8g}" for v in row]) + "\n")
     logging.info("Wrote the labelled predictions to %s", labelled_path)
+
+
+def _write_thresholds(out, global_step, label_list, thresholds):
+  """thresholds.json: the per-label thresholds tuned on dev for the checkpoint of `global_step`;
+  also in the best/ model folder when they are its checkpoint's (export_model reads them there)."""
+  best = fine_tuning.best_checkpoint(out)
+  for directory in [out] + ([os.path.join(out, fine_tuning.BEST_DIRECTORY)]
+                            if best and best[1] == global_step else []):
+    with fileio.open_atomic(os.path.join(directory, "thresholds.json")) as f:
+      json.dump({"global_step": global_step,
+                 "thresholds": dict(zip(label_list, map(float, thresholds)))}, f, indent=1)
+
+
+def _read_thresholds(out, global_step, label_list):
+  """The tuned thresholds in `out`/thresholds.json, which must be those of this checkpoint."""
+  path = os.path.join(out, "thresholds.json")
+  if not os.path.exists(path):
+    raise fileio.InputError(f"--tune_thresholds: {path} does not exist; add --do_eval to tune "
+                            "the thresholds on dev")
+  try:
+    with open(path, encoding="utf-8") as f:
+      record = json.load(f)
+    values = [float(record["thresholds"][label]) for label in label_list]
+    step = int(record["global_step"])
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+  if step != global_step:
+    raise fileio.InputError(f"{path} was tuned at step {step}, the checkpoint is at step "
+                            f"{global_step}; add --do_eval to tune them again")
+  return np.array(values)
 
 
 def cli():

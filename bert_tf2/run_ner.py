@@ -370,6 +370,19 @@ def _main(vocab_file):
                                                      script_flags.compute_dtype()),
       modeling.ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
+  def dev_evaluation(report=False):
+    """The eval_* metrics (entity level) and eval_loss of the model as it is now on dev."""
+    examples = processor.get_dev_examples(data_dir)
+    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, vocab_file)
+    result = metrics.conll_evaluate([e.labels for e in examples], tags)
+    if report:
+      logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
+    summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+    summary.update(eval_loss=loss, eval_examples=len(examples))
+    return summary
+
+  evaluate = script_flags.eval_during_training(
+      trainer, dev_evaluation, ("precision", "recall", "f1", "accuracy", "loss"))
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
@@ -384,18 +397,16 @@ def _main(vocab_file):
                  len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
                                   num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                                  fine_tuning.shuffle_buffer(len(train_examples)))
+                                  fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
+  # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
+                 else None) or int(optimizer.iterations.numpy())
   if FLAGS.do_eval:
-    examples = processor.get_dev_examples(data_dir)
-    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, vocab_file)
-    result = metrics.conll_evaluate([e.labels for e in examples], tags)
-    logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
-    summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
-    summary.update(eval_loss=loss, loss=loss, global_step=int(optimizer.iterations.numpy()),
-                   eval_examples=len(examples))
+    summary = dev_evaluation(report=True)
+    summary.update(loss=summary["eval_loss"], global_step=global_step)
     if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
       training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
 

@@ -862,6 +862,25 @@ def _main(vocab_file):
       strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
       modeling.squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
+  def dev_evaluation():
+    """The SQuAD scores of the model as it is now on --predict_file, as eval_* metrics."""
+    scores = predict(trainer, tokenizer, vocab_file, int(optimizer.iterations.numpy()),
+                     predict_examples, write_outputs=False)
+    return {f"eval_{k}": float(v) for k, v in scores.items()}
+
+  evaluate = None
+  if FLAGS.eval_every_steps is not None:
+    # SQuAD's dev set is the predict file: it must be read, and have answers to score.
+    if not FLAGS.do_predict or not _has_answers(
+        fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"]):
+      raise fileio.InputError("--eval_every_steps scores the answers to --predict_file during "
+                              "training: add --do_predict with a --predict_file that has answers")
+    names = (("exact", "f1", "best_exact", "best_f1", "HasAns_exact", "HasAns_f1",
+              "NoAns_exact", "NoAns_f1") if FLAGS.version_2_with_negative
+             else ("exact_match", "f1"))
+    evaluate = script_flags.eval_during_training(trainer, dev_evaluation, names)
+  else:
+    script_flags.eval_during_training(trainer, None)  # refuses the flags that need it
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
 
@@ -882,17 +901,20 @@ def _main(vocab_file):
     # Full-length batches: the span softmax of the training loss runs over every position.
     script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length, True),
                                   batch, num_train_steps, init_fn, pad_to_longest=False,
-                                  shuffle_buffer=1000)
+                                  shuffle_buffer=1000, evaluate=evaluate)
   else:
     trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
   if FLAGS.do_predict:
-    predict(trainer, tokenizer, vocab_file, int(optimizer.iterations.numpy()), predict_examples)
+    # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+    global_step = script_flags.use_best_checkpoint(trainer) or int(optimizer.iterations.numpy())
+    predict(trainer, tokenizer, vocab_file, global_step, predict_examples)
 
 
-def predict(trainer, tokenizer, vocab_file, global_step, examples):
+def predict(trainer, tokenizer, vocab_file, global_step, examples, write_outputs=True):
   """Answers --predict_file (its `examples`) into output_dir; scores the answers when the file
-  has gold ones."""
+  has gold ones. Without `write_outputs` (evaluation during training) only the scores are
+  returned."""
   features = []
   # The windows are needed in memory to map the logits back to text, records or not.
   convert_examples_to_features(examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
@@ -928,7 +950,8 @@ def predict(trainer, tokenizer, vocab_file, global_step, examples):
         results.append(RawResult(int(unique_id), start[:length].tolist(), end[:length].tolist()))
 
   # Under multi_worker_mirrored every worker has the results; the chief writes them.
-  output = lambda name: os.path.join(FLAGS.output_dir, name) if trainer.is_chief else None
+  output = lambda name: (os.path.join(FLAGS.output_dir, name)
+                         if trainer.is_chief and write_outputs else None)
   predictions, _, scores_diff = write_predictions(
       examples, features, results, FLAGS.n_best_size, FLAGS.max_answer_length,
       FLAGS.do_lower_case, output("predictions.json"), output("nbest_predictions.json"),
@@ -946,7 +969,7 @@ def predict(trainer, tokenizer, vocab_file, global_step, examples):
     scores = metrics.evaluate_v1(dataset, predictions)
   summary = {k: float(v) for k, v in scores.items()}
   summary.update(global_step=global_step, eval_examples=len(examples))
-  if trainer.is_chief:
+  if trainer.is_chief and write_outputs:
     training.write_eval_results(output("eval_results.txt"), summary)
   return scores
 

@@ -264,6 +264,16 @@ def _main(vocab_file):
       strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
       modeling.swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
+  def dev_evaluation():
+    """The eval_* metrics and eval_loss of the model as it is now on dev."""
+    examples = processor.get_dev_examples(FLAGS.data_dir)
+    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer, vocab_file)
+    labels = np.array([e.label for e in examples])
+    return {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
+            "eval_loss": metrics.cross_entropy(probabilities, labels),
+            "eval_examples": len(examples)}
+
+  evaluate = script_flags.eval_during_training(trainer, dev_evaluation, ("accuracy", "loss"))
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
     fileio.build_unless_current(
@@ -276,18 +286,16 @@ def _main(vocab_file):
                  num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
     script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
                                   num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                                  fine_tuning.shuffle_buffer(len(train_examples)))
+                                  fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
   else:
     trainer.restore_or_initialize(init_fn)
 
+  # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
+                 else None) or int(optimizer.iterations.numpy())
   if FLAGS.do_eval:
-    examples = processor.get_dev_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer, vocab_file)
-    labels = np.array([e.label for e in examples])
-    loss = metrics.cross_entropy(probabilities, labels)
-    summary = {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
-               "eval_loss": loss, "loss": loss,
-               "global_step": int(optimizer.iterations.numpy()), "eval_examples": len(examples)}
+    summary = dev_evaluation()
+    summary.update(loss=summary["eval_loss"], global_step=global_step)
     if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
       training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
 

@@ -18,6 +18,7 @@ import sys
 from absl import flags
 from absl import logging
 
+from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 
 FLAGS = flags.FLAGS
@@ -29,7 +30,8 @@ _TITLES = {"runtime": "devices and precision", "mode": "what to run", "output_di
            "checkpoint": "model", "vocab": "text", "lower_case": "text", "text": "text",
            "max_seq_length": "sequences", "max_predictions": "sequences", "masking": "sequences",
            "doc_stride": "sequences", "dynamic_padding": "sequences", "data_dir": "task",
-           "labels": "task", "regression": "task", "squad": "SQuAD", "fine_tuning": "fine-tuning",
+           "labels": "task", "regression": "task", "multi_label": "task", "squad": "SQuAD",
+           "fine_tuning": "fine-tuning",
            "pooling": "sentence vectors"}
 
 # TensorFlow and the modules on it are imported by the functions that build values only:
@@ -226,6 +228,23 @@ def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=
           "original's run_classifier_with_tfhub.py). Its weights start the encoder; its config, "
           "vocab and casing are used unless --bert_config_file / --vocab_file are given.")
   define_dynamic_padding_flag()
+  ## Evaluation during training (fine_tuning.EvalDuringTraining).
+  _define(flags.DEFINE_integer, "eval_every_steps", None,
+          "With --do_train: evaluate on dev every N steps (and after the last), logging the dev "
+          "metrics and writing them as TensorBoard scalars in output_dir/eval.", lower_bound=1)
+  _define(flags.DEFINE_string, "keep_best_checkpoint_metric", None,
+          "With --eval_every_steps: keep the checkpoint with the best value of this dev metric "
+          "(as in eval_results.txt, with or without eval_: accuracy, f1, mcc, pearson, "
+          "macro_f1, exact_match, loss, ...; lower is better for a loss) in output_dir/best/, a "
+          "whole model folder; output_dir/best_checkpoint.json records every evaluation. "
+          "--do_eval and --do_predict then use it (see --use_best_checkpoint).")
+  _define(flags.DEFINE_integer, "early_stopping_patience", None,
+          "With --keep_best_checkpoint_metric: stop training after this many evaluations in a "
+          "row without improvement of that metric. A rerun resumes with the count it had.",
+          lower_bound=1)
+  _define(flags.DEFINE_bool, "use_best_checkpoint", True,
+          "--do_eval and --do_predict use the best checkpoint of output_dir/best/ when "
+          "--keep_best_checkpoint_metric kept one; --nouse_best_checkpoint: the latest.")
 
 
 def define_data_dir_flag():
@@ -297,6 +316,14 @@ def define_regression_flag():
   _define(flags.DEFINE_bool, "regression", False,
           "The label is a real number to predict (like STS-B), not a class (run_classifier: "
           "tsv/csv tasks; export_model: classifier).")
+
+
+def define_multi_label_flag():
+  """--multi_label: a classifier whose examples have any number of labels (sigmoid outputs)."""
+  _define(flags.DEFINE_bool, "multi_label", False,
+          "Each example has a set of labels, maybe empty (like GoEmotions): one sigmoid output "
+          "per label and binary cross-entropy, not a softmax (run_classifier: tsv/csv tasks, "
+          "with --label_delimiter; export_model: classifier, default from task.json).")
 
 
 def define_overwrite_flag():
@@ -425,14 +452,19 @@ def check_files_and_load(outputs, inputs, vocab_file, pairs=None):
   """What every fine-tuning script does next, with the shared flags: fine_tuning.check_files
   (`outputs` are the names the script writes in --output_dir, `inputs` its own (flag, path or
   paths) pairs), then fine_tuning.load_config_and_tokenizer (`vocab_file` as run_fine_tuning
-  passed it to main; `pairs` says why the task's texts are pairs, if they are). Returns
-  (has_checkpoint, BertConfig, FullTokenizer)."""
+  passed it to main; `pairs` says why the task's texts are pairs, if they are). Without
+  --bert_config_file, --init_checkpoint or --hub_module_handle, the bert_config.json a training
+  run saved beside its checkpoints in --output_dir is the config. Returns (has_checkpoint,
+  BertConfig, FullTokenizer)."""
   from bert_tf2 import fine_tuning
+  config_file = FLAGS.bert_config_file
+  if not (config_file or FLAGS.init_checkpoint or FLAGS.hub_module_handle):
+    config_file = fine_tuning.saved_beside_checkpoints(FLAGS.output_dir, "bert_config.json")
   has_checkpoint = fine_tuning.check_files(
       FLAGS.output_dir, outputs, [*inputs, ("hub_module_handle", FLAGS.hub_module_handle)],
-      vocab_file, FLAGS.bert_config_file, FLAGS.init_checkpoint)
+      vocab_file, config_file, FLAGS.init_checkpoint)
   config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      FLAGS.bert_config_file, FLAGS.init_checkpoint, vocab_file, FLAGS.do_lower_case,
+      config_file, FLAGS.init_checkpoint, vocab_file, FLAGS.do_lower_case,
       FLAGS.max_seq_length, pairs, FLAGS.hub_module_handle)
   return has_checkpoint, config, tokenizer
 
@@ -456,8 +488,9 @@ def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_wa
 
 
 def train_on_records(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest,
-                     shuffle_buffer):
-  """`trainer.train` for `steps` on the records of `train_file` with the seed and loop flags."""
+                     shuffle_buffer, evaluate=None):
+  """`trainer.train` for `steps` on the records of `train_file` with the seed and loop flags;
+  `evaluate`: eval_during_training's, called every --eval_every_steps."""
   from bert_tf2 import fine_tuning
   input_fn = fine_tuning.input_fn_builder(train_file, spec, True, True, FLAGS.seed, pad_to_longest,
                                           shuffle_buffer)
@@ -465,4 +498,32 @@ def train_on_records(trainer, train_file, spec, batch, steps, init_fn, pad_to_lo
       lambda ctx: input_fn(batch, ctx), steps, init_fn=init_fn,
       save_checkpoints_steps=FLAGS.save_checkpoints_steps, steps_per_loop=FLAGS.iterations_per_loop,
       examples_per_step=FLAGS.train_batch_size, max_nonfinite_loops=FLAGS.max_nonfinite_loops,
-      summary_dir=os.path.join(FLAGS.output_dir, "train"))
+      summary_dir=os.path.join(FLAGS.output_dir, "train"), evaluate=evaluate,
+      eval_every_steps=FLAGS.eval_every_steps)
+
+
+def eval_during_training(trainer, evaluate, metric_names=None):
+  """The evaluation during training the flags ask for (fine_tuning.EvalDuringTraining over
+  `evaluate()`, which returns the dev eval_* metrics; `metric_names` are those it can return,
+  to check --keep_best_checkpoint_metric before training), or None."""
+  from bert_tf2 import fine_tuning
+  if FLAGS.eval_every_steps is None:
+    for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
+      if FLAGS[name].value is not None:
+        raise fileio.InputError(f"--{name} needs --eval_every_steps (how often to evaluate)")
+    return None
+  if not FLAGS.do_train:
+    raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
+  return fine_tuning.EvalDuringTraining(
+      trainer, FLAGS.output_dir, evaluate, FLAGS.keep_best_checkpoint_metric,
+      FLAGS.early_stopping_patience,
+      None if metric_names is None else [fine_tuning.metric_key(n) for n in metric_names])
+
+
+def use_best_checkpoint(trainer):
+  """With --use_best_checkpoint, the weights of the best checkpoint kept in output_dir/best/
+  loaded for evaluating and predicting; its step, or None when none was kept."""
+  from bert_tf2 import fine_tuning
+  if not FLAGS.use_best_checkpoint:
+    return None
+  return fine_tuning.restore_best(trainer, FLAGS.output_dir)

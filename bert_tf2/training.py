@@ -408,9 +408,13 @@ class Trainer:
 
   def train(self, dataset_fn, num_train_steps, save_checkpoints_steps=1000, steps_per_loop=100,
             examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3,
-            log_every_seconds=30):
+            log_every_seconds=30, evaluate=None, eval_every_steps=None):
     """Trains to `num_train_steps` optimizer steps, resuming if output_dir has a checkpoint.
     Returns the metrics of the last loop.
+
+    `evaluate(step)`, when given, is called after each multiple of `eval_every_steps` and after
+    the last step (loops end there), and when a resumed run starts at such a step (it is its own
+    judge of whether that step was evaluated before); training stops early when it returns True.
 
     Progress (step, losses, rate, ETA) is logged after each loop of steps run in one call of the
     compiled loop: the first loop is one step, so a line comes as soon as the step is traced and
@@ -418,6 +422,11 @@ class Trainer:
     of multi_worker_mirrored must run the same loops), after about `log_every_seconds` of
     steps at the measured rate: a line every 30 s by default, whatever the loop size."""
     start = self.restore_or_initialize(init_fn, for_training=True)
+    due = lambda step: evaluate and step > 0 and (step % eval_every_steps == 0
+                                                  or step >= num_train_steps)
+    if due(start) and evaluate(start):
+      logging.info("Early stopping ended this training run at step %d; not resuming", start)
+      return {}
     if start >= num_train_steps:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
       return {}
@@ -432,6 +441,8 @@ class Trainer:
       while step < num_train_steps and not stop.requested:
         next_save = (step // save_checkpoints_steps + 1) * save_checkpoints_steps
         n = min(steps_per_loop - step % steps_per_loop, num_train_steps - step, next_save - step)
+        if evaluate:
+          n = min(n, eval_every_steps - step % eval_every_steps)
         if loops == 0:
           n = 1
         elif timed_loops:
@@ -471,6 +482,8 @@ class Trainer:
           writer.flush()
         if self.manager and (step % save_checkpoints_steps == 0 or step >= num_train_steps):
           self.save()
+        if due(step) and evaluate(step):
+          break
       if stop.requested:
         self.save()
         logging.warning("Stopped by %s at step %d; rerun the same command to resume.",

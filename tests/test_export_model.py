@@ -628,7 +628,7 @@ def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
     assert (out / "vocab.txt").read_bytes() == f.read()
   record = json.loads((out / "task.json").read_text(encoding="utf-8"))
   assert record == {"task": "run_classifier --task_name=mrpc", "labels": ["0", "1"],
-                    "text_pairs": True, "regression": False}
+                    "text_pairs": True, "regression": False, "multi_label": False}
 
   path = str(tmp_path / "served")
   run_ok(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",

@@ -219,3 +219,70 @@ def test_weighted_nll_sums_the_labelled_positions_only():
   np.testing.assert_allclose(total, np.log1p(np.exp(-2.0)) + np.log(2.0), rtol=1e-12)
   # Logits far apart stay finite (log-sum-exp, not a softmax then a log).
   assert np.isfinite(metrics.weighted_nll([[1000.0, -1000.0]], [1], [1.0])[0])
+
+
+def test_multi_label_metrics_hand_computed():
+  # 3 examples x 3 labels; threshold 0.5 (strictly above: 0.5 itself is not predicted).
+  labels = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]])
+  probabilities = np.array([[0.9, 0.2, 0.4], [0.6, 0.7, 0.1], [0.8, 0.5, 0.0]])
+  # predicted: [1,0,0], [1,1,0], [1,0,0]
+  summary, per_label = metrics.multi_label_metrics(labels, probabilities)
+  # label 0: tp 2 fp 1 fn 0; label 1: tp 1 fp 0 fn 1; label 2: tp 0 fp 0 fn 1.
+  assert [(p["precision"], p["recall"], p["support"], p["predicted"]) for p in per_label] == [
+      (2 / 3, 1.0, 2, 3), (1.0, 0.5, 2, 1), (0.0, 0.0, 1, 0)]
+  assert per_label[0]["f1"] == pytest.approx(0.8)
+  assert per_label[1]["f1"] == pytest.approx(2 / 3) and per_label[2]["f1"] == 0.0
+  assert summary["macro_f1"] == pytest.approx((0.8 + 2 / 3 + 0) / 3)
+  assert summary["micro_f1"] == pytest.approx(2 * 3 / (2 * 3 + 1 + 2))  # tp 3, fp 1, fn 2
+  assert summary["micro_precision"] == pytest.approx(3 / 4)
+  assert summary["micro_recall"] == pytest.approx(3 / 5)
+  assert summary["exact_match"] == 0.0
+  # Per-label thresholds: label 2 at 0.3 catches example 0 (all three rows right but row 1's).
+  summary, per_label = metrics.multi_label_metrics(labels, probabilities, [0.85, 0.45, 0.3])
+  assert summary["exact_match"] == pytest.approx(2 / 3)
+  assert [p["threshold"] for p in per_label] == [0.85, 0.45, 0.3]
+  with pytest.raises(ValueError, match="must be"):
+    metrics.multi_label_metrics(labels[:, :2], probabilities)
+
+
+def test_multi_label_metrics_equal_per_label_binary_f1_on_random_data():
+  # Against the single-label f1_binary, label by label, and a direct count for micro F1.
+  rng = np.random.default_rng(0)
+  labels = (rng.random((500, 7)) < np.linspace(0.02, 0.5, 7)).astype(int)
+  labels[:, 3] = 0  # a label with no true example: F1 0 (scikit-learn's zero_division=0)
+  probabilities = np.clip(labels * 0.3 + rng.random((500, 7)) * 0.7, 0, 1)
+  summary, per_label = metrics.multi_label_metrics(labels, probabilities, 0.6)
+  predicted = (probabilities > 0.6).astype(int)
+  for j in range(7):
+    want = metrics.f1_binary(labels[:, j], predicted[:, j]) if labels[:, j].any() else 0.0
+    assert per_label[j]["f1"] == pytest.approx(want), j
+  assert summary["macro_f1"] == pytest.approx(np.mean([p["f1"] for p in per_label]))
+  tp = int((labels & predicted).sum())
+  assert summary["micro_f1"] == pytest.approx(2 * tp / (labels.sum() + predicted.sum()))
+  assert summary["exact_match"] == pytest.approx(np.mean((labels == predicted).all(1)))
+  # Binary cross-entropy: the mean over every decision.
+  want = -np.mean(labels * np.log(probabilities.clip(1e-30))
+                  + (1 - labels) * np.log((1 - probabilities).clip(1e-30)))
+  assert metrics.binary_cross_entropy(probabilities, labels) == pytest.approx(want)
+
+
+def test_tune_thresholds_maximises_each_labels_f1():
+  rng = np.random.default_rng(1)
+  labels = (rng.random((400, 5)) < 0.2).astype(int)
+  labels[:, 4] = 0
+  probabilities = np.clip(labels * rng.random((400, 5)) * 0.5 + rng.random((400, 5)) * 0.5, 0, 1)
+  thresholds = metrics.tune_thresholds(labels, probabilities)
+  assert thresholds[4] == 0.5  # no true example: the default
+  grid = np.arange(1, 100) / 100
+  for j in range(4):
+    scores = [metrics.multi_label_metrics(labels[:, [j]], probabilities[:, [j]], t)[1][0]["f1"]
+              for t in grid]
+    best = max(scores)
+    chosen = metrics.multi_label_metrics(labels[:, [j]], probabilities[:, [j]],
+                                         thresholds[j])[1][0]["f1"]
+    assert chosen == pytest.approx(best), j
+    # Among thresholds of equal F1, the one nearest the default.
+    ties = [t for t, s in zip(grid, scores) if s == pytest.approx(best)]
+    assert abs(thresholds[j] - 0.5) == pytest.approx(min(abs(t - 0.5) for t in ties)), j
+  tuned = metrics.multi_label_metrics(labels, probabilities, thresholds)[0]["macro_f1"]
+  assert tuned >= metrics.multi_label_metrics(labels, probabilities)[0]["macro_f1"]

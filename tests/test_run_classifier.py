@@ -1,12 +1,13 @@
 """run_classifier.py's data half: every GLUE processor on the real files, features, TFRecords."""
 
+import json
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SHARED, VOCAB, import_script, requires_shared, run_ok
+from conftest import SHARED, VOCAB, import_script, requires_shared, run_ok, run_script
 
 from bert_tf2 import checkpoints
 from bert_tf2 import fileio
@@ -436,3 +437,199 @@ def test_doc_stride_trains_on_every_window_and_predicts_by_the_mean(task, direct
   assert [line[1] for line in lines[1:]] == [labels[i] for i in want.argmax(-1)]
   np.testing.assert_allclose([[float(v) for v in line[2:]] for line in lines[1:]], rows, rtol=0,
                              atol=0)
+
+
+# --- Multi-label: GoEmotions and --multi_label tsv/csv tasks --------------------------------------
+
+GOEMOTIONS = os.path.join(SHARED, "data", "goemotions")
+
+
+@requires_shared
+def test_goemotions_processor_reads_the_real_files():
+  processor = run_classifier.get_processor("goemotions")
+  assert processor.multi_label and not processor.is_pair
+  train = processor.get_train_examples(GOEMOTIONS)
+  labels = processor.get_labels()
+  assert len(labels) == 28 and labels[0] == "admiration" and labels[27] == "neutral"
+  assert (len(train), len(processor.get_dev_examples(GOEMOTIONS)),
+          len(processor.get_test_examples(GOEMOTIONS))) == (43410, 5426, 5427)
+  # The first training row: "My favourite food is ...", label id 27 (neutral), comment eebbqej.
+  assert (train[0].guid, train[0].label) == ("train-eebbqej", ("neutral",))
+  assert train[0].text_a.startswith("My favourite food is anything")
+  counts = np.bincount([len(e.label) for e in train])
+  assert counts[0] == 0 and counts[1] > 30000 and counts[2] > 4000 and len(counts) >= 4
+  assert all(label in labels for e in train for label in e.label)
+
+
+def test_multi_label_files_errors_name_file_and_line(tmp_path):
+  data = tmp_path / "go"
+  _write(data / "labels.txt", "joy\nanger\n")
+  _write(data / "train.tsv", "so happy\t0\ta1\nhappy and mad\t0,1\ta2\n")
+  processor = run_classifier.get_processor("goemotions")
+  assert [e.label for e in processor.get_train_examples(str(data))] == [("joy",),
+                                                                       ("joy", "anger")]
+  for row, message in (("x\t2\ta3", "label ids '2' are not numbers below 2"),
+                       ("x\tjoy\ta3", "label ids 'joy' are not numbers"),
+                       ("x\t0,0\ta3", "a label is repeated"),
+                       ("x\t0", "expected 3 tab-separated columns")):
+    path = _write(data / "dev.tsv", f"fine\t1\tb1\n{row}\n")
+    with pytest.raises(fileio.InputError, match=f"{path}:2: {message}"):
+      run_classifier.get_processor("goemotions").get_dev_examples(str(data))
+
+  # tsv with --multi_label: labels separated by --label_delimiter, an empty field is no label.
+  data = tmp_path / "tags"
+  _write(data / "train.tsv", "text\ttags\nred apple\tfruit|red\nsky\t\nbanana\tfruit\n")
+  processor = run_classifier.get_processor("tsv", delimited_options=dict(
+      text_a_column="text", label_column="tags", multi_label=True, label_delimiter="|"))
+  train = processor.get_train_examples(str(data))
+  assert processor.get_labels() == ["fruit", "red"]
+  assert [e.label for e in train] == [("fruit", "red"), (), ("fruit",)]
+  features = run_classifier.convert_examples_to_features(
+      train, processor.get_labels(), 8, _tiny_tokenizer(tmp_path), multi_label=True)
+  assert [f.label_id for f in features] == [[1, 1], [0, 0], [1, 0]]
+  path = _write(data / "dev.tsv", "text\ttags\nplum\tfruit|purple\n")
+  with pytest.raises(fileio.InputError, match=f"{path}:2: unknown label 'purple'"):
+    processor.get_dev_examples(str(data))
+  with pytest.raises(fileio.InputError, match="exclude each other"):
+    run_classifier.get_processor("tsv", delimited_options=dict(
+        text_a_column="text", label_column="tags", multi_label=True, is_regression=True))
+
+
+def _tiny_tokenizer(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "red", "apple", "sky",
+                              "banana", "plum"]) + "\n")
+  return tokenization.FullTokenizer(str(vocab))
+
+
+def _goemotions_subset(tmp_path, rows=(160, 96, 64)):
+  data = tmp_path / "goemotions"
+  data.mkdir()
+  for split, count in zip(("train", "dev", "test"), rows):
+    with open(os.path.join(GOEMOTIONS, f"{split}.tsv"), "rb") as f:
+      (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(count)))
+  (data / "labels.txt").write_bytes(open(os.path.join(GOEMOTIONS, "labels.txt"), "rb").read())
+  return data
+
+
+@requires_shared
+def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
+  """Real GoEmotions rows, a small BERT from scratch: the records carry 0/1 label rows; the eval
+  metrics and loss are those of the trained model's sigmoid outputs computed here, at 0.5 and at
+  the per-label thresholds tuned on dev (written to thresholds.json, used by the predictions and
+  by the exported SavedModel, whose probabilities equal test_results.tsv)."""
+  from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
+  data = _goemotions_subset(tmp_path)
+  config = tmp_path / "bert_config.json"
+  config.write_text(modeling.BertConfig(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  out = tmp_path / "out"
+  common = ["run_classifier.py", "--task_name=goemotions", f"--data_dir={data}",
+            f"--vocab_file={VOCAB}", f"--output_dir={out}", "--max_seq_length=32",
+            "--eval_batch_size=16", "--predict_batch_size=16"]
+  run_ok(common + [f"--bert_config_file={config}", "--do_train", "--do_eval", "--do_predict",
+                   "--tune_thresholds", "--train_batch_size=16", "--num_train_epochs=3",
+                   "--learning_rate=3e-3"])
+  processor = run_classifier.get_processor("goemotions")
+  labels = processor.get_labels(str(data))
+  task = fine_tuning.task_record(str(out), None, False)
+  assert task["multi_label"] and task["labels"] == labels
+
+  train = processor.get_train_examples(str(data))
+  records = list(fine_tuning.input_fn_builder(
+      str(out / "train.tf_record"), run_classifier.feature_spec(32, False, len(labels)), False,
+      drop_remainder=False)(batch_size=1000))[0]
+  assert records["label_ids"].numpy().tolist() == [
+      [int(label in e.label) for label in labels] for e in train]
+
+  model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config)), len(labels))
+  assert not checkpoints.init_from_checkpoint(model, str(out)).missing
+
+  def probabilities(examples):
+    features = run_classifier.convert_examples_to_features(examples, labels, 32, tokenizer,
+                                                           multi_label=True)
+    logits = model({"input_ids": np.array([f.input_ids for f in features]),
+                    "input_mask": np.array([f.input_mask for f in features]),
+                    "segment_ids": np.array([f.segment_ids for f in features])})["logits"]
+    return tf.sigmoid(logits).numpy()
+
+  dev = processor.get_dev_examples(str(data))
+  gold = np.array([[int(label in e.label) for label in labels] for e in dev])
+  want = probabilities(dev)
+  results = _results(out / "eval_results.txt")
+  summary, _ = metrics.multi_label_metrics(gold, want)
+  thresholds = metrics.tune_thresholds(gold, want)
+  tuned, per_label = metrics.multi_label_metrics(gold, want, thresholds)
+  for name in ("macro_f1", "micro_f1", "exact_match", "micro_precision", "macro_recall"):
+    assert results[f"eval_{name}"] == pytest.approx(summary[name], abs=1e-6), name
+    assert results[f"eval_tuned_{name}"] == pytest.approx(tuned[name], abs=1e-6), name
+  assert results["eval_tuned_macro_f1"] > results["eval_macro_f1"]
+  assert results["eval_loss"] == pytest.approx(metrics.binary_cross_entropy(want, gold), abs=1e-5)
+  table = [line.split("\t") for line in (out / "eval_per_label.tsv").read_text().splitlines()]
+  assert table[0] == ["label", "precision", "recall", "f1", "support", "predicted", "threshold"]
+  assert [row[0] for row in table[1:]] == labels
+  assert [int(row[4]) for row in table[1:]] == gold.sum(0).tolist()
+  np.testing.assert_allclose([float(row[3]) for row in table[1:]],
+                             [p["f1"] for p in per_label], atol=1e-4)
+  saved = json.loads((out / "thresholds.json").read_text())
+  np.testing.assert_allclose([saved["thresholds"][label] for label in labels], thresholds)
+
+  test = processor.get_test_examples(str(data))
+  want = probabilities(test)
+  rows = np.array([[float(v) for v in line.split("\t")]
+                   for line in (out / "test_results.tsv").read_text().splitlines()])
+  np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+  lines = [line.split("\t") for line in (out / "test_predictions.tsv").read_text().splitlines()]
+  assert lines[0] == ["id", "prediction"] + labels
+  assert [line[0] for line in lines[1:]] == [e.guid.split("-", 1)[1] for e in test]
+  chosen = [",".join(l for l, p, t in zip(labels, row, thresholds) if p > t) for row in rows]
+  assert [line[1] for line in lines[1:]] == chosen and any(chosen)
+
+  # The exported classifier: raw text in, the same probabilities, the tuned thresholds' labels.
+  export_dir = tmp_path / "export"
+  export_model.export("classifier", str(export_dir), init_checkpoint=str(out),
+                      max_seq_length=32)
+  serving = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+  served = serving(text_a=tf.constant([e.text_a for e in test]))
+  np.testing.assert_allclose(served["probabilities"].numpy(), rows, atol=1e-5, rtol=0)
+  assert [s.decode() for s in served["label"].numpy()] == chosen
+  np.testing.assert_array_equal(served["predicted"].numpy(), rows > thresholds)
+
+  # Predicting again with --tune_thresholds needs the thresholds of this checkpoint: after more
+  # training they are stale, which is said in one line.
+  run_ok(common + ["--do_train", "--num_train_epochs=4", "--train_batch_size=16"])
+  result = run_script(common + ["--do_predict", "--tune_thresholds"])
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+  assert "was tuned at step 30, the checkpoint is at step 40" in result.stderr
+  # The same rows as a tsv task of your own: label names joined by --label_delimiter. A
+  # multi-label model is not evaluated as a single-label one.
+  tsv = tmp_path / "tsv"
+  tsv.mkdir()
+  for split in ("train", "dev", "test"):
+    rows = processor._create_examples(str(data), split)  # pylint: disable=protected-access
+    (tsv / f"{split}.tsv").write_text("text\temotions\n" + "".join(
+        f"{e.text_a}\t{'|'.join(e.label)}\n" for e in rows), encoding="utf-8")
+  tsv_out = tmp_path / "tsv_out"
+  tsv_flags = ["run_classifier.py", "--task_name=tsv", f"--data_dir={tsv}", "--text_a_column=text",
+               "--label_column=emotions", f"--vocab_file={VOCAB}", f"--output_dir={tsv_out}",
+               "--max_seq_length=32", "--eval_batch_size=16", "--predict_batch_size=16"]
+  run_ok(tsv_flags + ["--multi_label", "--label_delimiter=|", f"--bert_config_file={config}",
+                      "--do_train", "--do_predict", "--train_batch_size=16", "--threshold=0.2"])
+  tsv_labels = fine_tuning.task_record(str(tsv_out), None, False)["labels"]
+  assert sorted(tsv_labels) == sorted({l for e in train for l in e.label})
+  lines = [line.split("\t") for line in (tsv_out / "test_predictions.tsv").read_text().splitlines()]
+  predicted = [line[1] for line in lines[1:]]
+  assert [p.split("|") if p else [] for p in predicted] == [
+      [l for l, v in zip(tsv_labels, line[2:]) if float(v) > 0.2] for line in lines[1:]]
+  assert any("|" in p for p in predicted)
+  result = run_script(tsv_flags + ["--do_eval"])
+  assert result.stderr.strip().splitlines() == [
+      f"error: --output_dir={tsv_out} holds a multi-label classifier; run with --multi_label"]
+  result = run_script(common[:1] + ["--task_name=mrpc", f"--data_dir={data}", "--multi_label",
+                                    f"--vocab_file={VOCAB}", f"--output_dir={tmp_path / 'x'}",
+                                    "--do_eval"])
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --multi_label is for --task_name=tsv or csv; --task_name=mrpc is a single-label "
+      "task")
