@@ -546,6 +546,10 @@ class BertModel(tf.Module):
       self.embeddings = Embeddings(config)
       self.encoder = Encoder(config)
       self.pooler = Pooler(config)
+    # Training: keep only each layer's input for the backward pass and recompute the rest of the
+    # layer there (_recomputed): activation memory of one layer instead of all of them,
+    # for about one more forward pass. The same gradients: dropout is stateless (seeded).
+    self.gradient_checkpointing = False
 
   @property
   def embedding_table(self):
@@ -598,10 +602,18 @@ class BertModel(tf.Module):
       queries = (tf.reshape(output_positions + tf.range(batch)[:, tf.newaxis] * seq, [-1]),
                  output_positions)
     encoder_outputs = []
+    checkpointed = self.gradient_checkpointing and training
+    if checkpointed and dropout_seed is None and self.config.hidden_dropout_prob + (
+        self.config.attention_probs_dropout_prob) > 0:
+      raise ValueError("gradient checkpointing recomputes dropout: it needs a dropout_seed")
     for i, layer in enumerate(self.encoder.layers):
       last = i == len(self.encoder.layers) - 1 and queries is not None
-      x = layer(x, batch, seq, mask_adder, training, seeds[1 + 3 * i:4 + 3 * i],
-                queries if last else None, inference_weights)
+      layer_seeds = seeds[1 + 3 * i:4 + 3 * i]
+      if checkpointed:
+        x = _recomputed(layer, batch, seq, mask_adder, layer_seeds, queries if last else None)(x)
+      else:
+        x = layer(x, batch, seq, mask_adder, training, layer_seeds, queries if last else None,
+                  inference_weights)
       rows = tf.shape(output_positions)[1] if last else seq
       encoder_outputs.append(tf.reshape(x, [batch, rows, self.config.hidden_size]))
     sequence_output = encoder_outputs[-1]
@@ -615,6 +627,35 @@ class BertModel(tf.Module):
         "encoder_outputs": encoder_outputs,
         "embedding_output": embedding_output,
     }
+
+
+def _recomputed(layer, batch, seq, mask_adder, seeds, queries):
+  """The training call of `layer` on x whose activations are recomputed in the backward pass
+  rather than kept (gradient checkpointing); the same dropout seeds both times.
+
+  Written here rather than with tf.recompute_grad: inside a tf.function Grappler merges that
+  recomputation with the forward pass (the same ops on the same inputs: common subexpressions),
+  so the forward activations stay alive and nothing is saved (measured: more memory, not less).
+  The recomputation here starts from x behind a control dependency on the incoming gradient, so
+  it is a different computation to Grappler and runs only when the backward pass reaches it."""
+  run = lambda x: layer(x, batch, seq, mask_adder, True, seeds, queries)
+
+  @tf.custom_gradient
+  def checkpointed(x):
+
+    def grad(dy, variables=None):
+      with tf.control_dependencies([dy]):
+        x_again = tf.identity(x)
+      with tf.GradientTape() as tape:
+        tape.watch(x_again)
+        y = run(x_again)
+      grads = tape.gradient(y, [x_again, *variables], output_gradients=dy,
+                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      return grads[0], grads[1:]
+
+    return run(x), grad
+
+  return checkpointed
 
 
 def packed_position_ids(instance_ids):

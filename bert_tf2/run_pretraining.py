@@ -176,6 +176,7 @@ def main(_):
                                                "eval_batch_size") if FLAGS.do_eval else None
   with strategy.scope():
     model = modeling.BertPretrainer(config, script_flags.compute_dtype())
+    model.bert.gradient_checkpointing = FLAGS.gradient_checkpointing
     optimizer = script_flags.optimizer(FLAGS.learning_rate, FLAGS.num_train_steps,
                                        FLAGS.num_warmup_steps)
   # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an

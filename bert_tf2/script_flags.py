@@ -101,6 +101,10 @@ def define_training_flags(lr_schedule="original"):
   _define(flags.DEFINE_float, "learning_rate", 5e-5, "Peak learning rate.", positive=True)
   _define(flags.DEFINE_integer, "gradient_accumulation_steps", 1,
           "Micro-batches per optimizer step; each is train_batch_size / this.", lower_bound=1)
+  _define(flags.DEFINE_bool, "gradient_checkpointing", False,
+          "Keep only each Transformer layer's input for the backward pass and recompute the "
+          "layer there: far less activation memory (longer sequences or bigger batches fit) "
+          "for about one more forward pass per step; the same gradients.")
   _define(flags.DEFINE_enum, "optimizer", "adamw",
           "adamw: Adam with bias correction and decoupled weight decay (torch / HuggingFace "
           "AdamW, epsilon 1e-8); adam_weight_decay: the original's Adam without bias correction "
@@ -477,6 +481,7 @@ def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_wa
   from bert_tf2 import checkpoints, fine_tuning, training
   with strategy_.scope():
     model = checkpoints.check_checkpoint_matches(FLAGS.output_dir, build_model())
+    model.bert.gradient_checkpointing = FLAGS.gradient_checkpointing
     opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
   trainer = training.Trainer(
       strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,

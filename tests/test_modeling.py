@@ -423,3 +423,52 @@ def test_bfloat16_softmax_is_the_float32_softmax_rounded():
   big = want > 1e-6
   assert np.max(np.abs(got - want)[big] / want[big]) <= 2.0 ** -8
   assert np.max(np.abs(got.sum(-1) - 1)) < 0.01
+
+
+@pytest.mark.parametrize("head", ["classifier", "pretrainer"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(head):
+  """Recomputing each layer in the backward pass (dropout on, stateless seeds, inside a
+  tf.function as the training loop runs it) gives the plain path's loss and gradients; the
+  pre-trainer's last layer runs at the masked positions only, and is recomputed there."""
+  config = _tiny_config(num_hidden_layers=3)
+  rng = np.random.RandomState(0)
+  ids = rng.randint(5, 50, (4, 16))
+  mask = np.ones_like(ids)
+  mask[:, 12:] = 0
+  features = {"input_ids": tf.constant(ids * mask, tf.int32), "input_mask": tf.constant(mask),
+              "segment_ids": tf.constant((np.arange(16) >= 6).astype(int)[None].repeat(4, 0))}
+  if head == "classifier":
+    model = modeling.BertClassifier(config, 3)
+    features.update(label_ids=tf.constant([0, 1, 2, 1]), is_real_example=tf.ones([4]))
+    loss_fn = modeling.classifier_losses(False)
+  else:
+    model = modeling.BertPretrainer(config)
+    features.update(masked_lm_positions=tf.constant(rng.randint(1, 12, (4, 3))),
+                    masked_lm_ids=tf.constant(rng.randint(5, 50, (4, 3))),
+                    masked_lm_weights=tf.ones([4, 3]), next_sentence_labels=tf.constant(
+                        [[0], [1], [1], [0]]))
+    loss_fn = modeling.pretraining_losses
+
+  def step(checkpointing):
+    model.bert.gradient_checkpointing = checkpointing
+
+    @tf.function
+    def run():
+      with tf.GradientTape() as tape:
+        stats = loss_fn(features, model(features, training=True,
+                                        dropout_seed=tf.constant([7, 0], tf.int64)))
+        loss = tf.add_n([s / c for k, (s, c) in stats.items() if k.endswith("_loss")])
+      return loss, tape.gradient(loss, model.trainable_variables)
+    return run()
+
+  loss, grads = step(False)
+  loss_checkpointed, grads_checkpointed = step(True)
+  assert float(loss_checkpointed) == pytest.approx(float(loss), abs=1e-6)
+  assert len(grads) > 30 and all(g is not None for g in grads_checkpointed)
+  for name, a, b in zip([v.name for v in model.trainable_variables], grads, grads_checkpointed):
+    np.testing.assert_allclose(tf.convert_to_tensor(b), tf.convert_to_tensor(a), atol=1e-6,
+                               err_msg=name)
+  # Stateful dropout would be drawn anew in the recomputation: refused.
+  model.bert.gradient_checkpointing = True
+  with pytest.raises(ValueError, match="needs a dropout_seed"):
+    model(features, training=True)

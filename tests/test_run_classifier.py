@@ -633,3 +633,27 @@ def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
   assert result.stderr.strip().splitlines()[-1] == (
       "error: --multi_label is for --task_name=tsv or csv; --task_name=mrpc is a single-label "
       "task")
+
+
+@requires_shared
+def test_gradient_checkpointing_trains_the_same_model(tmp_path):
+  """run_classifier --gradient_checkpointing (dropout on) ends at the checkpoint of the plain
+  run: weights, Adam moments and step (conftest.assert_same_checkpoints)."""
+  from conftest import assert_same_checkpoints, concurrently  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "data"
+  data.mkdir()
+  for split, rows in (("train", 33), ("dev", 2)):
+    with open(os.path.join(GLUE, "MRPC", f"{split}.tsv"), "rb") as f:
+      (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
+  config = tmp_path / "bert_config.json"
+  config.write_text(modeling.BertConfig(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  runs = [["run_classifier.py", "--task_name=mrpc", f"--data_dir={data}", f"--vocab_file={VOCAB}",
+           f"--bert_config_file={config}", f"--output_dir={tmp_path / name}", "--do_train",
+           "--max_seq_length=48", "--train_batch_size=8", "--num_train_epochs=1",
+           "--learning_rate=1e-3", *extra]
+          for name, extra in (("plain", []), ("checkpointed", ["--gradient_checkpointing"]))]
+  for result in concurrently([lambda args=args: run_script(args) for args in runs]):
+    assert result.returncode == 0, result.stderr[-2000:]
+  assert_same_checkpoints(str(tmp_path / "plain"), str(tmp_path / "checkpointed"))
