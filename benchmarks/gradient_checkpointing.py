@@ -13,9 +13,9 @@ timed steps at --batch_size.
 
 Ours is training.Trainer's compiled step over modeling.BertClassifier with
 `bert.gradient_checkpointing` as run_classifier.py --gradient_checkpointing sets it (each
-Transformer layer under tf.recompute_grad); HF is BertForSequenceClassification with
-torch.optim.AdamW, both with dropout 0.1 and global-norm clipping to 1.0, fp32 or bf16
-(--precision; ours bf16 compute dtype, HF bf16 autocast).
+Transformer layer under tf.recompute_grad, the forward pass inlined in the step); HF is
+BertForSequenceClassification with torch.optim.AdamW, both with dropout 0.1 and global-norm
+clipping to 1.0, fp32 or bf16 (--precision; ours bf16 compute dtype, HF bf16 autocast).
 
 Targets (issue #34): ours checkpointed >= 2.5x less activation memory than ours plain, at <= 35%
 more step time, and our checkpointed peak <= HF's checkpointed peak.
@@ -40,9 +40,6 @@ flags.DEFINE_integer("batch_size", 6, "Sequences per step (the timed runs).")
 flags.DEFINE_integer("small_batch_size", 2, "The smaller batch of the memory difference.")
 flags.DEFINE_integer("seq_length", 512, "Tokens per sequence (all real).")
 flags.DEFINE_enum("precision", "fp32", ["fp32", "bf16"], "Both sides' precision.")
-flags.DEFINE_enum("ours_recompute", "modeling", ["modeling", "tf_recompute_grad"],
-                  "Ours checkpointed: modeling._recomputed (what the scripts run), or the "
-                  "ablation that wraps each layer in tf.recompute_grad instead.")
 
 _RUNS = ("plain", "checkpointed")
 
@@ -91,9 +88,6 @@ def _ours(variant):
   dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
   model = modeling.BertClassifier(modeling.BertConfig(**common.model_dims()), 2, dtype)
   model.bert.gradient_checkpointing = run == "checkpointed"
-  if FLAGS.ours_recompute == "tf_recompute_grad":  # the ablation: TensorFlow's own wrapper
-    modeling._recomputed = lambda layer, batch, seq, mask_adder, seeds, queries: (  # pylint: disable=protected-access
-        tf.recompute_grad(lambda x: layer(x, batch, seq, mask_adder, True, seeds, queries)))
   optimizer = optimization.create_optimizer(2e-5, num_train_steps=1000, num_warmup_steps=100)
   trainer = training.Trainer(tf.distribute.get_strategy(), model,
                              modeling.classifier_losses(False), optimizer)
@@ -180,7 +174,6 @@ def main(argv):
               settings={"batch_size": FLAGS.batch_size,
                         "small_batch_size": FLAGS.small_batch_size, "seq_length": FLAGS.seq_length,
                         "precision": FLAGS.precision, "model": common.model_dims(),
-                        "ours_recompute": FLAGS.ours_recompute,
                         "warmup": FLAGS.warmup, "repeats": FLAGS.repeats},
               details={f"{side}_{run}": r for (side, run), r in results.items()},
               peer_name="HF transformers BertForSequenceClassification + "
