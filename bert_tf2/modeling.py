@@ -547,7 +547,7 @@ class BertModel(tf.Module):
       self.encoder = Encoder(config)
       self.pooler = Pooler(config)
     # Training: keep only each layer's input for the backward pass and recompute the rest of the
-    # layer there (tf.recompute_grad): activation memory of one layer instead of all of them,
+    # layer there (_recomputed): activation memory of one layer instead of all of them,
     # for about one more forward pass. The same gradients: dropout is stateless (seeded).
     self.gradient_checkpointing = False
 
@@ -631,10 +631,33 @@ class BertModel(tf.Module):
 
 def _recomputed(layer, batch, seq, mask_adder, seeds, queries):
   """The training call of `layer` on x whose activations are recomputed in the backward pass
-  rather than kept (gradient checkpointing, tf.recompute_grad); the same dropout seeds both
-  times. Inside a tf.function it saves memory only when the step's forward pass is not a nested
-  tf.function of its own (training.Trainer inlines it then)."""
-  return tf.recompute_grad(lambda x: layer(x, batch, seq, mask_adder, True, seeds, queries))
+  rather than kept (gradient checkpointing); the same dropout seeds both times.
+
+  Written here rather than with tf.recompute_grad, which saves as much memory but made the
+  BERT-base seq-512 training step 2.2x the plain step's against 1.36x for this
+  (benchmarks/gradient_checkpointing.py). The recomputation starts from x behind a control
+  dependency on the incoming gradient, so it runs only when the backward pass reaches it and is
+  never merged with the forward pass as a common subexpression. Inside a tf.function it saves
+  memory only when the step's forward pass is not a nested tf.function of its own
+  (training.Trainer inlines it then)."""
+  run = lambda x: layer(x, batch, seq, mask_adder, True, seeds, queries)
+
+  @tf.custom_gradient
+  def checkpointed(x):
+
+    def grad(dy, variables=None):
+      with tf.control_dependencies([dy]):
+        x_again = tf.identity(x)
+      with tf.GradientTape() as tape:
+        tape.watch(x_again)
+        y = run(x_again)
+      grads = tape.gradient(y, [x_again, *variables], output_gradients=dy,
+                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      return grads[0], grads[1:]
+
+    return run(x), grad
+
+  return checkpointed
 
 
 def packed_position_ids(instance_ids):
