@@ -46,7 +46,6 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
-import json
 import os
 import tempfile
 
@@ -739,16 +738,12 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
 def _tuned_thresholds(init_checkpoint, labels):
   """The per-label thresholds run_classifier --tune_thresholds wrote beside the checkpoint
   (thresholds.json), when they are this checkpoint's (same step); else None (0.5 for all)."""
-  path = os.path.join(checkpoints.checkpoint_directory(init_checkpoint), "thresholds.json")
-  if not os.path.exists(path):
+  directory = checkpoints.checkpoint_directory(init_checkpoint)
+  found = fine_tuning.read_thresholds(directory, labels)
+  if found is None:
     return None
-  try:
-    with open(path, encoding="utf-8") as f:
-      record = json.load(f)
-    values = [float(record["thresholds"][label]) for label in labels]
-    step = int(record["global_step"])
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+  values, step = found
+  path = os.path.join(directory, "thresholds.json")
   checkpoint_step = checkpoints.global_step(init_checkpoint)
   if checkpoint_step is not None and checkpoint_step != step:
     logging.warning("%s was tuned at step %d, the checkpoint is at step %d: exporting with 0.5 "

@@ -290,6 +290,28 @@ def write_task_record(directory, task, labels=None, **details):
     json.dump({"task": task, "labels": labels, **details}, f)
 
 
+def write_thresholds(directory, global_step, labels, thresholds):
+  """thresholds.json: a multi-label classifier's per-label thresholds (run_classifier
+  --tune_thresholds) for the checkpoint of `global_step`."""
+  with fileio.open_atomic(os.path.join(directory, "thresholds.json")) as f:
+    json.dump({"global_step": global_step,
+               "thresholds": dict(zip(labels, map(float, thresholds)))}, f, indent=1)
+
+
+def read_thresholds(directory, labels):
+  """(per-label thresholds in `labels` order, the step they were tuned at) from
+  directory/thresholds.json, or None when there is none; InputError when it does not hold
+  these labels' thresholds."""
+  path = os.path.join(directory, "thresholds.json")
+  if not os.path.exists(path):
+    return None
+  record = fileio.load_json(path, "thresholds file")
+  try:
+    return [float(record["thresholds"][label]) for label in labels], int(record["global_step"])
+  except (ValueError, KeyError, TypeError) as e:
+    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+
+
 def write_model_files(directory, config, vocab_file):
   """bert_config.json and vocab.txt beside the checkpoints a training run writes, so that the
   fine-tuned model is whole in its folder: export_model.py and the scripts' --init_checkpoint
@@ -435,15 +457,12 @@ def read_best_state(output_dir):
   path = os.path.join(output_dir, BEST_STATE)
   if not os.path.exists(path):
     return None
-  try:
-    with open(path, encoding="utf-8") as f:
-      state = json.load(f)
-    if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
-            and isinstance(state.get("without_improvement"), int)):
-      raise ValueError("not an object with evaluations and without_improvement")
-  except (OSError, ValueError) as e:
-    raise fileio.InputError(f"{path}: not the record of evaluations during training ({e}); "
-                            "remove it to start the record again") from None
+  state = fileio.load_json(path, "record of evaluations during training")
+  if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
+          and isinstance(state.get("without_improvement"), int)):
+    raise fileio.InputError(f"{path}: not the record of evaluations during training (an object "
+                            "with evaluations and without_improvement); remove it to start the "
+                            "record again")
   return state
 
 

@@ -21,7 +21,6 @@ from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -1140,29 +1139,22 @@ def _main(vocab_file):
 
 
 def _write_thresholds(out, global_step, label_list, thresholds):
-  """thresholds.json: the per-label thresholds tuned on dev for the checkpoint of `global_step`;
-  also in the best/ model folder when they are its checkpoint's (export_model reads them there)."""
+  """thresholds.json for the checkpoint of `global_step`; also in the best/ model folder when
+  they are its checkpoint's (export_model reads them there)."""
   best = fine_tuning.best_checkpoint(out)
   for directory in [out] + ([os.path.join(out, fine_tuning.BEST_DIRECTORY)]
                             if best and best[1] == global_step else []):
-    with fileio.open_atomic(os.path.join(directory, "thresholds.json")) as f:
-      json.dump({"global_step": global_step,
-                 "thresholds": dict(zip(label_list, map(float, thresholds)))}, f, indent=1)
+    fine_tuning.write_thresholds(directory, global_step, label_list, thresholds)
 
 
 def _read_thresholds(out, global_step, label_list):
   """The tuned thresholds in `out`/thresholds.json, which must be those of this checkpoint."""
   path = os.path.join(out, "thresholds.json")
-  if not os.path.exists(path):
+  found = fine_tuning.read_thresholds(out, label_list)
+  if found is None:
     raise fileio.InputError(f"--tune_thresholds: {path} does not exist; add --do_eval to tune "
                             "the thresholds on dev")
-  try:
-    with open(path, encoding="utf-8") as f:
-      record = json.load(f)
-    values = [float(record["thresholds"][label]) for label in label_list]
-    step = int(record["global_step"])
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+  values, step = found
   if step != global_step:
     raise fileio.InputError(f"{path} was tuned at step {step}, the checkpoint is at step "
                             f"{global_step}; add --do_eval to tune them again")
