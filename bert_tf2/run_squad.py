@@ -868,19 +868,14 @@ def _main(vocab_file):
                      predict_examples, write_outputs=False)
     return {f"eval_{k}": float(v) for k, v in scores.items()}
 
-  evaluate = None
-  if FLAGS.eval_every_steps is not None:
-    # SQuAD's dev set is the predict file: it must be read, and have answers to score.
-    if not FLAGS.do_predict or not _has_answers(
-        fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"]):
-      raise fileio.InputError("--eval_every_steps scores the answers to --predict_file during "
-                              "training: add --do_predict with a --predict_file that has answers")
-    names = (("exact", "f1", "best_exact", "best_f1", "HasAns_exact", "HasAns_f1",
-              "NoAns_exact", "NoAns_f1") if FLAGS.version_2_with_negative
-             else ("exact_match", "f1"))
-    evaluate = script_flags.eval_during_training(trainer, dev_evaluation, names)
-  else:
-    script_flags.eval_during_training(trainer, None)  # refuses the flags that need it
+  # SQuAD's dev set is the predict file: evaluating during training needs it read, with answers.
+  if FLAGS.eval_every_steps is not None and (not FLAGS.do_predict or not _has_answers(
+      fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"])):
+    raise fileio.InputError("--eval_every_steps scores the answers to --predict_file during "
+                            "training: add --do_predict with a --predict_file that has answers")
+  names = (("exact", "f1", "best_exact", "best_f1", "HasAns_exact", "HasAns_f1", "NoAns_exact",
+            "NoAns_f1") if FLAGS.version_2_with_negative else ("exact_match", "f1"))
+  evaluate = script_flags.eval_during_training(trainer, dev_evaluation, names)
   if FLAGS.do_train:
     train_file = os.path.join(out, "train.tf_record")
 
