@@ -373,7 +373,7 @@ def global_step(checkpoint):
   kind, path = resolve_checkpoint(checkpoint)
   if kind == "hf":
     return None
-  name = "optimizer/iter" + _VALUE_SUFFIX
+  name = "optimizer/iterations" + _VALUE_SUFFIX
   if name not in dict(tf.train.list_variables(path)):
     return None
   return int(tf.train.load_variable(path, name))

@@ -46,7 +46,9 @@ it); one that is or holds an input (the checkpoint, config or vocab) is always r
 from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
+import json
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -57,6 +59,7 @@ from absl import logging
 from bert_tf2 import checkpoints
 from bert_tf2 import fine_tuning
 from bert_tf2 import graph_tokenization
+from bert_tf2 import litert
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
@@ -74,6 +77,14 @@ def define_flags():
   flags.DEFINE_string("export_dir", None,
                       "Directory the SavedModel is written to. An existing one is replaced only "
                       "if it holds an earlier SavedModel (or with --overwrite).")
+  flags.DEFINE_enum("format", "saved_model", ["saved_model", "litert"],
+                    "saved_model: a TensorFlow SavedModel (text in for the fine-tuned kinds). "
+                    "litert: a LiteRT (TFLite) model directory for CPU serving, token ids in "
+                    "(encoder, embedder, classifier; see litert.py), run by extract_features.py "
+                    "and run_classifier.py --litert_model.")
+  flags.DEFINE_enum("quantize", "none", ["none", "int8"],
+                    "--format=litert: int8 stores the matmul weights as int8 (dynamic-range "
+                    "quantization: a quarter of the size, several times faster on CPU).")
   script_flags.define_overwrite_flag()
   script_flags.define_checkpoint_flags()  # also: a fine-tuning --output_dir (its latest)
   script_flags.define_text_flags()  # --vocab_file default: vocab.txt beside --init_checkpoint
@@ -611,7 +622,8 @@ def _config_file_for_asset(config, staging_dir):
 def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, vocab_file=None,
            do_lower_case=True, max_seq_length=128, labels=None, regression=None,
            text_pairs=None, max_query_length=64, max_answer_length=30, doc_stride=None,
-           n_best_size=20, overwrite=False, pooling="mean", normalize=False, multi_label=None):
+           n_best_size=20, overwrite=False, pooling="mean", normalize=False, multi_label=None,
+           export_format="saved_model", quantize="none"):
   """Builds the `model_type` module from a checkpoint and writes it to `export_dir`.
 
   A fine-tuning run's output directory (or a checkpoint in it) needs nothing else: its
@@ -625,11 +637,22 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
   hold an input, and an existing one is replaced only if it is an earlier SavedModel (or with
   `overwrite`). The SavedModel is written to a staging directory beside it and renamed into place
   when complete, so an error, Ctrl-C, SIGTERM or a full disk leaves the previous export intact.
+
+  `export_format` "litert": a LiteRT model directory instead (litert.py; `quantize` "int8" for
+  int8 weights), of an encoder, embedder or classifier.
   """
   if not export_dir:
     raise fileio.InputError("--export_dir is required")
   if model_type not in MODEL_TYPES:
     raise fileio.InputError(f"unknown --model_type={model_type}")
+  if export_format == "litert" and model_type not in litert.KINDS:
+    raise fileio.InputError(
+        f"--format=litert exports --model_type={', '.join(litert.KINDS)}, not {model_type}: "
+        "the LiteRT models take token ids, and the "
+        + ("preprocessor is tokenization itself" if model_type == "preprocessor" else
+           "SQuAD model's windows and answer text need TensorFlow string ops"))
+  if quantize != "none" and export_format != "litert":
+    raise fileio.InputError(f"--quantize={quantize} is for --format=litert")
   if model_type == "embedder" and pooling not in modeling.POOLINGS:
     raise fileio.InputError(f"--pooling={pooling}: the embedder pools with one of "
                             f"{', '.join(modeling.POOLINGS)}")
@@ -654,7 +677,9 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
               ("bert_config_file", config_path), ("vocab_file", vocab_path)]
   with fileio.no_new_empty_directories(export_dir):  # It appears only when complete.
     fileio.check_outputs(replaced_directories=[("export_dir", export_dir)], inputs=inputs)
-  with fileio.atomic_directory(export_dir, replaceable=is_saved_model_directory,
+  replaceable = (litert.is_litert_directory if export_format == "litert"
+                 else is_saved_model_directory)
+  with fileio.atomic_directory(export_dir, replaceable=replaceable,
                                overwrite=overwrite, flag="export_dir") as staging:
     with tempfile.TemporaryDirectory() as scratch:
       if model_type == "preprocessor":
@@ -664,17 +689,80 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
                                     do_lower_case, max_seq_length, labels, regression,
                                     text_pairs, max_query_length, max_answer_length, doc_stride,
                                     n_best_size, pooling, normalize, multi_label)
-      signatures = module.signatures()
       try:
-        tf.saved_model.save(module, staging, signatures=signatures)
+        if export_format == "litert":
+          _write_litert(module, model_type, staging, quantize, init_checkpoint, config_path,
+                        vocab_path, do_lower_case, max_seq_length)
+        else:
+          tf.saved_model.save(module, staging, signatures=module.signatures())
       except (OSError, tf.errors.OpError) as e:  # A full disk, a quota: TF names only the file.
         reason = (getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)).strip()
         reason = reason.splitlines()[0] if reason else type(e).__name__
-        raise fileio.InputError(f"--export_dir={export_dir}: cannot write the SavedModel, "
+        raise fileio.InputError(f"--export_dir={export_dir}: cannot write the model, "
                                 f"nothing was replaced: {reason}") from None
   export_dir = os.path.abspath(export_dir)
-  logging.info("Wrote SavedModel %s", export_dir)
+  logging.info("Wrote %s %s", "LiteRT model" if export_format == "litert" else "SavedModel",
+               export_dir)
   return export_dir
+
+
+def _litert_function(module, model_type):
+  """(the ids-in tf.function of `module` that litert.convert takes, the tf.Module of its
+  variables (not the module, whose text preprocessing tables LiteRT cannot hold), its
+  description)."""
+  if model_type == "classifier":
+    model = module.model
+
+    @tf.function(input_signature=litert.input_signature(), autograph=False)
+    def classify(input_word_ids, input_mask, input_type_ids):
+      logits = model({"input_ids": input_word_ids, "input_mask": input_mask,
+                      "segment_ids": input_type_ids})["logits"]
+      return {"logits": tf.cast(logits, tf.float32)}
+    info = {"labels": [] if module.is_regression else
+                      [label.decode("utf-8") for label in module.label_names.numpy().tolist()],
+            "regression": module.is_regression, "multi_label": module.multi_label,
+            "text_pairs": module.text_pairs}
+    if module.multi_label:
+      info.update(thresholds=module.thresholds.numpy().tolist(),
+                  label_delimiter=module.label_delimiter)
+    return classify, model, info
+  bert = module.bert
+  if model_type == "embedder":
+    pooling, normalize = module.pooling, module.normalize
+
+    @tf.function(input_signature=litert.input_signature(), autograph=False)
+    def embed(input_word_ids, input_mask, input_type_ids):
+      outputs = bert(input_word_ids, input_mask, input_type_ids)
+      return {"embedding": modeling.pool_tokens(outputs["sequence_output"], input_mask, pooling,
+                                                normalize)}
+    return embed, bert, {"pooling": pooling, "normalize": normalize}
+
+  @tf.function(input_signature=litert.input_signature(), autograph=False)
+  def encode(input_word_ids, input_mask, input_type_ids):
+    outputs = bert(input_word_ids, input_mask, input_type_ids)
+    return {"sequence_output": outputs["sequence_output"],
+            "pooled_output": outputs["pooled_output"],
+            "encoder_outputs": tf.stack(outputs["encoder_outputs"], axis=1)}
+  return encode, bert, {}
+
+
+def _write_litert(module, model_type, staging, quantize, init_checkpoint, config_path, vocab_path,
+                  do_lower_case, max_seq_length):
+  """A LiteRT model directory of `module` in `staging` (litert.py)."""
+  function, owner, info = _litert_function(module, model_type)
+  model = litert.convert(function, owner, quantize)
+  with open(os.path.join(staging, litert.MODEL_FILE), "wb") as f:
+    f.write(model)
+  config = modeling.BertConfig.from_json_file(config_path)
+  with open(os.path.join(staging, "bert_config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_string())
+  shutil.copyfile(vocab_path, os.path.join(staging, "vocab.txt"))
+  info = {"kind": model_type, "quantize": quantize, "do_lower_case": do_lower_case,
+          "max_seq_length": max_seq_length, "init_checkpoint": os.path.abspath(init_checkpoint),
+          "global_step": checkpoints.global_step(init_checkpoint), **info}
+  with open(os.path.join(staging, litert.INFO_FILE), "w", encoding="utf-8") as f:
+    json.dump(info, f, indent=2)
+    f.write("\n")
 
 
 def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scratch,
@@ -779,7 +867,8 @@ def main(_):
          max_query_length=FLAGS.max_query_length, max_answer_length=FLAGS.max_answer_length,
          doc_stride=FLAGS.doc_stride, n_best_size=FLAGS.n_best_size, overwrite=FLAGS.overwrite,
          pooling=FLAGS.pooling if FLAGS["pooling"].present else "mean",
-         normalize=FLAGS.normalize, multi_label=_given(FLAGS["multi_label"]))
+         normalize=FLAGS.normalize, multi_label=_given(FLAGS["multi_label"]),
+         export_format=FLAGS.format, quantize=FLAGS.quantize)
 
 
 def _given(flag):

@@ -30,6 +30,7 @@ import dataclasses
 import itertools
 import json
 import os
+import types
 
 from absl import flags
 from absl import logging
@@ -51,6 +52,7 @@ def define_flags():
   """The flags of extract_features.py: the shared groups (script_flags), then its own."""
   script_flags.define_runtime_flags()
   script_flags.define_checkpoint_flags()
+  script_flags.define_litert_model_flag()
   script_flags.define_text_flags()
   script_flags.define_max_seq_length(128)
   script_flags.define_dynamic_padding_flag()
@@ -193,6 +195,53 @@ class LayerExtractor(tf.Module):
                                                 self.normalize)}
     return {"layers": tf.cast(tf.stack([layers[i] for i in self.layer_indexes], axis=1),
                               tf.float32)}
+
+
+class LiteRTExtractor:
+  """A LiteRT encoder or embedder (--litert_model, litert.Model) in the place of the Trainer of
+  a LayerExtractor: `predict` gives the same outputs (`layers`, `embedding`), and `model` what
+  extract() reads of it (`bert.config`, `pooling`)."""
+
+  def __init__(self, runner, config, layer_indexes, pooling=None, normalize=False):
+    self.runner = runner
+    self.strategy = runner.strategy
+    self.is_chief = True
+    self.model = self
+    self.bert = types.SimpleNamespace(config=config)
+    self.layer_indexes = list(layer_indexes)
+    self.pooling = pooling
+    self.normalize = normalize
+
+  def predict(self, dataset_fn, output_keys):
+    del output_keys  # `embedding` with pooling, else `layers`
+    embedder = self.runner.kind == "embedder"
+    for batch in self.runner.predict(dataset_fn,
+                                     ["embedding" if embedder else "encoder_outputs"]):
+      if not embedder:
+        layers = batch.pop("encoder_outputs")[:, self.layer_indexes]
+        if self.pooling:
+          batch["embedding"] = modeling.pool_tokens(layers[:, 0], batch["input_mask"],
+                                                    self.pooling, self.normalize).numpy()
+        else:
+          batch["layers"] = layers
+      yield batch
+
+
+def _litert_extractor(runner, layer_indexes, pooling):
+  """LiteRTExtractor of --litert_model, its flags checked against what the model is."""
+  config = modeling.BertConfig.from_json_file(runner.config_file)
+  checkpoints.check_seq_length(FLAGS.max_seq_length, config, runner.config_file)
+  if runner.kind == "embedder":  # its vectors are pooled in the model
+    own = runner.info.get("pooling"), bool(runner.info.get("normalize"))
+    if (pooling and pooling != own[0]) or (FLAGS["normalize"].present and FLAGS.normalize !=
+                                           own[1]) or (FLAGS["layers"].present and
+                                                       layer_indexes != [-1]):
+      raise fileio.InputError(
+          f"--litert_model={FLAGS.litert_model} is an embedder of --pooling={own[0]} "
+          f"--normalize={own[1]} over the last layer: give those (or none), or export an encoder "
+          "for other poolings and layers")
+    return LiteRTExtractor(runner, config, [-1], *own)
+  return LiteRTExtractor(runner, config, layer_indexes, pooling, FLAGS.normalize)
 
 
 def rounded(values):
@@ -342,24 +391,34 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
 
 
 def main(_):
-  fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
-                 vocab_file=FLAGS.vocab_file, init_checkpoint=FLAGS.init_checkpoint)
+  runner = script_flags.litert_model(("encoder", "embedder"), "extract_features.py")
+  vocab_file = FLAGS.vocab_file  # (the LiteRT model's own with --litert_model)
+  if runner:
+    fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file)
+    inputs = [("litert_model", [os.path.join(FLAGS.litert_model, name)
+                                for name in os.listdir(FLAGS.litert_model)])]
+  else:
+    fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
+                   vocab_file=FLAGS.vocab_file, init_checkpoint=FLAGS.init_checkpoint)
+    checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)
+    configs = [FLAGS.bert_config_file] + [os.path.join(checkpoint_dir, name)
+                                          for name in checkpoints.CONFIG_NAMES]
+    inputs = [("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
+              ("bert_config_file", configs)]
   fileio.check_file(FLAGS.input_file, "--input_file")
-  fileio.check_file(FLAGS.vocab_file, "--vocab_file")
-  checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)
-  configs = [FLAGS.bert_config_file] + [os.path.join(checkpoint_dir, name)
-                                        for name in checkpoints.CONFIG_NAMES]
+  fileio.check_file(vocab_file, "--vocab_file")
   fileio.check_outputs(
       files=[("output_file", FLAGS.output_file)],
-      inputs=[("input_file", FLAGS.input_file), ("vocab_file", FLAGS.vocab_file),
-              ("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
-              ("bert_config_file", configs)])
+      inputs=[("input_file", FLAGS.input_file), ("vocab_file", vocab_file), *inputs])
   if os.path.getsize(FLAGS.input_file) == 0:
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
-                                        FLAGS.max_seq_length)
+  if runner:
+    config = modeling.BertConfig.from_json_file(runner.config_file)
+  else:
+    tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+    config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+                                          FLAGS.max_seq_length)
   pooling = None if FLAGS.pooling == "none" else FLAGS.pooling
   if FLAGS.normalize and not pooling:
     raise fileio.InputError("--normalize scales sentence vectors: give --pooling too")
@@ -376,12 +435,16 @@ def main(_):
         FLAGS.doc_stride, FLAGS.max_seq_length - 2,
         f"text tokens of a window (--max_seq_length={FLAGS.max_seq_length} - 2 for "
         "[CLS] text [SEP])")
-  tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(vocab_file, FLAGS.do_lower_case)
   # An id past the model's embedding table would fail deep in the graph ("Graph execution
   # error"); checked here, naming both files.
   tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
-                                FLAGS.vocab_file, FLAGS.bert_config_file or
+                                vocab_file, FLAGS.bert_config_file or
                                 f"the config of --init_checkpoint={FLAGS.init_checkpoint}")
+  if runner:
+    trainer = _litert_extractor(runner, layer_indexes, pooling)
+    _write_features(trainer, tokenizer, layer_indexes, pad_to_longest=True)
+    return
 
   strategy = script_flags.strategy()
   training.per_replica_batch_size(FLAGS.batch_size, strategy, "batch_size")  # checked early
@@ -396,15 +459,17 @@ def main(_):
     raise fileio.InputError(f"{FLAGS.init_checkpoint} lacks encoder variables: "
                             f"{', '.join(missing)}")
   trainer = training.Trainer(strategy, model, loss_fn=None, use_xla=FLAGS.use_xla)
+  _write_features(trainer, tokenizer, layer_indexes, script_flags.dynamic_padding(strategy))
 
+
+def _write_features(trainer, tokenizer, layer_indexes, pad_to_longest):
   # Under multi_worker_mirrored every worker computes its share and gets all outputs; the
   # chief writes them.
   output = (fileio.open_atomic(FLAGS.output_file) if trainer.is_chief
             else open(os.devnull, "w", encoding="utf-8"))
   with fileio.naming_output(FLAGS.output_file), output as writer:
     count = extract(trainer, tokenizer, layer_indexes, FLAGS.input_file, writer,
-                    FLAGS.max_seq_length, FLAGS.batch_size,
-                    pad_to_longest=script_flags.dynamic_padding(strategy),
+                    FLAGS.max_seq_length, FLAGS.batch_size, pad_to_longest=pad_to_longest,
                     doc_stride=FLAGS.doc_stride,
                     split_special_tokens=FLAGS.split_special_tokens)
   logging.info("Wrote the features of %d lines to %s", count, FLAGS.output_file)

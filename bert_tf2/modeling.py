@@ -506,7 +506,7 @@ def pool_tokens(sequence, input_mask, pooling, normalize=False):
   `mean` their average, `cls` the [CLS] vector, `max` their element-wise maximum; `normalize`
   scales each to unit L2 norm (as its Normalize module, x / max(|x|, 1e-12))."""
   sequence = tf.cast(sequence, tf.float32)
-  mask = tf.cast(input_mask, tf.float32)[:, :, None]
+  mask = tf.expand_dims(tf.cast(input_mask, tf.float32), -1)  # (LiteRT has no new-axis slices)
   if pooling == "mean":
     vectors = tf.reduce_sum(sequence * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1e-9)
   elif pooling == "cls":
@@ -589,7 +589,9 @@ class BertModel(tf.Module):
     # Every query position attends to every non-padding key: 0 for real keys, -10000 for padding
     # (the original's constant; it underflows to exactly 0 after softmax).
     if instance_ids is None:
-      mask_adder = (1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+      # (a reshape rather than [:, tf.newaxis, tf.newaxis, :]: LiteRT has no new-axis slices)
+      mask_adder = (1.0 - tf.reshape(tf.cast(input_mask, tf.float32), [batch, 1, 1, seq])) * (
+          -10000.0)
     else:  # [batch, 1, seq, seq]: keys of the query's own instance only
       same = tf.equal(instance_ids[:, :, tf.newaxis], instance_ids[:, tf.newaxis, :]) & (
           instance_ids[:, tf.newaxis, :] > 0)

@@ -46,6 +46,7 @@ FLAGS = flags.FLAGS
 def define_flags():
   """The flags of run_classifier.py: the shared groups (script_flags), then its own."""
   script_flags.define_fine_tuning_flags()
+  script_flags.define_litert_model_flag()
   script_flags.define_data_dir_flag()
   script_flags.define_labels_flag()
   script_flags.define_regression_flag()
@@ -948,11 +949,36 @@ def _records_key(processor, split, label_list, vocab_file, order):
 
 
 def main(_):
-  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir,
+  if FLAGS.litert_model and FLAGS.do_train:
+    raise fileio.InputError("--do_train with --litert_model: a LiteRT model only predicts; "
+                            "train from a checkpoint, then export it (export_model.py "
+                            "--format=litert)")
+  runner = script_flags.litert_model(("classifier",), "run_classifier.py")
+  script_flags.run_fine_tuning(lambda vocab_file: _main(vocab_file, runner),
+                               ("train", "eval", "predict"), data_dir=FLAGS.data_dir,
                                task_name=FLAGS.task_name)
 
 
-def _main(vocab_file):
+def _check_litert(runner, processor, label_list):
+  """A LiteRT classifier (--litert_model) must be one of this task: its kind of outputs and
+  labels."""
+  info, where = runner.info, f"--litert_model={FLAGS.litert_model}"
+  for key, ours in (("regression", processor.is_regression),
+                    ("multi_label", processor.multi_label)):
+    if bool(info.get(key)) != ours:
+      raise fileio.InputError(f"{where} is {'' if info.get(key) else 'not '}a "
+                              f"{key.replace('_', '-')} classifier, --task_name={FLAGS.task_name} "
+                              f"is {'' if ours else 'not '}one")
+  if bool(info.get("text_pairs")) != processor.is_pair:
+    raise fileio.InputError(f"{where} classifies {'sentence pairs' if info.get('text_pairs') else 'single texts'}, "
+                            f"--task_name={FLAGS.task_name} has "
+                            f"{'sentence pairs' if processor.is_pair else 'single texts'}")
+  if info.get("labels") and list(info["labels"]) != list(label_list):
+    raise fileio.InputError(f"{where} predicts the labels {','.join(info['labels'])}, the task "
+                            f"has {','.join(label_list)}")
+
+
+def _main(vocab_file, runner=None):
   processor = processor_from_flags()
   _check_flags(processor)
   out = FLAGS.output_dir
@@ -981,15 +1007,19 @@ def _main(vocab_file):
     train_windows = convert_examples_to_features(train_examples, label_list, FLAGS.max_seq_length,
                                                  tokenizer, is_regression, FLAGS.doc_stride,
                                                  multi_label)
-  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
-      train_examples if train_windows is None else train_windows, strategy,
-      FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, FLAGS.num_train_epochs,
-      FLAGS.warmup_proportion, processor.split_file(FLAGS.data_dir, "train"))
-  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
-      strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
-                                                script_flags.compute_dtype()),
-      modeling.classifier_losses(is_regression, multi_label), num_train_steps, num_warmup_steps,
-      has_checkpoint)
+  if runner:  # the LiteRT model predicts in the place of a trainer's model
+    _check_litert(runner, processor, label_list)
+    trainer = runner
+  else:
+    num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+        train_examples if train_windows is None else train_windows, strategy,
+        FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, FLAGS.num_train_epochs,
+        FLAGS.warmup_proportion, processor.split_file(FLAGS.data_dir, "train"))
+    model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
+        strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
+                                                  script_flags.compute_dtype()),
+        modeling.classifier_losses(is_regression, multi_label), num_train_steps,
+        num_warmup_steps, has_checkpoint)
 
   def model_outputs(name, split, examples):
     """The probabilities (or scores; independent sigmoids for multi-label) of `examples` (of
@@ -1080,14 +1110,19 @@ def _main(vocab_file):
         trainer, train_file, spec, batch,
         num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
         fine_tuning.shuffle_buffer(num_records), evaluate)
-  else:
+  elif not runner:
     trainer.restore_or_initialize(init_fn)
 
   # The step of the weights evaluated and predicted with: the best checkpoint's, when one was
-  # kept (--keep_best_checkpoint_metric), else the latest.
-  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
-                 else None) or int(optimizer.iterations.numpy())
+  # kept (--keep_best_checkpoint_metric), else the latest (a LiteRT model's: its checkpoint's).
+  if runner:
+    global_step = runner.info.get("global_step") or 0
+  else:
+    global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
+                   else None) or int(optimizer.iterations.numpy())
   thresholds = np.full(len(label_list), FLAGS.threshold)
+  if runner and multi_label and runner.info.get("thresholds"):
+    thresholds = np.array(runner.info["thresholds"])
   if FLAGS.do_eval:
     summary, details = dev_evaluation()
     summary.update(loss=summary["eval_loss"], global_step=global_step)

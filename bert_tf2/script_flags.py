@@ -32,7 +32,7 @@ _TITLES = {"runtime": "devices and precision", "mode": "what to run", "output_di
            "doc_stride": "sequences", "dynamic_padding": "sequences", "data_dir": "task",
            "labels": "task", "regression": "task", "multi_label": "task", "squad": "SQuAD",
            "fine_tuning": "fine-tuning",
-           "pooling": "sentence vectors"}
+           "pooling": "sentence vectors", "litert_model": "model"}
 
 # TensorFlow and the modules on it are imported by the functions that build values only:
 # create_pretraining_data uses the groups here and never imports TensorFlow (it starts fast).
@@ -161,6 +161,43 @@ def define_checkpoint_flags():
   _define(flags.DEFINE_string, "init_checkpoint", None,
           "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, or "
           "one of this project's checkpoints (a prefix, or a directory for its latest).")
+
+
+def define_litert_model_flag():
+  """--litert_model: predict with a LiteRT model directory instead of a checkpoint."""
+  _define(flags.DEFINE_string, "litert_model", None,
+          "A LiteRT model directory (export_model.py --format=litert, float32 or int8 weights) "
+          "to run on the CPU instead of a checkpoint; its vocab.txt, config and casing come with "
+          "it (no --init_checkpoint, --bert_config_file or --vocab_file).")
+
+
+def litert_model(kinds, what):
+  """The litert.Model of --litert_model, or None without it. It must be one of `kinds` (for
+  `what` the script does); the checkpoint flags must not be given besides it, and a
+  --do_lower_case given must be the model's casing (the default becomes it)."""
+  if not FLAGS.litert_model:
+    return None
+  from bert_tf2 import fileio, litert
+  for name in ("init_checkpoint", "bert_config_file", "vocab_file", "hub_module_handle"):
+    if name in FLAGS and FLAGS[name].value:
+      raise fileio.InputError(f"--{name} with --litert_model: the LiteRT model directory "
+                              "holds its weights, config and vocab; give one or the other")
+  model = litert.Model(FLAGS.litert_model)
+  if model.kind not in kinds:
+    raise fileio.InputError(f"--litert_model={FLAGS.litert_model} is a LiteRT {model.kind}; "
+                            f"{what} needs a LiteRT {' or '.join(kinds)} (export_model.py "
+                            f"--format=litert --model_type={kinds[0]})")
+  lower = bool(model.info.get("do_lower_case", True))
+  if FLAGS["do_lower_case"].present and FLAGS.do_lower_case != lower:
+    raise fileio.InputError(f"--do_lower_case={FLAGS.do_lower_case} does not match "
+                            f"--litert_model={FLAGS.litert_model} (exported with "
+                            f"do_lower_case={lower})")
+  FLAGS.do_lower_case = lower
+  # The scripts' usual file checks and loading then take the directory's vocab and config.
+  FLAGS.vocab_file = model.vocab_file
+  if "bert_config_file" in FLAGS:
+    FLAGS.bert_config_file = model.config_file
+  return model
 
 
 def define_vocab_flag():

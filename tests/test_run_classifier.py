@@ -595,6 +595,23 @@ def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
   np.testing.assert_allclose(served["probabilities"].numpy(), rows, atol=1e-5, rtol=0)
   assert [s.decode() for s in served["label"].numpy()] == chosen
   np.testing.assert_array_equal(served["predicted"].numpy(), rows > thresholds)
+  # As a LiteRT model (float32): the tuned thresholds ride along; run_classifier --litert_model
+  # predicts the same probabilities and labels.
+  litert_dir = tmp_path / "litert"
+  export_model.export("classifier", str(litert_dir), init_checkpoint=str(out),
+                      max_seq_length=32, export_format="litert")
+  info = json.loads((litert_dir / "litert_model.json").read_text())
+  assert info["multi_label"] and info["labels"] == labels
+  np.testing.assert_allclose(info["thresholds"], thresholds, atol=1e-6)
+  litert_out = tmp_path / "litert_out"
+  run_ok(["run_classifier.py", "--task_name=goemotions", f"--data_dir={data}",
+          f"--litert_model={litert_dir}", f"--output_dir={litert_out}", "--max_seq_length=32",
+          "--predict_batch_size=16", "--do_predict"])
+  litert_lines = [line.split("\t") for line in
+                  (litert_out / "test_predictions.tsv").read_text().splitlines()]
+  assert [line[:2] for line in litert_lines] == [line[:2] for line in lines]
+  np.testing.assert_allclose([[float(v) for v in line[2:]] for line in litert_lines[1:]], rows,
+                             atol=1e-5, rtol=0)
 
   # Predicting again with --tune_thresholds needs the thresholds of this checkpoint: after more
   # training they are stale, which is said in one line.

@@ -1,0 +1,162 @@
+"""LiteRT (TFLite) models for CPU serving: the encoder, the sentence embedder and a fine-tuned
+classifier, in float32 or with int8 weights, converted here and run by extract_features.py and
+run_classifier.py (--litert_model).
+
+A LiteRT model directory (export_model.py --format=litert) holds `model.tflite`, the
+`vocab.txt` and `bert_config.json` of its model and `litert_model.json`, what the model is (kind,
+quantization, casing, labels, pooling, the checkpoint's step). The model takes token ids, not
+text: its one signature `serving_default` has int32 [batch, seq] inputs `input_word_ids`,
+`input_mask` and `input_type_ids`, any batch and length up to the config's positions, and the
+host tokenizes (tokenization.FullTokenizer with the directory's vocab and casing). Raw-string
+input cannot be kept: the in-graph tokenizer of the SavedModels (graph_tokenization.py) uses
+TensorFlow string and regex ops that LiteRT's built-in op set lacks; they would need the
+TensorFlow ("Flex") delegate, which the LiteRT runtime packages do not ship.
+
+Quantization "int8" is LiteRT's dynamic-range quantization: every matmul weight is stored as
+int8 with a per-channel scale and the activations are quantized per batch at run time, so no
+calibration data is needed and the file is about a quarter of float32's. LayerNorm, softmax and
+GELU stay float32. (Full-integer quantization, activations calibrated in advance, loses more
+accuracy on BERT's LayerNorm and attention outputs and is not offered.)
+
+The outputs by kind: encoder `sequence_output` [batch, seq, hidden], `pooled_output` [batch,
+hidden] and `encoder_outputs` [batch, layers, seq, hidden] (every layer, batch first);
+embedder `embedding` [batch, hidden]; classifier `logits` [batch, labels] float32.
+"""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from bert_tf2 import fileio
+
+MODEL_FILE = "model.tflite"
+INFO_FILE = "litert_model.json"
+ENTRIES = frozenset((MODEL_FILE, INFO_FILE, "vocab.txt", "bert_config.json"))
+INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
+QUANTIZATIONS = ("none", "int8")
+KINDS = ("encoder", "embedder", "classifier")
+# The feature names of the scripts' pipelines for each model input.
+_FEATURE_NAMES = {"input_word_ids": ("input_word_ids", "input_ids"),
+                  "input_mask": ("input_mask",),
+                  "input_type_ids": ("input_type_ids", "segment_ids")}
+
+
+def input_signature():
+  return [tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUTS]
+
+
+def convert(function, owner, quantize):
+  """The .tflite bytes of `function` (a tf.function of the three int32 inputs, input_signature
+  given, returning a dict of float32 tensors; `owner` the module holding its variables): built-in
+  LiteRT ops only, int8 weights when `quantize` is "int8"."""
+  if quantize not in QUANTIZATIONS:
+    raise fileio.InputError(f"--quantize={quantize}: one of {', '.join(QUANTIZATIONS)}")
+  converter = tf.lite.TFLiteConverter.from_concrete_functions(
+      [function.get_concrete_function()], owner)
+  converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+  if quantize == "int8":
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
+  return converter.convert()
+
+
+def is_litert_directory(path):
+  """True when `path` holds a LiteRT model directory and nothing else (replacing it loses no
+  user file)."""
+  try:
+    names = set(os.listdir(path))
+  except OSError:
+    return False
+  return MODEL_FILE in names and INFO_FILE in names and names <= ENTRIES
+
+
+def read_info(directory, flag="litert_model"):
+  """The litert_model.json of a LiteRT model directory; InputError naming the flag when it is
+  not one."""
+  path = os.path.join(directory, INFO_FILE)
+  if not os.path.isdir(directory):
+    raise fileio.InputError(f"--{flag}={directory} is not a directory (a LiteRT model directory "
+                            "from export_model.py --format=litert)")
+  for name in (MODEL_FILE, INFO_FILE, "vocab.txt"):
+    if not os.path.isfile(os.path.join(directory, name)):
+      raise fileio.InputError(f"--{flag}={directory} has no {name}: not a LiteRT model "
+                              "directory of export_model.py --format=litert")
+  try:
+    with open(path, encoding="utf-8") as f:
+      info = json.load(f)
+    if not isinstance(info, dict) or info.get("kind") not in KINDS:
+      raise ValueError(f"its kind is not one of {', '.join(KINDS)}")
+  except (OSError, ValueError, UnicodeDecodeError) as e:
+    raise fileio.InputError(f"{path}: not a LiteRT model description: {e}") from None
+  return info
+
+
+class Model:
+  """A LiteRT model directory, run on the CPU by LiteRT's interpreter (XNNPACK kernels) with
+  `num_threads` threads (default: one per CPU).
+
+  `model(input_ids, input_mask, input_type_ids)` -> dict of numpy outputs. `predict` has
+  training.Trainer.predict's contract (the scripts' prediction loops take either): batches of a
+  dataset in, each cut to its longest real sequence, outputs and features out as numpy.
+  """
+
+  def __init__(self, directory, num_threads=None, flag="litert_model"):
+    self.directory = directory
+    self.info = read_info(directory, flag)
+    self.kind = self.info["kind"]
+    self.vocab_file = os.path.join(directory, "vocab.txt")
+    self.config_file = os.path.join(directory, "bert_config.json")
+    model_path = os.path.join(directory, MODEL_FILE)
+    try:
+      self._interpreter = _interpreter_class()(model_path=model_path,
+                                               num_threads=num_threads or os.cpu_count())
+      self._runner = self._interpreter.get_signature_runner("serving_default")
+    except (ValueError, RuntimeError) as e:
+      raise fileio.InputError(f"{model_path}: not a LiteRT model this runtime can load: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else e}"
+                              ) from None
+    # What the scripts ask of a trainer when they only predict.
+    self.strategy = tf.distribute.get_strategy()
+    self.is_chief = True
+    self.num_workers = 1
+
+  def __call__(self, input_ids, input_mask, input_type_ids):
+    inputs = {"input_word_ids": input_ids, "input_mask": input_mask,
+              "input_type_ids": input_type_ids}
+    return self._runner(**{k: np.ascontiguousarray(v, np.int32) for k, v in inputs.items()})
+
+  def predict(self, dataset_fn, output_keys):
+    """Yields, for each batch of `dataset_fn(input_context)`, a dict of numpy arrays: the outputs
+    named in `output_keys` and the batch's features, cut to the batch's longest real sequence."""
+    dataset = dataset_fn(tf.distribute.InputContext())
+    for features in dataset.as_numpy_iterator():
+      length = max(1, int(np.max(np.sum(features["input_mask"], axis=-1), initial=0)))
+      batch = {k: (v[:, :length] if np.ndim(v) == 2 and k in _SEQUENCE_FEATURES else v)
+               for k, v in features.items()}
+      inputs = [_feature(batch, name) for name in INPUTS]
+      outputs = self(*inputs)
+      batch.update({k: outputs[k] for k in output_keys})
+      yield batch
+
+
+def _interpreter_class():
+  """LiteRT's interpreter (the ai-edge-litert package, requirements.txt); TensorFlow's
+  tf.lite.Interpreter, the same runtime but deprecated, where that package is missing."""
+  try:
+    from ai_edge_litert import interpreter  # pylint: disable=g-import-not-at-top
+    return interpreter.Interpreter
+  except ImportError:
+    return tf.lite.Interpreter
+
+
+_SEQUENCE_FEATURES = frozenset(n for names in _FEATURE_NAMES.values() for n in names)
+
+
+def _feature(features, input_name):
+  for name in _FEATURE_NAMES[input_name]:
+    if name in features:
+      return features[name]
+  if input_name == "input_type_ids":
+    return np.zeros_like(features["input_mask"])
+  raise KeyError(input_name)
