@@ -166,6 +166,40 @@ def machine():
   return info
 
 
+_ISA_PROBES = {
+    # oneDNN names the ISA it dispatches to when verbose (ONEDNN_MAX_CPU_ISA caps it).
+    "tensorflow_onednn": ("tensorflow", "import tensorflow as tf\n"
+                          "tf.matmul(tf.ones([64, 64]), tf.ones([64, 64])).numpy()",
+                          lambda out: next((line.split("isa:", 1)[1].strip()
+                                            for line in out.splitlines() if ",isa:" in line),
+                                           None)),
+    # ATen's kernels (ATEN_CPU_CAPABILITY caps them).
+    "torch": ("torch", "import torch\nprint('capability:' + "
+              "torch.backends.cpu.get_cpu_capability())",
+              lambda out: next((line.split(":", 1)[1].strip() for line in out.splitlines()
+                                if line.startswith("capability:")), None)),
+}
+
+
+def effective_isa():
+  """The instruction sets the libraries really use in this environment, each probed in a child
+  process, with the variables that cap them: a figure "on AVX2" measured on an AVX-512 machine
+  says so, and shows that the cap took."""
+  out = {name: os.environ.get(name) for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                                                 "MKL_ENABLE_INSTRUCTIONS")}
+  for name, (module, code, parse) in _ISA_PROBES.items():
+    if importlib.util.find_spec(module) is None:
+      continue
+    env = dict(os.environ, ONEDNN_VERBOSE="1", TF_CPP_MIN_LOG_LEVEL="3")
+    try:
+      proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+      out[name] = parse(proc.stdout + proc.stderr)
+    except (OSError, subprocess.TimeoutExpired):
+      out[name] = None
+  return out
+
+
 # --- timing --------------------------------------------------------------------------------------
 
 
@@ -364,7 +398,8 @@ def emit(benchmark, figures, settings, details=None, peer_name=None, peer_missin
           "ours_variant": head["ours_variant"], "peer": head["peer"],
           "peer_variant": head["peer_variant"], "peer_name": peer_name, "ratio": head["ratio"],
           "target_ratio": head["target_ratio"], "figures": figures, "settings": settings,
-          "details": details or {}, "machine": machine(), "versions": versions()}
+          "details": details or {}, "machine": {**machine(), "effective_isa": effective_isa()},
+          "versions": versions()}
   if peer_source:
     line["peer_source"] = peer_source
   if peer_missing:
