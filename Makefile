@@ -29,6 +29,7 @@ setup: .venv/.installed
 quickstart: .venv/.installed
 	$(PY) quickstart.py
 test: .venv/.installed-test
-	$(PY) -m pytest -q --durations=15 tests
+	# Two test processes (pytest-xdist): most tests start scripts whose start-up is one core's work.
+	$(PY) -m pytest -q -n 2 --durations=15 tests
 
 .PHONY: setup quickstart test model
