@@ -28,11 +28,13 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 
-def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, **required):
+def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, init_checkpoint=None,
+        **required):
   """Calls a fine-tuning script's `main(vocab_file)` after what every run starts with, in this
   order: one of `modes` ({"do_train": value, ...}) set; the vocab, `vocab_file` or else the one
-  the encoder SavedModel `hub_module_handle` carries or the vocab.txt a training run saved beside
-  its checkpoints in `output_dir`; the `required` flags (name=value), then
+  the encoder SavedModel `hub_module_handle` carries, the vocab.txt a training run saved beside
+  its checkpoints in `output_dir`, or the vocab.txt beside `init_checkpoint` (a Google or HF
+  model folder, a fine-tuning run's); the `required` flags (name=value), then
   --vocab_file and --output_dir, given (an InputError names the first that is missing); and
   TensorFlow's global `seed`. A run that fails before writing leaves no empty `output_dir`
   behind (fileio.check_outputs makes it, to prove that it can)."""
@@ -41,6 +43,11 @@ def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, **requi
   vocab_file = hub_module_vocab(hub_module_handle, vocab_file)
   if not vocab_file and not hub_module_handle:
     vocab_file = saved_beside_checkpoints(output_dir, "vocab.txt")
+  if not vocab_file and init_checkpoint and not hub_module_handle:
+    beside = checkpoints.vocab_beside(init_checkpoint)
+    if os.path.isfile(beside):
+      logging.info("--vocab_file: %s (beside --init_checkpoint)", beside)
+      vocab_file = beside
   fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
   tf.random.set_seed(seed)
   with fileio.no_new_empty_directories(*[output_dir] if output_dir else []):

@@ -486,7 +486,8 @@ def run_fine_tuning(main, modes, **required):
   and --output_dir given, --seed."""
   from bert_tf2 import fine_tuning
   fine_tuning.run(main, FLAGS.seed, {f"do_{mode}": FLAGS[f"do_{mode}"].value for mode in modes},
-                  FLAGS.output_dir, FLAGS.hub_module_handle, FLAGS.vocab_file, **required)
+                  FLAGS.output_dir, FLAGS.hub_module_handle, FLAGS.vocab_file,
+                  init_checkpoint=FLAGS.init_checkpoint, **required)
 
 
 def check_files_and_load(outputs, inputs, vocab_file, pairs=None):

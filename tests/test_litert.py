@@ -176,6 +176,11 @@ def test_run_classifier_evaluates_and_predicts_with_a_litert_classifier(tmp_path
     run_ok(["run_classifier.py", *common, f"--litert_model={directory}", f"--output_dir={out}",
             "--do_eval", "--do_predict"])
     results[quantize] = _eval_results(out), _tsv_rows(out / "test_predictions.tsv")
+  # (The same checkpoint as --init_checkpoint, no --vocab_file: the vocab.txt beside it.)
+  from_init = tmp_path / "from_init"
+  run_ok(["run_classifier.py", *common, f"--init_checkpoint={trained}",
+          f"--output_dir={from_init}", "--do_eval"])
+  assert _eval_results(from_init)["eval_accuracy"] == want["eval_accuracy"]
   got, rows = results["none"]
   assert got["eval_accuracy"] == want["eval_accuracy"] and got["global_step"] == want[
       "global_step"] and got["eval_examples"] == want["eval_examples"] == "408"
