@@ -698,7 +698,8 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
       except (OSError, tf.errors.OpError) as e:  # A full disk, a quota: TF names only the file.
         reason = (getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)).strip()
         reason = reason.splitlines()[0] if reason else type(e).__name__
-        raise fileio.InputError(f"--export_dir={export_dir}: cannot write the model, "
+        what = "LiteRT model" if export_format == "litert" else "SavedModel"
+        raise fileio.InputError(f"--export_dir={export_dir}: cannot write the {what}, "
                                 f"nothing was replaced: {reason}") from None
   export_dir = os.path.abspath(export_dir)
   logging.info("Wrote %s %s", "LiteRT model" if export_format == "litert" else "SavedModel",

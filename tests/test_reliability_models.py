@@ -330,6 +330,15 @@ def test_export_on_a_full_disk_is_one_error_line_and_keeps_the_earlier_export(
   assert _snapshot(target) == before
 
 
+def test_litert_export_on_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_path):
+  target = tmp_path / "litert"
+  result = _on_a_small_disk(_export(target, "--format=litert", "--quantize=int8"), 20_000)
+  line = _error_line(result)
+  assert f"--export_dir={target}: cannot write the LiteRT model" in line
+  assert "File too large" in line
+  assert not _staging(target) and not target.exists()
+
+
 @pytest.mark.parametrize("output_format,named", [("hf", "model.safetensors"),
                                                  ("project", "--output=")])
 def test_convert_on_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_path, output_format,
