@@ -227,10 +227,8 @@ class LiteRTExtractor:
       yield batch
 
 
-def _litert_extractor(runner, layer_indexes, pooling):
+def _litert_extractor(runner, config, layer_indexes, pooling):
   """LiteRTExtractor of --litert_model, its flags checked against what the model is."""
-  config = modeling.BertConfig.from_json_file(runner.config_file)
-  checkpoints.check_seq_length(FLAGS.max_seq_length, config, runner.config_file)
   if runner.kind == "embedder":  # its vectors are pooled in the model
     own = runner.info.get("pooling"), bool(runner.info.get("normalize"))
     if (pooling and pooling != own[0]) or (FLAGS["normalize"].present and FLAGS.normalize !=
@@ -392,8 +390,7 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
 
 def main(_):
   runner = script_flags.litert_model(("encoder", "embedder"), "extract_features.py")
-  vocab_file = FLAGS.vocab_file  # (the LiteRT model's own with --litert_model)
-  if runner:
+  if runner:  # (--vocab_file and --bert_config_file are now the LiteRT model's own)
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file)
     inputs = [("litert_model", [os.path.join(FLAGS.litert_model, name)
                                 for name in os.listdir(FLAGS.litert_model)])]
@@ -406,15 +403,16 @@ def main(_):
     inputs = [("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
               ("bert_config_file", configs)]
   fileio.check_file(FLAGS.input_file, "--input_file")
-  fileio.check_file(vocab_file, "--vocab_file")
+  fileio.check_file(FLAGS.vocab_file, "--vocab_file")
   fileio.check_outputs(
       files=[("output_file", FLAGS.output_file)],
-      inputs=[("input_file", FLAGS.input_file), ("vocab_file", vocab_file), *inputs])
+      inputs=[("input_file", FLAGS.input_file), ("vocab_file", FLAGS.vocab_file), *inputs])
   if os.path.getsize(FLAGS.input_file) == 0:
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
   if runner:
-    config = modeling.BertConfig.from_json_file(runner.config_file)
+    config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+    checkpoints.check_seq_length(FLAGS.max_seq_length, config, FLAGS.bert_config_file)
   else:
     tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
     config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
@@ -435,14 +433,14 @@ def main(_):
         FLAGS.doc_stride, FLAGS.max_seq_length - 2,
         f"text tokens of a window (--max_seq_length={FLAGS.max_seq_length} - 2 for "
         "[CLS] text [SEP])")
-  tokenizer = tokenization.load_tokenizer(vocab_file, FLAGS.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
   # An id past the model's embedding table would fail deep in the graph ("Graph execution
   # error"); checked here, naming both files.
   tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
-                                vocab_file, FLAGS.bert_config_file or
+                                FLAGS.vocab_file, FLAGS.bert_config_file or
                                 f"the config of --init_checkpoint={FLAGS.init_checkpoint}")
   if runner:
-    trainer = _litert_extractor(runner, layer_indexes, pooling)
+    trainer = _litert_extractor(runner, config, layer_indexes, pooling)
     _write_features(trainer, tokenizer, layer_indexes, pad_to_longest=True)
     return
 

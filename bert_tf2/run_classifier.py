@@ -970,9 +970,9 @@ def _check_litert(runner, processor, label_list):
                               f"{key.replace('_', '-')} classifier, --task_name={FLAGS.task_name} "
                               f"is {'' if ours else 'not '}one")
   if bool(info.get("text_pairs")) != processor.is_pair:
-    raise fileio.InputError(f"{where} classifies {'sentence pairs' if info.get('text_pairs') else 'single texts'}, "
-                            f"--task_name={FLAGS.task_name} has "
-                            f"{'sentence pairs' if processor.is_pair else 'single texts'}")
+    texts = lambda pairs: "sentence pairs" if pairs else "single texts"
+    raise fileio.InputError(f"{where} classifies {texts(info.get('text_pairs'))}, "
+                            f"--task_name={FLAGS.task_name} has {texts(processor.is_pair)}")
   if info.get("labels") and list(info["labels"]) != list(label_list):
     raise fileio.InputError(f"{where} predicts the labels {','.join(info['labels'])}, the task "
                             f"has {','.join(label_list)}")
@@ -1121,7 +1121,7 @@ def _main(vocab_file, runner=None):
     global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
                    else None) or int(optimizer.iterations.numpy())
   thresholds = np.full(len(label_list), FLAGS.threshold)
-  if runner and multi_label and runner.info.get("thresholds"):
+  if runner and multi_label and runner.info.get("thresholds") and not FLAGS["threshold"].present:
     thresholds = np.array(runner.info["thresholds"])
   if FLAGS.do_eval:
     summary, details = dev_evaluation()

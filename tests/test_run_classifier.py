@@ -612,6 +612,14 @@ def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
   assert [line[:2] for line in litert_lines] == [line[:2] for line in lines]
   np.testing.assert_allclose([[float(v) for v in line[2:]] for line in litert_lines[1:]], rows,
                              atol=1e-5, rtol=0)
+  # A --threshold given wins over the exported thresholds.
+  run_ok(["run_classifier.py", "--task_name=goemotions", f"--data_dir={data}",
+          f"--litert_model={litert_dir}", f"--output_dir={litert_out}", "--max_seq_length=32",
+          "--predict_batch_size=16", "--do_predict", "--threshold=0.3"])
+  litert_lines = [line.split("\t") for line in
+                  (litert_out / "test_predictions.tsv").read_text().splitlines()]
+  assert [line[1] for line in litert_lines[1:]] == [
+      ",".join(l for l, p in zip(labels, row) if p > 0.3) for row in rows]
 
   # Predicting again with --tune_thresholds needs the thresholds of this checkpoint: after more
   # training they are stale, which is said in one line.
