@@ -84,6 +84,11 @@ flags.DEFINE_bool("dynamic_padding", True,
                   "Both sides pad each batch to its longest sequence (ours: run_classifier.py's "
                   "default --dynamic_padding; HF: as DataCollatorWithPadding); the scores do not "
                   "depend on it, the time does.")
+flags.DEFINE_enum("classifier_pooling", "pooler", ["pooler", "mean"],
+                  "What the output layer reads: pooler (the tanh pooler over [CLS]: ours "
+                  "run_classifier's default, HF BertForSequenceClassification) or mean (the masked "
+                  "mean of the last layer: ours --classifier_pooling=mean, HF BertModel + mean + "
+                  "dropout + Linear in the same loop). all-MiniLM-L6-v2's pooler was never trained.")
 flags.DEFINE_integer("threads", 0, "CPU threads of each run (0: the library's default).",
                      lower_bound=0)
 
@@ -110,7 +115,9 @@ def _hyper_parameters():
   """What a kept run must match to be reused (the optimizer and precision are in its path)."""
   return {"model_dir": _model_dir(), "seq_length": FLAGS.seq_length,
           "batch_size": FLAGS.batch_size, "learning_rate": FLAGS.lr, "epochs": FLAGS.epochs,
-          "warmup_fraction": FLAGS.warmup_fraction, "weight_decay": 0.01, "clip_norm": 1.0}
+          "warmup_fraction": FLAGS.warmup_fraction, "weight_decay": 0.01, "clip_norm": 1.0,
+          **({"classifier_pooling": FLAGS.classifier_pooling}
+             if FLAGS.classifier_pooling != "pooler" else {})}
 
 
 def _settings():
@@ -208,9 +215,10 @@ def _ours(task, seed, run_dir):
           f"--optimizer={FLAGS.our_optimizer}", f"--lr_schedule={FLAGS.our_lr_schedule}",
           f"--iterations_per_loop={FLAGS.log_every}",
           "--mixed_precision=" + ("bf16" if FLAGS.precision == "bf16" else "none"),
-          "--dynamic_padding" if FLAGS.dynamic_padding else "--nodynamic_padding"]
-  if _multi_label(task):
-    args.append("--do_predict")
+          "--dynamic_padding" if FLAGS.dynamic_padding else "--nodynamic_padding",
+          f"--classifier_pooling={FLAGS.classifier_pooling}"]
+  if _multi_label(task):  # (the tuned thresholds are a second figure: test at dev's thresholds)
+    args += ["--do_predict", "--tune_thresholds"]
   env = dict(os.environ)
   if FLAGS.threads:
     env.update(TF_NUM_INTRAOP_THREADS=str(FLAGS.threads), TF_NUM_INTEROP_THREADS="1")
@@ -224,8 +232,13 @@ def _ours(task, seed, run_dir):
   if _multi_label(task):  # test macro-F1 of test_results.tsv (per-label probabilities)
     from bert_tf2 import metrics  # pylint: disable=g-import-not-at-top  (numpy only)
     probabilities = np.loadtxt(os.path.join(out, "test_results.tsv"), delimiter="\t", ndmin=2)
+    data = _features(task)
     result["scores"]["test_macro_f1"] = metrics.multi_label_metrics(
-        _features(task)["test_labels"], probabilities)[0]["macro_f1"]
+        data["test_labels"], probabilities)[0]["macro_f1"]
+    from bert_tf2 import fine_tuning  # pylint: disable=g-import-not-at-top
+    tuned, _ = fine_tuning.read_thresholds(out, [str(l) for l in data["label_list"]])
+    result["scores"]["test_tuned_macro_f1"] = metrics.multi_label_metrics(
+        data["test_labels"], probabilities, np.array(tuned))[0]["macro_f1"]
   return result
 
 
@@ -263,8 +276,12 @@ def _hf(task, seed):
   torch.manual_seed(seed)
   problem = ("regression" if regression else "multi_label_classification" if multi_label
              else "single_label_classification")
-  model = transformers.BertForSequenceClassification.from_pretrained(
-      _model_dir(), num_labels=1 if regression else len(data["label_list"]), problem_type=problem)
+  num_labels = 1 if regression else len(data["label_list"])
+  if FLAGS.classifier_pooling == "mean":
+    model = _MeanPoolingClassifier(torch, transformers, num_labels, problem)
+  else:
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        _model_dir(), num_labels=num_labels, problem_type=problem)
   no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
   decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
   optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -321,12 +338,17 @@ def _hf(task, seed):
     return np.concatenate(outputs)
 
   logits = split_logits("dev")
-  if multi_label:  # sigmoid above 0.5, as ours
-    scores = {k: float(v) for k, v in metrics.multi_label_metrics(
-        data["dev_labels"], 1 / (1 + np.exp(-logits.astype(np.float64))))[0].items()}
-    test = split_logits("test")
-    scores["test_macro_f1"] = metrics.multi_label_metrics(
-        data["test_labels"], 1 / (1 + np.exp(-test.astype(np.float64))))[0]["macro_f1"]
+  if multi_label:  # sigmoid above 0.5, as ours; and at per-label thresholds tuned on dev
+    sigmoid = lambda x: 1 / (1 + np.exp(-x.astype(np.float64)))
+    dev = sigmoid(logits)
+    scores = {k: float(v) for k, v in metrics.multi_label_metrics(data["dev_labels"], dev)[0].items()}
+    tuned = metrics.tune_thresholds(data["dev_labels"], dev)
+    scores["tuned_macro_f1"] = metrics.multi_label_metrics(data["dev_labels"], dev, tuned)[0][
+        "macro_f1"]
+    test = sigmoid(split_logits("test"))
+    scores["test_macro_f1"] = metrics.multi_label_metrics(data["test_labels"], test)[0]["macro_f1"]
+    scores["test_tuned_macro_f1"] = metrics.multi_label_metrics(
+        data["test_labels"], test, tuned)[0]["macro_f1"]
     return {"scores": scores, "losses": losses, "steps": steps,
             "seconds": round(time.time() - start, 1)}
   predictions = logits[:, 0] if regression else logits.argmax(-1)
@@ -338,6 +360,40 @@ def _hf(task, seed):
           "seconds": round(time.time() - start, 1),
           "predicted_classes": None if regression else
           np.bincount(predictions, minlength=logits.shape[1]).tolist()}
+
+
+def _MeanPoolingClassifier(torch, transformers, num_labels, problem):  # pylint: disable=invalid-name
+  """BertModel, the masked mean of its last layer, dropout 0.1 and a Linear layer initialised
+  as BertForSequenceClassification's (normal 0.02, zero bias), with its losses: what
+  run_classifier --classifier_pooling=mean builds."""
+
+  class Model(torch.nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.bert = transformers.BertModel.from_pretrained(_model_dir(), add_pooling_layer=False)
+      self.dropout = torch.nn.Dropout(0.1)
+      self.classifier = torch.nn.Linear(self.bert.config.hidden_size, num_labels)
+      torch.nn.init.normal_(self.classifier.weight, std=self.bert.config.initializer_range)
+      torch.nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels=None):
+      hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                         token_type_ids=token_type_ids).last_hidden_state
+      mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+      vectors = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+      logits = self.classifier(self.dropout(vectors))
+      loss = None
+      if labels is not None:
+        if problem == "regression":
+          loss = torch.nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
+        elif problem == "multi_label_classification":
+          loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+        else:
+          loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+      return transformers.modeling_outputs.SequenceClassifierOutput(loss=loss, logits=logits)
+
+  return Model()
 
 
 def _hf_child(task, seed, run_dir):

@@ -851,15 +851,36 @@ class _FineTuningModel(tf.Module):
                                              _head_seed(dropout_seed)))
 
 
-class BertClassifier(_FineTuningModel):
-  """[CLS] classification (softmax over `num_labels`) or regression (`num_labels` = 1)."""
+CLASSIFIER_POOLINGS = ("pooler",) + POOLINGS
 
-  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1):
+
+class BertClassifier(_FineTuningModel):
+  """Sentence classification (softmax over `num_labels`, or independent sigmoids: the loss
+  decides) or regression (`num_labels` = 1).
+
+  `pooling`: what the output layer reads. `pooler` (the original's): the tanh pooler over
+  [CLS], and then the last layer runs at [CLS] only. `mean` / `cls` / `max`: pool_tokens over
+  the last layer's token vectors, the pooler unused: for checkpoints whose pooler was never
+  trained, such as sentence-transformers models (all-MiniLM-L6-v2's is a random
+  initialisation with outputs near 0, which a new output layer learns from very slowly).
+  """
+
+  def __init__(self, config, num_labels, compute_dtype=tf.float32, head_dropout=0.1,
+               pooling="pooler"):
     super().__init__(config, num_labels, compute_dtype, head_dropout, name="classifier")
+    if pooling not in CLASSIFIER_POOLINGS:
+      raise ValueError(f"pooling {pooling!r} is not one of {', '.join(CLASSIFIER_POOLINGS)}")
+    self.pooling = pooling
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
-    outputs = self._encode(features, training, dropout_seed, inference_weights, pooled_only=True)
-    outputs["logits"] = self._logits(outputs["pooled_output"], training, dropout_seed)
+    if self.pooling == "pooler":
+      outputs = self._encode(features, training, dropout_seed, inference_weights,
+                             pooled_only=True)
+      vectors = outputs["pooled_output"]
+    else:
+      outputs = self._encode(features, training, dropout_seed, inference_weights)
+      vectors = pool_tokens(outputs["sequence_output"], features["input_mask"], self.pooling)
+    outputs["logits"] = self._logits(vectors, training, dropout_seed)
     return outputs
 
 

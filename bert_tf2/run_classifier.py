@@ -101,6 +101,13 @@ def define_flags():
       "data) and write them to thresholds.json; --do_predict then uses the thresholds.json of "
       "the same checkpoint.")
 
+  flags.DEFINE_enum(
+      "classifier_pooling", "pooler", list(modeling.CLASSIFIER_POOLINGS),
+      "What the output layer reads: pooler (the original's tanh pooler over [CLS]), or mean / "
+      "cls / max of the last layer's token vectors (as sentence-transformers pools; for "
+      "checkpoints whose pooler was never trained, such as all-MiniLM-L6-v2). Saved in task.json: "
+      "evaluation, prediction and export_model.py use the training run's.")
+
   flags.DEFINE_bool(
       "skip_header", True,
       "tsv/csv tasks: the first row of each file is a header. Needed to name columns; with "
@@ -935,6 +942,26 @@ def _label_list(processor, has_checkpoint):
   return fine_tuning.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "labels")
 
 
+def _classifier_pooling(has_checkpoint):
+  """--classifier_pooling, or the pooling of the fine-tuned model that will be read (the
+  checkpoint in --output_dir, else a fine-tuned --init_checkpoint's): its output layer was
+  trained on it, so a contradicting flag is an InputError."""
+  if has_checkpoint:
+    record, where = fine_tuning.task_record(FLAGS.output_dir, _task(), True), "output_dir"
+  else:
+    record, where = fine_tuning.init_task_record(FLAGS.init_checkpoint, _task(),
+                                                 False), "init_checkpoint"
+  if not record:
+    return FLAGS.classifier_pooling
+  saved = record.get("classifier_pooling", "pooler")  # (records from before the flag)
+  if FLAGS["classifier_pooling"].present and FLAGS.classifier_pooling != saved:
+    raise fileio.InputError(
+        f"--{where}={FLAGS[where].value} holds a classifier trained with "
+        f"--classifier_pooling={saved}, not {FLAGS.classifier_pooling}; leave the flag out or "
+        f"choose another --{where}")
+  return saved
+
+
 def _records_key(processor, split, label_list, vocab_file, order):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   task = {name: FLAGS[name].value for name in ("task_name", "xnli_language", "text_a_column",
@@ -987,6 +1014,7 @@ def _main(vocab_file, runner=None):
   has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
       _OUTPUTS, [("data_dir", processor.data_files(FLAGS.data_dir))], vocab_file, pairs)
   label_list = _label_list(processor, has_checkpoint)
+  pooling = _classifier_pooling(has_checkpoint)
   is_regression = processor.is_regression
   multi_label = processor.multi_label
   spec = feature_spec(FLAGS.max_seq_length, is_regression,
@@ -1017,7 +1045,8 @@ def _main(vocab_file, runner=None):
         FLAGS.warmup_proportion, processor.split_file(FLAGS.data_dir, "train"))
     model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
         strategy, lambda: modeling.BertClassifier(config, processor.num_labels(),
-                                                  script_flags.compute_dtype()),
+                                                  script_flags.compute_dtype(),
+                                                  pooling=pooling),
         modeling.classifier_losses(is_regression, multi_label), num_train_steps,
         num_warmup_steps, has_checkpoint)
 
@@ -1099,7 +1128,7 @@ def _main(vocab_file, runner=None):
     # Evaluating or predicting later without --labels reads the labels of this model here.
     fine_tuning.write_task_record(
         out, _task(), None if is_regression else label_list, text_pairs=processor.is_pair,
-        regression=is_regression, multi_label=multi_label,
+        regression=is_regression, multi_label=multi_label, classifier_pooling=pooling,
         **({"label_delimiter": FLAGS.label_delimiter} if multi_label else {}))
     fine_tuning.write_model_files(out, config, vocab_file)
     num_records = len(train_examples if train_windows is None else train_windows)

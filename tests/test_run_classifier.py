@@ -682,3 +682,63 @@ def test_gradient_checkpointing_trains_the_same_model(tmp_path):
   for result in concurrently([lambda args=args: run_script(args) for args in runs]):
     assert result.returncode == 0, result.stderr[-2000:]
   assert_same_checkpoints(str(tmp_path / "plain"), str(tmp_path / "checkpointed"))
+
+
+@requires_shared
+def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
+  """--classifier_pooling=mean: the output layer reads the masked mean of the last layer (the
+  probabilities of test_results.tsv are those computed here from the checkpoint's encoder and
+  output layer by hand, and differ from what the [CLS] pooler would give); task.json keeps the
+  pooling, so prediction without the flag and the exported SavedModel use it, and a
+  contradicting flag is one error line."""
+  from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "data"
+  data.mkdir()
+  for split, rows in (("train", 97), ("dev", 33), ("test", 33)):
+    with open(os.path.join(GLUE, "SST-2", f"{split}.tsv"), "rb") as f:
+      (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
+  config = tmp_path / "bert_config.json"
+  config.write_text(modeling.BertConfig(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  out = tmp_path / "out"
+  common = ["run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+            f"--vocab_file={VOCAB}", f"--output_dir={out}", "--max_seq_length=32",
+            "--predict_batch_size=8", "--eval_batch_size=8"]
+  run_ok(common + [f"--bert_config_file={config}", "--do_train", "--train_batch_size=16",
+                   "--num_train_epochs=2", "--learning_rate=3e-3", "--classifier_pooling=mean"])
+  assert fine_tuning.task_record(str(out), None, False)["classifier_pooling"] == "mean"
+  run_ok(common + ["--do_predict"])  # (no flag: the training run's pooling)
+  rows = np.loadtxt(out / "test_results.tsv", delimiter="\t", ndmin=2)
+
+  processor = run_classifier.get_processor("sst-2")
+  tokenizer = tokenization.FullTokenizer(VOCAB)
+  features = run_classifier.convert_examples_to_features(
+      processor.get_test_examples(str(data)), ["0", "1"], 32, tokenizer)
+  inputs = {"input_ids": np.array([f.input_ids for f in features]),
+            "input_mask": np.array([f.input_mask for f in features]),
+            "segment_ids": np.array([f.segment_ids for f in features])}
+  model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config)), 2)
+  assert not checkpoints.init_from_checkpoint(model, str(out)).missing
+  tokens = model.bert(inputs["input_ids"], inputs["input_mask"],
+                      inputs["segment_ids"])["sequence_output"].numpy()
+  mask = inputs["input_mask"][:, :, None]
+  mean = (tokens * mask).sum(1) / mask.sum(1)
+  weights = model.output_layer.output_weights.numpy()
+  logits = mean @ weights.T + model.output_layer.output_bias.numpy()
+  want = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+  pooler = tf.nn.softmax(model(inputs)["logits"]).numpy()  # the same weights through the pooler
+  assert np.abs(pooler - want).max() > 1e-3
+
+  export_dir = tmp_path / "export"
+  export_model.export("classifier", str(export_dir), init_checkpoint=str(out),
+                      max_seq_length=32)
+  serving = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+  served = serving(text_a=tf.constant([e.text_a for e in processor.get_test_examples(str(data))]))
+  np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-5, rtol=0)
+
+  result = run_script(common + ["--do_eval", "--classifier_pooling=cls"])
+  assert result.stderr.strip().splitlines() == [
+      f"error: --output_dir={out} holds a classifier trained with --classifier_pooling=mean, "
+      "not cls; leave the flag out or choose another --output_dir"]
