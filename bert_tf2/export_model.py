@@ -722,7 +722,7 @@ def _litert_function(module, model_type):
     info = {"labels": [] if module.is_regression else
                       [label.decode("utf-8") for label in module.label_names.numpy().tolist()],
             "regression": module.is_regression, "multi_label": module.multi_label,
-            "text_pairs": module.text_pairs}
+            "text_pairs": module.text_pairs, "classifier_pooling": model.pooling}
     if module.multi_label:
       info.update(thresholds=module.thresholds.numpy().tolist(),
                   label_delimiter=module.label_delimiter)

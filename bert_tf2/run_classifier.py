@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_tf2 import checkpoints
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import metrics
@@ -954,6 +955,11 @@ def _classifier_pooling(has_checkpoint):
   if not record:
     return FLAGS.classifier_pooling
   saved = record.get("classifier_pooling", "pooler")  # (records from before the flag)
+  if saved not in modeling.CLASSIFIER_POOLINGS:
+    raise fileio.InputError(
+        f"{os.path.join(checkpoints.checkpoint_directory(FLAGS[where].value), 'task.json')}: "
+        f"classifier_pooling {saved!r} is not "
+        f"one of {', '.join(modeling.CLASSIFIER_POOLINGS)}")
   if FLAGS["classifier_pooling"].present and FLAGS.classifier_pooling != saved:
     raise fileio.InputError(
         f"--{where}={FLAGS[where].value} holds a classifier trained with "
@@ -1000,6 +1006,10 @@ def _check_litert(runner, processor, label_list):
     texts = lambda pairs: "sentence pairs" if pairs else "single texts"
     raise fileio.InputError(f"{where} classifies {texts(info.get('text_pairs'))}, "
                             f"--task_name={FLAGS.task_name} has {texts(processor.is_pair)}")
+  pooling = info.get("classifier_pooling", "pooler")
+  if FLAGS["classifier_pooling"].present and FLAGS.classifier_pooling != pooling:
+    raise fileio.InputError(f"{where} reads --classifier_pooling={pooling}, not "
+                            f"{FLAGS.classifier_pooling}")
   if info.get("labels") and list(info["labels"]) != list(label_list):
     raise fileio.InputError(f"{where} predicts the labels {','.join(info['labels'])}, the task "
                             f"has {','.join(label_list)}")

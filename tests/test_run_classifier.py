@@ -738,7 +738,31 @@ def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
   served = serving(text_a=tf.constant([e.text_a for e in processor.get_test_examples(str(data))]))
   np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-5, rtol=0)
 
+  # As a LiteRT model (float32): the pooling rides along, the probabilities are the same.
+  litert_dir = tmp_path / "litert"
+  export_model.export("classifier", str(litert_dir), init_checkpoint=str(out),
+                      max_seq_length=32, export_format="litert")
+  assert json.loads((litert_dir / "litert_model.json").read_text())["classifier_pooling"] == "mean"
+  litert_out = tmp_path / "litert_out"
+  run_ok(["run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+          f"--litert_model={litert_dir}", f"--output_dir={litert_out}", "--max_seq_length=32",
+          "--predict_batch_size=8", "--do_predict"])
+  np.testing.assert_allclose(np.loadtxt(litert_out / "test_results.tsv", delimiter="\t",
+                                        ndmin=2), want, atol=1e-5, rtol=0)
+
+  # A contradicting flag, and a damaged task.json, are one error line each.
   result = run_script(common + ["--do_eval", "--classifier_pooling=cls"])
   assert result.stderr.strip().splitlines() == [
       f"error: --output_dir={out} holds a classifier trained with --classifier_pooling=mean, "
       "not cls; leave the flag out or choose another --output_dir"]
+  result = run_script(["run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
+                       f"--litert_model={litert_dir}", f"--output_dir={litert_out}",
+                       "--max_seq_length=32", "--do_predict", "--classifier_pooling=pooler"])
+  assert result.stderr.strip().splitlines() == [
+      f"error: --litert_model={litert_dir} reads --classifier_pooling=mean, not pooler"]
+  record = json.loads((out / "task.json").read_text())
+  (out / "task.json").write_text(json.dumps({**record, "classifier_pooling": "average"}))
+  result = run_script(common + ["--do_eval"])
+  assert result.stderr.strip().splitlines() == [
+      f"error: {out / 'task.json'}: classifier_pooling 'average' is not one of pooler, mean, "
+      "cls, max"]
