@@ -612,7 +612,7 @@ def test_export_dir_is_replaced_only_when_it_holds_a_saved_model(tmp_path):
 
 @requires_shared
 def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
-  """run_classifier.py leaves bert_config.json, vocab.txt and task.json (labels, text pairs)
+  """run_classifier.py leaves bert_config.json, vocab.txt and task.json (labels, text pairs, pooling)
   beside its checkpoints, and export_model.py reads them: --init_checkpoint=<output_dir> is
   enough. A --model_type the run did not train is refused."""
   config = modeling.BertConfig(**SMALL_CONFIG)
@@ -628,7 +628,8 @@ def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
     assert (out / "vocab.txt").read_bytes() == f.read()
   record = json.loads((out / "task.json").read_text(encoding="utf-8"))
   assert record == {"task": "run_classifier --task_name=mrpc", "labels": ["0", "1"],
-                    "text_pairs": True, "regression": False, "multi_label": False}
+                    "text_pairs": True, "regression": False, "multi_label": False,
+                    "classifier_pooling": "pooler"}
 
   path = str(tmp_path / "served")
   run_ok(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",

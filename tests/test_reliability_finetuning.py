@@ -204,7 +204,8 @@ def test_output_dir_of_another_task_is_refused_and_records_are_reused_only_when_
   assert json.loads((out / "task.json").read_text()) == {"task": "run_classifier --task_name=mrpc",
                                                          "labels": ["0", "1"], "text_pairs": True,
                                                          "regression": False,
-                                                         "multi_label": False}
+                                                         "multi_label": False,
+                                                         "classifier_pooling": "pooler"}
   key = json.loads((out / "train.tf_record.key.json").read_text())
   assert key["input"][0] == str(mrpc / "train.tsv") and key["max_seq_length"] == 16
   trained = _hashes(out)
