@@ -347,6 +347,15 @@ def test_doc_stride_windows_a_pair_at_the_smallest_sequence_length(tokenizer):
   assert [f.segment_ids for f in features] == [[0, 0, 0, 1, 1]] * 4
 
 
+def _tiny_config(tmp_path, layers):
+  """bert_config.json of a small BERT with the real vocabulary's size (trained from scratch)."""
+  config = tmp_path / "bert_config.json"
+  config.write_text(modeling.BertConfig(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  return config
+
+
 def _results(path):
   return {key: float(value) for key, value in
           (line.split(" = ") for line in path.read_text().splitlines())}
@@ -368,10 +377,7 @@ def test_doc_stride_trains_on_every_window_and_predicts_by_the_mean(task, direct
   for split, rows in (("train", 41), ("dev", 31), ("test", 29)):  # header + examples
     with open(os.path.join(GLUE, directory, f"{split}.tsv"), "rb") as f:
       (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
-  config = tmp_path / "bert_config.json"
-  config.write_text(modeling.BertConfig(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  config = _tiny_config(tmp_path, layers=2)
   stride = 5
   out = tmp_path / "out"
   run_ok(["run_classifier.py", f"--task_name={task}", f"--data_dir={data}",
@@ -520,10 +526,7 @@ def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
   by the exported SavedModel, whose probabilities equal test_results.tsv)."""
   from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
   data = _goemotions_subset(tmp_path)
-  config = tmp_path / "bert_config.json"
-  config.write_text(modeling.BertConfig(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  config = _tiny_config(tmp_path, layers=1)
   out = tmp_path / "out"
   common = ["run_classifier.py", "--task_name=goemotions", f"--data_dir={data}",
             f"--vocab_file={VOCAB}", f"--output_dir={out}", "--max_seq_length=32",
@@ -670,10 +673,7 @@ def test_gradient_checkpointing_trains_the_same_model(tmp_path):
   for split, rows in (("train", 33), ("dev", 2)):
     with open(os.path.join(GLUE, "MRPC", f"{split}.tsv"), "rb") as f:
       (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
-  config = tmp_path / "bert_config.json"
-  config.write_text(modeling.BertConfig(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  config = _tiny_config(tmp_path, layers=2)
   runs = [["run_classifier.py", "--task_name=mrpc", f"--data_dir={data}", f"--vocab_file={VOCAB}",
            f"--bert_config_file={config}", f"--output_dir={tmp_path / name}", "--do_train",
            "--max_seq_length=48", "--train_batch_size=8", "--num_train_epochs=1",
@@ -697,10 +697,7 @@ def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
   for split, rows in (("train", 97), ("dev", 33), ("test", 33)):
     with open(os.path.join(GLUE, "SST-2", f"{split}.tsv"), "rb") as f:
       (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
-  config = tmp_path / "bert_config.json"
-  config.write_text(modeling.BertConfig(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2).to_json_string())
+  config = _tiny_config(tmp_path, layers=1)
   out = tmp_path / "out"
   common = ["run_classifier.py", "--task_name=sst-2", f"--data_dir={data}",
             f"--vocab_file={VOCAB}", f"--output_dir={out}", "--max_seq_length=32",
