@@ -803,11 +803,8 @@ def _fine_tuned_module(model_type, init_checkpoint, config_path, vocab_path, scr
       labels = []
     elif not labels:
       labels = [str(i) for i in range(num_labels)]
-    pooling = record.get("classifier_pooling", "pooler")  # (run_classifier's; none: the original's)
-    if pooling not in modeling.CLASSIFIER_POOLINGS:
-      raise fileio.InputError(f"the task.json beside --init_checkpoint={init_checkpoint} names "
-                              f"classifier_pooling {pooling!r}, not one of "
-                              f"{', '.join(modeling.CLASSIFIER_POOLINGS)}")
+    pooling = fine_tuning.classifier_pooling(record,
+                                             checkpoints.checkpoint_directory(init_checkpoint))
     model = modeling.BertClassifier(config, num_labels, pooling=pooling)
     report = checkpoints.init_from_checkpoint(model, init_checkpoint)
     if report.missing:

@@ -290,6 +290,18 @@ def init_task_record(init_checkpoint, task, evaluating_only):
   return record if record and record["task"] == task else None
 
 
+def classifier_pooling(record, directory):
+  """What the output layer of the run_classifier model whose task record (task.json in
+  `directory`) is `record` reads: its `classifier_pooling`, `pooler` for a record from before the
+  flag or none at all (the original's checkpoints). InputError naming the file when it names no
+  modeling.CLASSIFIER_POOLINGS."""
+  pooling = (record or {}).get("classifier_pooling", "pooler")
+  if pooling not in modeling.CLASSIFIER_POOLINGS:
+    raise fileio.InputError(f"{os.path.join(directory, 'task.json')}: classifier_pooling "
+                            f"{pooling!r} is not one of {', '.join(modeling.CLASSIFIER_POOLINGS)}")
+  return pooling
+
+
 def write_task_record(directory, task, labels=None, **details):
   """Writes `task.json` (see task_record) beside the checkpoints a training run writes; `details`
   (run_classifier: text_pairs, regression) are what export_model.py reads from it by default."""

@@ -954,12 +954,8 @@ def _classifier_pooling(has_checkpoint):
                                                  False), "init_checkpoint"
   if not record:
     return FLAGS.classifier_pooling
-  saved = record.get("classifier_pooling", "pooler")  # (records from before the flag)
-  if saved not in modeling.CLASSIFIER_POOLINGS:
-    raise fileio.InputError(
-        f"{os.path.join(checkpoints.checkpoint_directory(FLAGS[where].value), 'task.json')}: "
-        f"classifier_pooling {saved!r} is not "
-        f"one of {', '.join(modeling.CLASSIFIER_POOLINGS)}")
+  saved = fine_tuning.classifier_pooling(
+      record, checkpoints.checkpoint_directory(FLAGS[where].value))
   if FLAGS["classifier_pooling"].present and FLAGS.classifier_pooling != saved:
     raise fileio.InputError(
         f"--{where}={FLAGS[where].value} holds a classifier trained with "

@@ -763,3 +763,7 @@ def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
   assert result.stderr.strip().splitlines() == [
       f"error: {out / 'task.json'}: classifier_pooling 'average' is not one of pooler, mean, "
       "cls, max"]
+  with pytest.raises(fileio.InputError, match=r"task.json: classifier_pooling 'average' is not"):
+    export_model.export("classifier", str(tmp_path / "export2"), init_checkpoint=str(out),
+                        max_seq_length=32)
+  assert not (tmp_path / "export2").exists()
