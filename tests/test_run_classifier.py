@@ -160,6 +160,30 @@ def test_convert_single_example_layout(tokenizer):
 
 
 @requires_shared
+@pytest.mark.parametrize("task,directory", [("mrpc", "MRPC"), ("cola", "CoLA")])
+def test_batch_tokenized_features_equal_the_reference_path(task, directory, tokenizer,
+                                                            monkeypatch):
+  # The feature conversion tokenizes texts in chunks through tokenize_batch; every feature must
+  # be the one the reference tokenize of each example gives (pairs, single texts, padding
+  # examples, windows), chunk boundaries included.
+  monkeypatch.setattr(run_classifier, "_TOKENIZE_CHUNK", 100)
+  processor = run_classifier.get_processor(task)
+  examples = processor.get_dev_examples(os.path.join(GLUE, directory))[:250]
+  examples.insert(130, run_classifier.PaddingInputExample())
+  labels = processor.get_labels()
+  fresh = tokenization.FullTokenizer(VOCAB, do_lower_case=True)
+  for seq_length, stride in ((128, None), (24, 8)):
+    got = run_classifier.convert_examples_to_features(examples, labels, seq_length, fresh,
+                                                      doc_stride=stride)
+    want = [f for i, e in enumerate(examples) for f in run_classifier.convert_example_windows(
+        i, e, labels, seq_length, tokenizer, doc_stride=stride)]
+    assert len(got) == len(want) > len(examples) - (stride is None)
+    for g, w in zip(got, want):
+      assert vars(g) == vars(w)
+  assert any(getattr(e, "text_b", None) for e in examples) == (task == "mrpc")
+
+
+@requires_shared
 def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
   processor = run_classifier.get_processor("mrpc")
   examples = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))
