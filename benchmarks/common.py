@@ -51,6 +51,8 @@ flags.DEFINE_string("side", None, "Internal: run one measurement (ours / peer / 
 flags.DEFINE_string("variant", None, "Internal: the variant the --side child measures.")
 flags.DEFINE_integer("warmup", 1, "Untimed calls before timing (tracing, XLA compilation, caches).")
 flags.DEFINE_integer("repeats", 3, "Timed calls; the figure is the median.")
+flags.DEFINE_integer("rounds", 1, "Where a benchmark supports it (run_rounds): child processes "
+                     "per variant, the sides taking turns, their timed calls pooled.", lower_bound=1)
 flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is not installed).")
 flags.DEFINE_integer("matmul_size", 4096,
                      "Square matrix size n of the matmul peak (2 n^3 FLOPs per multiply). Large "
@@ -266,6 +268,33 @@ def run_child(side, variant=None):
   result = json.loads(lines[-1][len(_RESULT_PREFIX):])
   result.setdefault("process_s", round(time.perf_counter() - start, 1))
   return result
+
+
+def run_rounds(children, rounds=None):
+  """{(side, variant): result} of run_child for each (side, variant) of `children`, each run
+  `rounds` (--rounds) times with the children taking turns (A B A B ...), so that a change in the
+  machine's speed during the run (a shared host's neighbours) falls on every side alike. A
+  result's `timing` pools the timed calls of all its rounds (median and min over them all), and
+  `per_s` / `best_per_s` follow it; the rest is the first round's. A child that fails once is
+  not run again (its result is the error)."""
+  rounds = FLAGS.rounds if rounds is None else rounds
+  results = {}
+  for _ in range(rounds):
+    for child in children:
+      if "error" in results.get(child, {}):
+        continue
+      result = run_child(*child)
+      first = results.setdefault(child, result)
+      if first is result or "error" in result:
+        results[child] = result if "error" in result else first
+        continue
+      amount = first["per_s"] * first["timing"]["median_s"]
+      times = first["timing"]["times_s"] + result["timing"]["times_s"]
+      first["timing"] = {"median_s": statistics.median(times), "min_s": min(times),
+                         "times_s": times}
+      first["per_s"], first["best_per_s"] = rate(amount, first["timing"])
+      first["process_s"] = round(first.get("process_s", 0) + result.get("process_s", 0), 1)
+  return results
 
 
 def dispatch(sides):
