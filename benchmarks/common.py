@@ -52,7 +52,8 @@ flags.DEFINE_string("variant", None, "Internal: the variant the --side child mea
 flags.DEFINE_integer("warmup", 1, "Untimed calls before timing (tracing, XLA compilation, caches).")
 flags.DEFINE_integer("repeats", 3, "Timed calls; the figure is the median.")
 flags.DEFINE_integer("rounds", 1, "Where a benchmark supports it (run_rounds): child processes "
-                     "per variant, the sides taking turns, their timed calls pooled.", lower_bound=1)
+                     "per variant, the sides taking turns, their timed calls pooled.",
+                     lower_bound=1)
 flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is not installed).")
 flags.DEFINE_integer("matmul_size", 4096,
                      "Square matrix size n of the matmul peak (2 n^3 FLOPs per multiply). Large "
@@ -311,7 +312,8 @@ def dispatch(sides):
 # --- create_pretraining_data runs (its speed and Beam benchmarks) -------------------------------
 
 
-# The original create_pretraining_data.py, run on TensorFlow 2 through its TF1 compatibility API (needs `six`).
+# The original create_pretraining_data.py, run on TensorFlow 2 through its TF1 compatibility API
+# (needs `six`).
 RUN_ORIGINAL = os.path.join(SHARED, "reference", "original", "run_original.py")
 
 

@@ -30,6 +30,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import struct
 import sys
@@ -95,6 +96,7 @@ def _beam_pipeline(beam, text):
     args.append("--default_sdk_harness_log_level=WARNING")  # Not every worker's start-up lines.
   options = pipeline_options.PipelineOptions(args)
   parse_errors = io.StringIO()
+  pipeline = None
   try:
     with contextlib.redirect_stderr(parse_errors):
       # Creating the runner imports its module, which may define more options (Flink, Spark).
@@ -102,17 +104,27 @@ def _beam_pipeline(beam, text):
       known = options.get_all_options()
       given = options.get_all_options(retain_unknown_options=True)
   except (ValueError, ImportError) as e:
+    _remove_local_tempdir(pipeline)
     raise fileio.InputError(f"--beam_pipeline_options: {e}") from None
   except SystemExit:  # argparse's report of a bad value, after its usage text
+    _remove_local_tempdir(pipeline)
     lines = parse_errors.getvalue().strip().splitlines() or ["a value cannot be parsed"]
     raise fileio.InputError(
         f"--beam_pipeline_options: {lines[-1].split('error: ', 1)[-1]}") from None
   unknown = sorted(set(given) - set(known))
   if unknown:
+    _remove_local_tempdir(pipeline)
     raise fileio.InputError(
         f"--beam_pipeline_options: Beam (runner {known['runner']}) has no pipeline option "
         f"{', '.join('--' + name for name in unknown)}")
   return pipeline
+
+
+def _remove_local_tempdir(pipeline):
+  """Removes the folder a beam.Pipeline makes in the system's temporary directory when it is
+  created (its `local_tempdir`), which only its run() removes: a job stopped by an error before
+  it runs would leave one behind for each attempt."""
+  shutil.rmtree(getattr(pipeline, "local_tempdir", None) or "", ignore_errors=True)
 
 
 def _is_local(path):
@@ -439,60 +451,64 @@ def run_beam(options):
   with _beam_environment():
     beam = _import_beam()
     pipeline = _beam_pipeline(beam, options.beam_pipeline_options)
-    input_files, total_bytes = _beam_input_files(options.input_file)
-    fileio.check_file(options.vocab_file, "vocab file")
-    output_files = pretraining_data.resolve_output_files(options.output_file,
-                                                         options.num_output_shards)
-    _check_file_systems("output_file", output_files)
-    local_outputs = [path for path in output_files if _is_local(path)]
-    fileio.check_outputs(
-        files=[("output_file", local_outputs)],
-        inputs=[("input_file", [path for path in input_files if _is_local(path)]),
-                ("vocab_file", options.vocab_file)])
-    # Built here, so a bad vocab fails at once; the workers get it with the job, so they need no
-    # access to the vocab file.
-    tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
-    stale = ([] if len(local_outputs) < len(output_files) else
-             pretraining_data.earlier_shards(options.output_file, output_files))
-    fileio.remove_stale_temporaries(local_outputs)
-    temporaries, pieces = _beam_temporaries(output_files, secrets.token_hex(8))
-    _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, pieces,
-                    tokenizer)
-    logging.info("*** Fast mode as a Beam job (runner %s) on %d input file(s) ***\n  %s",
-                 pipeline.options.get_all_options()["runner"], len(input_files),
-                 "\n  ".join(input_files))
-    start = time.monotonic()
-    before = fileio.descendants()
-    runner = pipeline.options.get_all_options()["runner"]
-    # A local runner's worker processes write their start-up and shut-down INFO lines (some 20
-    # each) and, when stopped, tracebacks to the stderr they inherit: held back while the job runs
-    # here (a remote runner's job is polled with progress lines, which must come as they come).
-    quiet = (commands.filtered_stderr(_LOCAL_WORKER_NOISE, drop_all_if_stopped=True)
-             if runner in _LOCAL_RUNNERS else contextlib.nullcontext())
-    # The temporaries and pieces are removed inside, so that a directory the job made is empty.
-    with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)), quiet:
-      try:
-        stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
-      except BaseException as e:
-        # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
-        # and this process waiting for them: they are ended (a failed job has ended its own).
-        # The runner's own threads then fail on their lost workers while this process exits;
-        # their tracebacks and log lines would bury the one error line, so they are silenced.
-        threading.excepthook = lambda args: None
-        std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
-        for pid in fileio.descendants() - before:
-          with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-          _beam_remove(temporaries, pieces)
-        if not isinstance(e, Exception):
-          raise  # Ctrl-C, SIGTERM: the entry point's one line
-        error = _worker_error(e, os.path.dirname(output_files[0]) or ".")
-        if error is None:
-          # A runner that cannot start or a job that failed for another reason: its text (often
-          # many lines; the entry point prints the first) after what failed.
-          error = fileio.ReportedError(f"the Beam job failed ({type(e).__name__}): {e}")
-        raise error from None
+    try:
+      input_files, total_bytes = _beam_input_files(options.input_file)
+      fileio.check_file(options.vocab_file, "vocab file")
+      output_files = pretraining_data.resolve_output_files(options.output_file,
+                                                           options.num_output_shards)
+      _check_file_systems("output_file", output_files)
+      local_outputs = [path for path in output_files if _is_local(path)]
+      fileio.check_outputs(
+          files=[("output_file", local_outputs)],
+          inputs=[("input_file", [path for path in input_files if _is_local(path)]),
+                  ("vocab_file", options.vocab_file)])
+      # Built here, so a bad vocab fails at once; the workers get it with the job, so they need no
+      # access to the vocab file.
+      tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
+      stale = ([] if len(local_outputs) < len(output_files) else
+               pretraining_data.earlier_shards(options.output_file, output_files))
+      fileio.remove_stale_temporaries(local_outputs)
+      temporaries, pieces = _beam_temporaries(output_files, secrets.token_hex(8))
+      _add_beam_steps(beam, pipeline, options, input_files, output_files, temporaries, pieces,
+                      tokenizer)
+      logging.info("*** Fast mode as a Beam job (runner %s) on %d input file(s) ***\n  %s",
+                   pipeline.options.get_all_options()["runner"], len(input_files),
+                   "\n  ".join(input_files))
+      start = time.monotonic()
+      before = fileio.descendants()
+      runner = pipeline.options.get_all_options()["runner"]
+      # A local runner's worker processes write their start-up and shut-down INFO lines (some 20
+      # each) and, when stopped, tracebacks to the stderr they inherit: held back while the job
+      # runs here (a remote runner's job is polled with progress lines, which must come as they
+      # come).
+      quiet = (commands.filtered_stderr(_LOCAL_WORKER_NOISE, drop_all_if_stopped=True)
+               if runner in _LOCAL_RUNNERS else contextlib.nullcontext())
+      # The temporaries and pieces are removed inside, so that a directory the job made is empty.
+      with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)), quiet:
+        try:
+          stats = _run_and_wait(pipeline, total_bytes, options.progress_seconds)
+        except BaseException as e:
+          # Stopped (Ctrl-C, SIGTERM), the local runner would leave its worker processes running,
+          # and this process waiting for them: they are ended (a failed job has ended its own).
+          # The runner's own threads then fail on their lost workers while this process exits;
+          # their tracebacks and log lines would bury the one error line, so they are silenced.
+          threading.excepthook = lambda args: None
+          std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL + 1)
+          for pid in fileio.descendants() - before:
+            with contextlib.suppress(OSError):
+              os.kill(pid, signal.SIGKILL)
+          with contextlib.suppress(Exception):
+            _beam_remove(temporaries, pieces)
+          if not isinstance(e, Exception):
+            raise  # Ctrl-C, SIGTERM: the entry point's one line
+          error = _worker_error(e, os.path.dirname(output_files[0]) or ".")
+          if error is None:
+            # A runner that cannot start or a job that failed for another reason: its text (often
+            # many lines; the entry point prints the first) after what failed.
+            error = fileio.ReportedError(f"the Beam job failed ({type(e).__name__}): {e}")
+          raise error from None
+    finally:
+      _remove_local_tempdir(pipeline)
   pretraining_data.remove_earlier_shards(stale)
   pretraining_data.log_done(stats, start, output_files)
   return stats

@@ -954,8 +954,9 @@ def _label_list(processor, has_checkpoint):
                                           not FLAGS.do_train and not has_checkpoint)
   if processor.is_regression:
     return []
-  for saved_record, where in ((record if has_checkpoint else None, f"--output_dir={FLAGS.output_dir}"),
-                              (init_record, f"--init_checkpoint={FLAGS.init_checkpoint}")):
+  for saved_record, where in (
+      (record if has_checkpoint else None, f"--output_dir={FLAGS.output_dir}"),
+      (init_record, f"--init_checkpoint={FLAGS.init_checkpoint}")):
     if saved_record and bool(saved_record.get("multi_label")) != processor.multi_label:
       kind = "multi-label" if saved_record.get("multi_label") else "single-label"
       raise fileio.InputError(f"{where} holds a {kind} classifier; run with"

@@ -12,6 +12,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -159,7 +160,12 @@ def test_beam_job_with_packed_sequences_writes_the_local_packed_records(tmp_path
 
 @requires_shared
 @requires_beam
-def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path):
+def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path, monkeypatch):
+  # Beam makes a folder in the temporary directory for each pipeline it creates, which only
+  # running the pipeline removes: a job refused before it runs must not leave one.
+  temporary = tmp_path / "tmp"
+  temporary.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temporary))
   bad = tmp_path / "bad.txt"
   bad.write_bytes("Fine line.\n\nCaf\u00e9 ".encode() + b"\xff\xfe broken\n")
   empty = tmp_path / "empty.txt"
@@ -185,6 +191,10 @@ def test_beam_job_bad_input_and_options_are_clear_errors(tmp_path):
   with pytest.raises(fileio.InputError, match="--beam_pipeline_options runs fast mode; add "
                                               "--mode=fast"):
     cpd.run(options(tmp_path, "out/", mode="exact", beam_pipeline_options=in_process))
+  missing_vocab = str(tmp_path / "no_vocab.txt")
+  with pytest.raises(fileio.InputError, match="no_vocab.txt"):
+    cpd.run(options(tmp_path, "out/", vocab_file=missing_vocab, beam_pipeline_options=in_process))
+  assert not [p for p in os.listdir(temporary) if p.startswith("beam-pipeline-temp")]
 
 
 @requires_shared
