@@ -21,6 +21,7 @@ from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import dataclasses
+import itertools
 import math
 import os
 import re
@@ -764,10 +765,10 @@ _TOKENIZE_CHUNK = 4096
 
 
 def tokenized_examples(examples, tokenizer):
-  """(index, example, (text_a tokens, text_b tokens)) of each example of a list, in order; tokens
-  None for a PaddingInputExample."""
-  for start in range(0, len(examples), _TOKENIZE_CHUNK):
-    chunk = examples[start:start + _TOKENIZE_CHUNK]
+  """(index, example, (text_a tokens, text_b tokens)) of each example of an iterable, in order;
+  tokens None for a PaddingInputExample."""
+  examples, start = iter(examples), 0
+  while chunk := list(itertools.islice(examples, _TOKENIZE_CHUNK)):
     real = [e for e in chunk if not isinstance(e, PaddingInputExample)]
     firsts = iter(tokenizer.tokenize_batch([e.text_a for e in real]))
     seconds = iter(tokenizer.tokenize_batch([e.text_b for e in real if e.text_b]))
@@ -776,6 +777,7 @@ def tokenized_examples(examples, tokenizer):
       if not isinstance(example, PaddingInputExample):
         tokens = next(firsts), next(seconds) if example.text_b else []
       yield start + offset, example, tokens
+    start += len(chunk)
 
 
 def convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,

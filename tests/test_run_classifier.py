@@ -173,7 +173,9 @@ def test_batch_tokenized_features_equal_the_reference_path(task, directory, toke
   labels = processor.get_labels()
   fresh = tokenization.FullTokenizer(VOCAB, do_lower_case=True)
   for seq_length, stride in ((128, None), (24, 8)):
-    got = run_classifier.convert_examples_to_features(examples, labels, seq_length, fresh,
+    # (any iterable of examples: a generator for the windows)
+    got = run_classifier.convert_examples_to_features(iter(examples) if stride else examples,
+                                                      labels, seq_length, fresh,
                                                       doc_stride=stride)
     want = [f for i, e in enumerate(examples) for f in run_classifier.convert_example_windows(
         i, e, labels, seq_length, tokenizer, doc_stride=stride)]
