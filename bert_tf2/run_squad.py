@@ -294,7 +294,8 @@ def _locate_answer(answer, doc_tokens, char_to_word_offset):
 
 
 def _tokenize_words(tokenizer, words):
-  """WordPiece tokens of each whitespace word (the batch path when the tokenizer has one)."""
+  """WordPiece tokens of each text of `words` (whitespace words, or a whole question): the batch
+  path when the tokenizer has one, whose per-word cache lives as long as the tokenizer."""
   if hasattr(tokenizer, "tokenize_batch"):
     return tokenizer.tokenize_batch(words)
   return [tokenizer.tokenize(word) for word in words]
@@ -318,7 +319,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
   doc_cache = None
 
   for (example_index, example) in enumerate(examples):
-    query_tokens = tokenizer.tokenize(example.question_text)
+    (query_tokens,) = _tokenize_words(tokenizer, [example.question_text])
 
     if len(query_tokens) > max_query_length:
       query_tokens = query_tokens[0:max_query_length]

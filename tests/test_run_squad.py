@@ -208,6 +208,9 @@ def test_sliding_windows_and_max_context(tokenizer):
   doc_tokens = [t for word in longest.doc_tokens for t in tokenizer.tokenize(word)]
   max_tokens_for_doc = 128 - query_length - 3
   assert len(features) == 1 + -(-(len(doc_tokens) - max_tokens_for_doc) // 32)
+  # The question (tokenized through the batch path) is the reference path's tokens in every window.
+  question = ["[CLS]"] + tokenizer.tokenize(longest.question_text)[:16] + ["[SEP]"]
+  assert all(f.tokens[:query_length + 2] == question for f in features)
   max_context_count = collections.Counter()
   for index, feature in enumerate(features):
     doc_positions = sorted(feature.token_to_orig_map)
