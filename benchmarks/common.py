@@ -285,9 +285,9 @@ def run_rounds(children, rounds=None):
       if "error" in results.get(child, {}):
         continue
       result = run_child(*child)
-      first = results.setdefault(child, result)
-      if first is result or "error" in result:
-        results[child] = result if "error" in result else first
+      first = results.get(child)
+      if first is None or "error" in result:
+        results[child] = result
         continue
       amount = first["per_s"] * first["timing"]["median_s"]
       times = first["timing"]["times_s"] + result["timing"]["times_s"]
