@@ -76,7 +76,9 @@ def define_runtime_flags():
           "Compile the forward and backward pass with XLA (jit_compile).")
   _define(flags.DEFINE_enum, "mixed_precision", "none",
           "Compute dtype of matrix work; variables, LayerNorm, softmax and losses stay float32. "
-          "fp16 adds dynamic loss scaling to the optimizer.", enum_values=["none", "bf16", "fp16"])
+          "fp16 adds dynamic loss scaling to the optimizer. auto: bf16 where the hardware has it "
+          "(a CPU with AVX512_BF16 or AMX, a GPU of compute capability 8.0 or more, a TPU), "
+          "float32 elsewhere.", enum_values=["none", "bf16", "fp16", "auto"])
   _define(flags.DEFINE_bool, "use_tpu", False,
           "The original's flag: same as --distribution_strategy=tpu.")
   _define(flags.DEFINE_string, "tpu_name", None, "TPU name or grpc address (with --use_tpu).")
@@ -421,11 +423,21 @@ def strategy():
 
 def compute_dtype():
   """--mixed_precision as the dtype of the model's matrix work; bf16 where it would be emulated
-  (a CPU without bf16 instructions, no accelerator) is warned about."""
+  (a CPU without bf16 instructions, no accelerator) is warned about; `auto` picks bf16 where the
+  hardware has it (native_bf16), float32 elsewhere, and logs its choice."""
   import tensorflow as tf
   from bert_tf2 import modeling
-  accelerated = (FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu"
-                 or bool(tf.config.list_physical_devices("GPU")))
+  tpu = FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu"
+  gpus = tf.config.list_physical_devices("GPU")
+  accelerated = tpu or bool(gpus)
+  if FLAGS.mixed_precision == "auto":
+    capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
+                    for gpu in gpus]
+    bf16 = native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), tpu, capabilities)
+    logging.info("--mixed_precision=auto: %s on this machine (%s)", "bf16" if bf16 else "none",
+                 "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
+                 else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
+    return tf.bfloat16 if bf16 else tf.float32
   if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(
       cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), accelerated):
     logging.warning(
@@ -461,6 +473,17 @@ def bf16_is_emulated(flags_of_cpu, onednn_max_isa, accelerated):
   if onednn_max_isa and onednn_max_isa.upper() in _NO_BF16_ISAS:
     return True
   return not flags_of_cpu & {"avx512_bf16", "amx_bf16"}
+
+
+def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
+  """Whether this machine computes bf16 matrix work natively (--mixed_precision=auto's bf16): a
+  TPU; GPUs all of compute capability 8.0 or more (Ampere on; unknown: no); else a CPU whose
+  flags are known to have AVX512_BF16 or AMX-BF16, oneDNN not held below them."""
+  if tpu:
+    return True
+  if gpu_capabilities:
+    return all(c is not None and tuple(c) >= (8, 0) for c in gpu_capabilities)
+  return flags_of_cpu is not None and not bf16_is_emulated(flags_of_cpu, onednn_max_isa, False)
 
 
 def dynamic_padding(strategy_):

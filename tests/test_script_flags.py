@@ -60,3 +60,47 @@ def test_tensorflows_start_up_notices_are_kept_off_the_console(tmp_path):
   assert loud.returncode == 0, loud.stderr[-2000:]
   if platform.machine() == "x86_64":  # oneDNN's notice: TensorFlow's x86 builds
     assert "oneDNN custom operations" in loud.stderr, loud.stderr[:2000]
+
+
+def test_native_bf16_is_what_auto_precision_picks():
+  zen3 = {"avx2", "fma", "f16c"}
+  zen5 = {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}
+  assert script_flags.native_bf16(zen5, None)
+  assert script_flags.native_bf16({"avx512f", "amx_bf16"}, None)
+  assert not script_flags.native_bf16(zen3, None)
+  assert not script_flags.native_bf16(zen5, "AVX2")  # oneDNN held below bf16
+  assert not script_flags.native_bf16(None, None)  # unknown CPU: float32, the safe choice
+  # Accelerators: a TPU; GPUs from Ampere (8.0) on, every one of them; the CPU then says nothing.
+  assert script_flags.native_bf16(zen3, None, tpu=True)
+  assert script_flags.native_bf16(zen3, None, gpu_capabilities=[(9, 0)])
+  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[(7, 5)])
+  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[(9, 0), (7, 0)])
+  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[None])
+
+
+@requires_shared
+def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
+  """--mixed_precision=auto logs its choice for this machine and writes exactly the features of
+  that precision given by name; held to AVX2 (ONEDNN_MAX_CPU_ISA), it picks float32."""
+  words = tmp_path / "words.txt"
+  words.write_text("all work and no play\nmakes jack a dull boy\n")
+
+  def run(precision, name, **env):
+    out = tmp_path / f"{name}.jsonl"
+    result = subprocess.run(
+        [PYTHON, "extract_features.py", f"--input_file={words}", f"--output_file={out}",
+         f"--init_checkpoint={TINY}/bert_model.ckpt", f"--vocab_file={TINY}/vocab.txt",
+         "--max_seq_length=16", "--layers=-1", f"--mixed_precision={precision}"],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out.read_text(), result.stderr
+
+  expected = ("bf16" if script_flags.native_bf16(script_flags.cpu_flags(),
+                                                 os.environ.get("ONEDNN_MAX_CPU_ISA"))
+              else "none")
+  auto, log = run("auto", "auto")
+  assert f"--mixed_precision=auto: {expected} on this machine" in log, log[-2000:]
+  assert auto == run(expected, "named")[0]
+  held, log = run("auto", "held", ONEDNN_MAX_CPU_ISA="AVX2")
+  assert "--mixed_precision=auto: none on this machine" in log, log[-2000:]
+  assert (held == auto) == (expected == "none")  # float32's features, or not bf16's
