@@ -430,21 +430,22 @@ def compute_dtype():
   tpu = FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu"
   gpus = tf.config.list_physical_devices("GPU")
   accelerated = tpu or bool(gpus)
+  flags_of_cpu, onednn_max_isa = cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
   if FLAGS.mixed_precision == "auto":
     capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
                     for gpu in gpus]
-    bf16 = native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), tpu, capabilities)
+    bf16 = native_bf16(flags_of_cpu, onednn_max_isa, tpu, capabilities)
     logging.info("--mixed_precision=auto: %s on this machine (%s)", "bf16" if bf16 else "none",
                  "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
                  else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
     return tf.bfloat16 if bf16 else tf.float32
-  if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(
-      cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), accelerated):
+  if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(flags_of_cpu, onednn_max_isa,
+                                                          accelerated):
     logging.warning(
         "--mixed_precision=bf16 on a CPU without bf16 instructions (AVX512_BF16 or AMX%s): its "
         "bf16 matrix work is emulated and slower than float32; --mixed_precision=none is faster "
         "here", ", or oneDNN held below them by ONEDNN_MAX_CPU_ISA"
-        if os.environ.get("ONEDNN_MAX_CPU_ISA") else "")
+        if onednn_max_isa else "")
   return modeling.COMPUTE_DTYPES[FLAGS.mixed_precision]
 
 

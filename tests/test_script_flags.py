@@ -81,7 +81,8 @@ def test_native_bf16_is_what_auto_precision_picks():
 @requires_shared
 def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
   """--mixed_precision=auto logs its choice for this machine and writes exactly the features of
-  that precision given by name; held to AVX2 (ONEDNN_MAX_CPU_ISA), it picks float32."""
+  that precision given by name; held to AVX2 (ONEDNN_MAX_CPU_ISA), it picks float32. The CPU's
+  choice: GPUs are hidden (with one, `auto` follows its compute capability instead)."""
   words = tmp_path / "words.txt"
   words.write_text("all work and no play\nmakes jack a dull boy\n")
 
@@ -91,7 +92,8 @@ def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
         [PYTHON, "extract_features.py", f"--input_file={words}", f"--output_file={out}",
          f"--init_checkpoint={TINY}/bert_model.ckpt", f"--vocab_file={TINY}/vocab.txt",
          "--max_seq_length=16", "--layers=-1", f"--mixed_precision={precision}"],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env}, capture_output=True,
+        text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return out.read_text(), result.stderr
 
