@@ -193,9 +193,20 @@ class Runner:
     with open(log, "w", encoding="utf-8") as f:
       f.write(" ".join(args) + "\n\n")
       f.flush()
-      with subprocess.Popen(args, env=self.env, stdout=f,
-                            stderr=subprocess.STDOUT) as result:
+      # A signal that came while Popen() runs, after the fork, would raise out of it with the
+      # child started and its handle lost (an orphan step): it is held until the handle exists.
+      held = []
+      previous = {signum: signal.signal(signum, lambda signum, _: held.append(signum))
+                  for signum in (signal.SIGINT, signal.SIGTERM)}
+      try:
+        result = subprocess.Popen(args, env=self.env, stdout=f, stderr=subprocess.STDOUT)
+      finally:
+        for signum, handler in previous.items():
+          signal.signal(signum, handler)
+      with result:
         try:
+          for signum in held[:1]:
+            signal.raise_signal(signum)  # now handled as it would have been, the step stopped
           result.wait()
         except BaseException as e:
           # Ctrl-C or SIGTERM here: the step gets the same signal, to remove its temporaries

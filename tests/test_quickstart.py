@@ -275,3 +275,39 @@ def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
   children = subprocess.run(["pgrep", "-f", f"output_dir={out}/vocab"], capture_output=True,
                             text=True)
   assert not children.stdout.strip(), children.stdout
+
+
+def test_a_signal_while_a_step_is_being_started_stops_that_step_too(tmp_path, monkeypatch):
+  """SIGTERM inside Popen(), after the fork (the window the test above can hit on a loaded
+  machine): the step must still get the signal and be waited for, not be left running alone."""
+  from bert_tf2 import commands  # pylint: disable=g-import-not-at-top
+  started = []
+
+  class SignalledWhileStarting(subprocess.Popen):
+
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      started.append(self.pid)
+      os.kill(os.getpid(), signal.SIGTERM)
+      for _ in range(50):  # the handler runs at one of these, still inside the constructor
+        time.sleep(0.001)
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("one sentence here.\nanother sentence there.\n\nand a second document.\n")
+  previous = signal.signal(signal.SIGTERM, commands._raise_interrupted)  # as run_main sets it
+  monkeypatch.setattr(subprocess, "Popen", SignalledWhileStarting)
+  try:
+    runner = quickstart.Runner(str(tmp_path / "out"))
+    with pytest.raises(commands.Interrupted):
+      runner("vocab", "build_vocab.py", input_file=str(corpus),
+             output_dir=str(tmp_path / "out" / "vocab"), vocab_size=40)
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+  assert len(started) == 1
+  try:  # waited for (reaped) by the runner: no such child of ours any more
+    pid, _ = os.waitpid(started[0], os.WNOHANG)
+  except ChildProcessError:
+    return
+  os.kill(started[0], signal.SIGKILL)
+  os.waitpid(started[0], 0)
+  pytest.fail(f"the step {started[0]} was left running (waitpid gave {pid})")
