@@ -2,6 +2,10 @@
 (TensorFlow profiler) and HF's (torch.profiler), op by op, on this machine. Not a speed figure:
 profiling slows both sides.
 
+--classifier profiles finetuning.py's classifier step instead (modeling.BertClassifier with 2
+labels and classifier_losses in the Trainer; the peer's BertForSequenceClassification, AdamW, clip
+1.0): pass its shape, e.g. --batch_size=32 --seq_length=128.
+
 --encode profiles encode.py's work instead: ours `training.Trainer.predict` of a BertModel over
 --steps_per_loop batches (the sequence output fetched to numpy), the peer's BertModel under
 torch.inference_mode (and bf16 autocast), the same number of batches.
@@ -16,6 +20,7 @@ on stderr and one JSON line: {"ours": [[op, ms, share], ...], "peer": [...], "ma
   python benchmarks/profile_ops.py                        # BERT-base, batch 8, seq 128, bf16
   python benchmarks/profile_ops.py --precision=fp32 --nopeer --top=40   # --peer: common's flag
   python benchmarks/profile_ops.py --encode --nopeer       # the forward pass, batch 8, seq 128
+  python benchmarks/profile_ops.py --classifier --batch_size=32 --precision=fp32   # fine-tuning
 """
 
 import collections
@@ -36,11 +41,14 @@ common.define_pretraining_batch_flags()
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps profiled.")
 flags.DEFINE_enum("precision", "bf16", ["fp32", "bf16"], "Compute dtype of both sides.")
 flags.DEFINE_integer("top", 25, "Ops listed per side.")
+flags.DEFINE_bool("classifier", False, "Profile the classifier fine-tuning step (finetuning.py's "
+                  "work), not the pre-training step.")
 flags.DEFINE_bool("encode", False, "Profile the forward pass (encode.py's work), not a training "
                   "step; --steps_per_loop is then the number of batches.")
 
 _FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
              "masked_lm_weights", "next_sentence_labels")
+_CLASSIFIER_FEATURES = ("input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example")
 # Events that wrap others (the executor, thread pools, an XLA call) rather than do work.
 _WRAPPERS = {"ThreadpoolListener::Region", "ExecutorState::Process", "ParallelFor",
              "ExecutorState::ProcessAsync::Start", "BlockUntilReady", "_train_loop",
@@ -65,7 +73,8 @@ def ours():
   from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
-  features = {k: v for k, v in _batches().items() if k in _FEATURES}
+  features = {k: v for k, v in _batches().items()
+              if k in (_CLASSIFIER_FEATURES if FLAGS.classifier else _FEATURES)}
   strategy = tf.distribute.get_strategy()
   config = modeling.BertConfig(**common.model_dims())
   if FLAGS.encode:
@@ -77,10 +86,14 @@ def ours():
         assert batch["sequence_output"].shape[-1] == config.hidden_size
   else:
     dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
-    model = modeling.BertPretrainer(config, dtype)
+    if FLAGS.classifier:
+      model = modeling.BertClassifier(config, 2, dtype)
+      loss_fn = modeling.classifier_losses(is_regression=False)
+    else:
+      model, loss_fn = modeling.BertPretrainer(config, dtype), modeling.pretraining_losses
     optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000,
                                               num_warmup_steps=10000)
-    trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
+    trainer = training.Trainer(strategy, model, loss_fn, optimizer)
     iterator = iter(trainer.distribute(
         lambda ctx: tf.data.Dataset.from_tensor_slices(features).repeat()))
     steps = tf.constant(FLAGS.steps_per_loop)
@@ -127,12 +140,17 @@ def peer():
           encoder(**batches[i % len(batches)]).last_hidden_state.float().numpy()
 
     return _torch_profile(torch, forward, 1)
-  model = transformers.BertForPreTraining(common.hf_config(transformers))
+  if FLAGS.classifier:
+    model = transformers.BertForSequenceClassification(common.hf_config(transformers,
+                                                                        num_labels=2))
+    inputs = common.torch_inputs(data, 0, labels=data["label_ids"][0])
+  else:
+    model = transformers.BertForPreTraining(common.hf_config(transformers))
+    labels = np.full((FLAGS.batch_size, FLAGS.seq_length), -100, np.int64)
+    np.put_along_axis(labels, data["masked_lm_positions"][0], data["masked_lm_ids"][0], axis=1)
+    inputs = common.torch_inputs(data, 0, labels=labels,
+                                 next_sentence_label=data["next_sentence_labels"][0, :, 0])
   model.train()
-  labels = np.full((FLAGS.batch_size, FLAGS.seq_length), -100, np.int64)
-  np.put_along_axis(labels, data["masked_lm_positions"][0], data["masked_lm_ids"][0], axis=1)
-  inputs = common.torch_inputs(data, 0, labels=labels,
-                               next_sentence_label=data["next_sentence_labels"][0, :, 0])
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
 
   def step():
@@ -172,7 +190,8 @@ def main(argv):
       print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
   result.update(settings={"batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
                           "precision": FLAGS.precision, "steps": FLAGS.steps_per_loop,
-                          "profiled": "forward pass" if FLAGS.encode else "training step",
+                          "profiled": ("forward pass" if FLAGS.encode else "classifier step"
+                                       if FLAGS.classifier else "pre-training step"),
                           **common.model_dims()},
                 machine=common.machine(), versions=common.versions())
   print(json.dumps(result), flush=True)
