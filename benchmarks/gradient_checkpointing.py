@@ -13,14 +13,15 @@ timed steps at --batch_size.
 
 Ours is training.Trainer's compiled step over modeling.BertClassifier with
 `bert.gradient_checkpointing` as run_classifier.py --gradient_checkpointing sets it (each
-Transformer layer under tf.recompute_grad, the forward pass inlined in the step); HF is
+Transformer layer recomputed in the backward pass by modeling._recomputed, the forward pass
+inlined in the step), one dataset iterator for the whole run as the Trainer has; HF is
 BertForSequenceClassification with torch.optim.AdamW, both with dropout 0.1 and global-norm
 clipping to 1.0, fp32 or bf16 (--precision; ours bf16 compute dtype, HF bf16 autocast).
 
 Targets (issue #34): ours checkpointed >= 2.5x less activation memory than ours plain, at <= 35%
 more step time, and our checkpointed peak <= HF's checkpointed peak.
 
-  python benchmarks/gradient_checkpointing.py                    # BERT-base, batch 4, seq 512
+  python benchmarks/gradient_checkpointing.py                    # BERT-base, batch 6, seq 512
   python benchmarks/gradient_checkpointing.py --layers=2 --hidden_size=128 --num_heads=2 \\
       --intermediate_size=512 --seq_length=128 --repeats=1       # smoke test
 """

@@ -179,6 +179,8 @@ def _torch_profile(torch, call, calls):
 
 def main(argv):
   del argv
+  if FLAGS.classifier and FLAGS.encode:
+    raise app.UsageError("--classifier and --encode: choose one")
   result = {"ours": ours()}
   if FLAGS.peer and not common.missing(["torch", "transformers"]):
     result["peer"] = peer()

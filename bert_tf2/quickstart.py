@@ -205,8 +205,8 @@ class Runner:
           signal.signal(signum, handler)
       with result:
         try:
-          for signum in held[:1]:
-            signal.raise_signal(signum)  # now handled as it would have been, the step stopped
+          if held:
+            signal.raise_signal(held[0])  # now handled as it would have been, the step stopped
           result.wait()
         except BaseException as e:
           # Ctrl-C or SIGTERM here: the step gets the same signal, to remove its temporaries
