@@ -438,7 +438,7 @@ def compute_dtype():
     logging.info("--mixed_precision=auto: %s on this machine (%s)", "bf16" if bf16 else "none",
                  "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
                  else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
-    return tf.bfloat16 if bf16 else tf.float32
+    return tf.bfloat16 if bf16 else float32_is_float32(tf.float32)
   if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(flags_of_cpu, onednn_max_isa,
                                                           accelerated):
     logging.warning(
@@ -446,7 +446,18 @@ def compute_dtype():
         "bf16 matrix work is emulated and slower than float32; --mixed_precision=none is faster "
         "here", ", or oneDNN held below them by ONEDNN_MAX_CPU_ISA"
         if onednn_max_isa else "")
-  return modeling.COMPUTE_DTYPES[FLAGS.mixed_precision]
+  return float32_is_float32(modeling.COMPUTE_DTYPES[FLAGS.mixed_precision])
+
+
+def float32_is_float32(dtype):
+  """Returns `dtype`; when it is float32, first turns TensorFloat-32 off. TensorFlow multiplies
+  float32 matrices in TF32 (10-bit mantissas) by default on Ampere and later GPUs, which would
+  break --mixed_precision=none's promise of the checkpoint's float32 outputs (and torch keeps
+  TF32 off for matmuls by default); bf16 and fp16 are the fast paths there. No effect on CPUs."""
+  import tensorflow as tf
+  if dtype == tf.float32:
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+  return dtype
 
 
 # oneDNN's ISA levels (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products.

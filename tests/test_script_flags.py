@@ -78,6 +78,22 @@ def test_native_bf16_is_what_auto_precision_picks():
   assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[None])
 
 
+def test_float32_turns_tensorfloat32_off_and_the_fast_dtypes_leave_it():
+  """float32 is float32 on Ampere+ GPUs too (TensorFlow's default multiplies float32 matrices in
+  TF32 there); bf16 / fp16 leave the setting as it was."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  was = tf.config.experimental.tensor_float_32_execution_enabled()
+  try:
+    tf.config.experimental.enable_tensor_float_32_execution(True)
+    assert script_flags.float32_is_float32(tf.bfloat16) == tf.bfloat16
+    assert script_flags.float32_is_float32(tf.float16) == tf.float16
+    assert tf.config.experimental.tensor_float_32_execution_enabled()
+    assert script_flags.float32_is_float32(tf.float32) == tf.float32
+    assert not tf.config.experimental.tensor_float_32_execution_enabled()
+  finally:
+    tf.config.experimental.enable_tensor_float_32_execution(was)
+
+
 @requires_shared
 def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
   """--mixed_precision=auto logs its choice for this machine and writes exactly the features of
