@@ -427,16 +427,24 @@ def test_final_text_is_run_squads_projection_on_the_context(uncased):
 
 
 @requires_shared
+def _saved_model_cli():
+  """TensorFlow's saved_model_cli as a user runs it: the console script beside the interpreter,
+  or its module where TensorFlow was installed without scripts (pip --target, as the GPU bundle
+  of ../shared/gpu is)."""
+  script = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
+  return [script] if os.path.exists(script) else ["-m", "tensorflow.python.tools.saved_model_cli"]
+
+
 def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
   encoder = tmp_path / "encoder"
   run_ok(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY}/bert_model.ckpt",
         f"--export_dir={encoder}"])
-  result = run_ok([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+  result = run_ok([*_saved_model_cli(), "run",
                  f"--dir={encoder}", "--tag_set=serve", "--signature_def=serving_default",
                  "--input_exprs=input_word_ids=[[2,5,6,3]];input_mask=[[1,1,1,1]];"
                  "input_type_ids=[[0,0,0,0]]"])
   assert "Result for output key pooled_output" in result.stdout
-  result = run_ok([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "run",
+  result = run_ok([*_saved_model_cli(), "run",
                  f"--dir={preprocessor_dir}", "--tag_set=serve", "--signature_def=pairs",
                  '--input_exprs=text_a=["Héllo!"];text_b=["Wörld"]'])
   # [CLS] hello ! [SEP] world [SEP] in the uncased vocab.
