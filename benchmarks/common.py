@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,6 +176,8 @@ def machine():
       info["memory_gb"] = round(int(f.readline().split()[1]) / 2**20, 1)
   except OSError:
     pass
+  if gpus():
+    info["gpus"] = gpus()
   return info
 
 
@@ -193,16 +196,50 @@ _ISA_PROBES = {
 }
 
 
+def tensorflow_env(base):
+  """The environment of a child process that runs TensorFlow: `base` plus what the shell file
+  named by $BENCH_TF_ENV exports, when it is set. That is how a GPU machine whose Python holds
+  torch but no TensorFlow runs both sides: a TensorFlow GPU bundle's `.bundle/env.sh`
+  (../shared/gpu) puts TensorFlow and its CUDA 12 libraries on the paths of our children only,
+  since torch would load those libraries in place of its own. See benchmarks/gpu_session.sh."""
+  path = base.get("BENCH_TF_ENV")
+  if not path:
+    return base
+  proc = subprocess.run(["bash", "-c", '. "$1" >&2 && env -0', "tensorflow_env", path], env=base,
+                        capture_output=True, check=False)
+  if proc.returncode != 0:
+    raise SystemExit(f"error: BENCH_TF_ENV={path}: {proc.stderr.decode(errors='replace')[-500:]}")
+  return dict(item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item)
+
+
+def gpus():
+  """The NVIDIA GPUs nvidia-smi lists (name, memory, driver), or [] where there is none."""
+  if not shutil.which("nvidia-smi"):
+    return []
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                          "--format=csv,noheader"], capture_output=True, text=True, timeout=60,
+                         check=False).stdout
+  except (OSError, subprocess.TimeoutExpired):
+    return []
+  return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def effective_isa():
   """The instruction sets the libraries really use in this environment, each probed in a child
   process, with the variables that cap them: a figure "on AVX2" measured on an AVX-512 machine
   says so, and shows that the cap took."""
   out = {name: os.environ.get(name) for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
                                                  "MKL_ENABLE_INSTRUCTIONS")}
+  if gpus():  # the model runs on the GPU: its figures say nothing of the CPU's kernels
+    return {**out, "probes": "skipped on a GPU machine"}
   for name, (module, code, parse) in _ISA_PROBES.items():
-    if importlib.util.find_spec(module) is None:
+    if importlib.util.find_spec(module) is None and not (module == "tensorflow"
+                                                         and os.environ.get("BENCH_TF_ENV")):
       continue
     env = dict(os.environ, ONEDNN_VERBOSE="1", TF_CPP_MIN_LOG_LEVEL="3")
+    if module == "tensorflow":
+      env = tensorflow_env(env)
     try:
       proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=120, check=False)
@@ -258,6 +295,8 @@ def run_child(side, variant=None):
   label = side + (f"/{variant}" if variant else "")
   print(f"[{os.path.basename(sys.argv[0])}] measuring {label} ...", file=sys.stderr, flush=True)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+  if not side.endswith("peer"):
+    env = tensorflow_env(env)
   start = time.perf_counter()
   proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                         check=False)
@@ -534,6 +573,7 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = parse_variant(variant)
+  float32_without_tf32(tf, precision)
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()
   with strategy.scope():
@@ -554,24 +594,56 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
   timing = timed(run)
   per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
   return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "loss": last.get("loss"),
-          "applied_fraction": last.get("applied_steps"), "tensorflow": tf.__version__}
+          "applied_fraction": last.get("applied_steps"), **tensorflow_facts(tf)}
+
+
+def float32_without_tf32(tf, precision):
+  """fp32 variants compute in float32 on GPUs too, as the scripts do
+  (script_flags.float32_is_float32) and as torch does by default: TensorFlow's default would
+  multiply float32 matrices in TF32 on Ampere and later."""
+  if precision == "fp32":
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+
+
+def tensorflow_facts(tf):
+  """Our side's version and the GPUs it runs on (none: the CPU)."""
+  gpus = tf.config.list_physical_devices("GPU")
+  return {"tensorflow": tf.__version__,
+          "device": "GPU" if gpus else "CPU",
+          **({"gpu": [tf.config.experimental.get_device_details(g).get("device_name")
+                      for g in gpus]} if gpus else {})}
+
+
+def torch_device():
+  """Where the peer runs: the GPU when torch sees one (the card TensorFlow uses too: same
+  hardware on both sides), else the CPU."""
+  import torch  # pylint: disable=g-import-not-at-top
+  return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_sync():
+  """Waits for the peer's queued GPU work (a timed call must end with its work done)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  if torch.cuda.is_available():
+    torch.cuda.synchronize()
 
 
 def torch_inputs(data, i, **labels):
-  """Batch `i` of synthetic_batches as HF keyword arguments (int64 tensors), plus `labels`:
-  {HF argument name: numpy array or tensor}."""
+  """Batch `i` of synthetic_batches as HF keyword arguments (int64 tensors on torch_device()),
+  plus `labels`: {HF argument name: numpy array or tensor}."""
   import torch  # pylint: disable=g-import-not-at-top
   inputs = {"input_ids": data["input_ids"][i], "attention_mask": data["input_mask"][i],
             "token_type_ids": data["segment_ids"][i], **labels}
-  return {k: torch.as_tensor(v).long() for k, v in inputs.items()}
+  return {k: torch.as_tensor(v).long().to(torch_device()) for k, v in inputs.items()}
 
 
 def torch_autocast(precision):
-  """A context factory: bf16 autocast on CPU, or nothing for fp32."""
+  """A context factory: bf16 autocast on torch_device(), or nothing for fp32. On a GPU, fp32 is
+  torch's default float32 (TF32 matmuls off), as ours (script_flags.float32_is_float32)."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   if precision == "bf16":
-    return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return lambda: torch.autocast(torch_device(), dtype=torch.bfloat16)
   return contextlib.nullcontext
 
 
@@ -582,6 +654,7 @@ def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adam
   import transformers  # pylint: disable=g-import-not-at-top
 
   precision, _ = parse_variant(variant)
+  model.to(torch_device())
   model.train()
   options = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[adamw]
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6,
@@ -608,9 +681,11 @@ def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adam
 
 def torch_facts(model, torch, transformers):
   """What decides the peer's speed besides the model: attention kernel, threads, versions."""
+  device = next(model.parameters()).device
   return {"attn_implementation": getattr(model.config, "_attn_implementation", None),
           "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-          "transformers": transformers.__version__}
+          "transformers": transformers.__version__, "device": str(device),
+          **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {})}
 
 
 def bert_encoder(precision):

@@ -38,6 +38,7 @@ def ours(variant):
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = common.parse_variant(variant)
+  common.float32_without_tf32(tf, precision)
 
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()
@@ -58,7 +59,7 @@ def ours(variant):
   assert len(shapes) == FLAGS.steps, shapes
   per_s, best_per_s = common.rate(FLAGS.steps * FLAGS.batch_size, timing)
   return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing,
-          "output_shape": list(shapes[0]), "tensorflow": tf.__version__}
+          "output_shape": list(shapes[0]), **common.tensorflow_facts(tf)}
 
 
 def peer(variant):
@@ -67,7 +68,7 @@ def peer(variant):
 
   precision, _ = common.parse_variant(variant)
   torch.manual_seed(0)
-  model = transformers.BertModel(common.hf_config(transformers))
+  model = transformers.BertModel(common.hf_config(transformers)).to(common.torch_device())
   model.eval()
   data = _batches()
   batches = [common.torch_inputs(data, i) for i in range(_NUM_BATCHES)]
@@ -79,7 +80,7 @@ def peer(variant):
     with torch.inference_mode(), autocast():
       for i in range(FLAGS.steps):
         output = model(**batches[i % _NUM_BATCHES]).last_hidden_state
-        shapes.append(output.float().numpy().shape)
+        shapes.append(output.float().cpu().numpy().shape)  # to the host: waits for the GPU
 
   timing = common.timed(run)
   per_s, best_per_s = common.rate(FLAGS.steps * FLAGS.batch_size, timing)
@@ -97,7 +98,7 @@ def main(argv):
                 "seq_length": FLAGS.seq_length, "batches_per_timed_call": FLAGS.steps,
                 "path": "ours: training.Trainer.predict, sequence_output to numpy; peer: "
                         "BertModel under torch.inference_mode, last_hidden_state to numpy"},
-      peer_name="HF transformers BertModel (torch CPU)", peer_modules=["torch", "transformers"])
+      peer_name="HF transformers BertModel (torch)", peer_modules=["torch", "transformers"])
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ def main(argv):
                 "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
                              "torch.optim.AdamW + clip_grad_norm_ 1.0"},
       peer_name="HF transformers BertForSequenceClassification / BertForQuestionAnswering + "
-                "torch.optim.AdamW (torch CPU)",
+                "torch.optim.AdamW (torch)",
       peer_modules=["torch", "transformers"])
 
 

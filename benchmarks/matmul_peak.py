@@ -25,6 +25,7 @@ def tf_peaks(variant=None):
   del variant
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   n = FLAGS.matmul_size
+  common.float32_without_tf32(tf, "fp32")  # fp32 is float32 on a GPU too, as torch's
 
   # The inputs are arguments, not captured constants, so nothing can be folded at trace time;
   # the sum makes the call wait for the whole product at the cost of n^2 additions.
@@ -37,7 +38,7 @@ def tf_peaks(variant=None):
     b = tf.cast(tf.random.normal([n, n], seed=2), dtype)
     return _gflops(common.timed(lambda: multiply(a, b).numpy()))
 
-  return {"tf_fp32": rate(tf.float32), "tf_bf16": rate(tf.bfloat16)}
+  return {"tf_fp32": rate(tf.float32), "tf_bf16": rate(tf.bfloat16), **common.tensorflow_facts(tf)}
 
 
 def peer_peaks(variant=None):
@@ -51,13 +52,14 @@ def peer_peaks(variant=None):
   out = {"numpy_fp32": _gflops(common.timed(lambda: np.matmul(a, b, out=c)))}
   if not common.missing(["torch"]):
     import torch  # pylint: disable=g-import-not-at-top
+    device = common.torch_device()
 
     def rate(dtype):
-      ta, tb = torch.from_numpy(a).to(dtype), torch.from_numpy(b).to(dtype)
-      return _gflops(common.timed(lambda: torch.matmul(ta, tb)))
+      ta, tb = (torch.from_numpy(x).to(device=device, dtype=dtype) for x in (a, b))
+      return _gflops(common.timed(lambda: (torch.matmul(ta, tb), common.torch_sync())))
 
     out.update(torch_fp32=rate(torch.float32), torch_bf16=rate(torch.bfloat16),
-               torch_threads=torch.get_num_threads())
+               torch_threads=torch.get_num_threads(), torch_device=device)
   return out
 
 
@@ -84,7 +86,7 @@ def main(argv):
               settings={"matmul_size": FLAGS.matmul_size, "repeats": FLAGS.repeats,
                         "warmup": FLAGS.warmup, "figure": "median of the timed calls"},
               details={"ours": ours, "peer": peer},
-              peer_name="numpy (its BLAS) and torch CPU", peer_missing=missing)
+              peer_name="numpy (its BLAS) and torch (on the GPU when there is one)", peer_missing=missing)
 
 
 if __name__ == "__main__":

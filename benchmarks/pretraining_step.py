@@ -82,7 +82,7 @@ def main(argv):
                 "steps_per_timed_call": FLAGS.steps_per_loop, "dropout": 0.1,
                 "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
                              f"torch.optim.AdamW ({FLAGS.peer_adamw}) + clip_grad_norm_ 1.0"},
-      peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch CPU)",
+      peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch)",
       peer_modules=["torch", "transformers"])
 
 

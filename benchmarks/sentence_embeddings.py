@@ -115,7 +115,8 @@ def peer(variant):
 
   task, precision = variant.split(":")
   texts = _texts(task)
-  model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device="cpu")
+  model = sentence_transformers.SentenceTransformer(common.minilm_dir(),
+                                                    device=common.torch_device())
   model.max_seq_length = FLAGS.max_seq_length
   autocast = common.torch_autocast(precision)
   shapes = []

@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# A lent GPU machine's session (issue #35), scripted ahead so that it fits the device time: the
+# machine has torch but no TensorFlow and no network, and a call carries at most 64 MiB.
+#
+# usage:
+#   benchmarks/gpu_session.sh pack BUNDLE_DIR [WHEEL...]   here: carry folders .gpu/p00, p01, ...
+#   benchmarks/gpu_session.sh stage .gpu/pNN               there: keep one carried part in /tmp
+#   benchmarks/gpu_session.sh install                      there: unpack TensorFlow into /tmp/tf
+#   benchmarks/gpu_session.sh check                        there: TensorFlow sees the GPU, XLA runs
+#   benchmarks/gpu_session.sh test [PYTEST ARGS]           there: the GPU-relevant tests
+#   benchmarks/gpu_session.sh bench [smoke|quick|full]     there: the GPU benchmarks, both sides
+#
+# BUNDLE_DIR is what ../shared/gpu/make_bundle.sh wrote for the device's Python (3.12 there);
+# WHEELs are the project's own wheels the device lacks: tf-keras and tensorflow-hub (`pip download
+# --no-deps --python-version 3.12 ...`; tensorflow-text, 60 MB, serves build_vocab only, which no
+# GPU test runs, and the device's torch Python has the rest). `pack` recompresses the
+# bundle harder (zstd -19: 13 parts of 60 MiB become about 10) and cuts it into the largest parts
+# that fit one call beside the working tree, one folder a part, each with the MANIFEST and the
+# installer, the wheels in the last; it prints the calls.
+# On the device, each call carries one folder (`carry: [".gpu/pNN"]`) and runs `stage` on it;
+# the machine keeps /tmp only while warm (about 30 s after a call), so the calls follow each
+# other without a pause, and each says how many parts are there. Results go to $OUT (the device
+# tool's folder that comes back), or ./gpu_results elsewhere.
+#
+# Environment: TF_ROOT (default /tmp/tf), STAGE (default /tmp/bundle), CALL_MIB (default 64),
+# PACK_LEVEL (zstd level of pack, default 19), BENCH_TIMEOUT (seconds a benchmark may take, 300).
+# TensorFlow's variables (the bundle's env.sh: PYTHONPATH, CUDA 12 libraries) reach only the
+# TensorFlow processes: the benchmarks' torch children run without them (BENCH_TF_ENV).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TF_ROOT=${TF_ROOT:-/tmp/tf}
+STAGE=${STAGE:-/tmp/bundle}
+CALL_MIB=${CALL_MIB:-64}
+RESULTS=${OUT:-$PWD/gpu_results}
+PY=${PYTHON:-python3}
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+die() { echo "error: $*" >&2; exit 1; }
+
+tree_bytes() {  # what a device call carries besides `carry`: tracked and untracked-not-ignored
+  git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null \
+    | awk '{n += $1} END {printf "%.0f\n", n}'
+}
+
+pack() {
+  local bundle=$1; shift
+  [ -f "$bundle/MANIFEST" ] && [ -f "$bundle/install_bundle.sh" ] \
+    || die "$bundle: no MANIFEST and install_bundle.sh (make it with ../shared/gpu/make_bundle.sh)"
+  local wheel wheels_bytes=0
+  for wheel in "$@"; do
+    case $wheel in *.whl) [ -f "$wheel" ] || die "$wheel: no such wheel" ;;
+      *) die "$wheel: not a .whl file" ;; esac
+    wheels_bytes=$((wheels_bytes + $(stat -c %s "$wheel")))
+  done
+  git check-ignore -q .gpu/p00/part-000 \
+    || die ".gpu is not ignored by git: it would travel in every call"
+  [ ! -e .gpu ] || [ -z "$(ls -A .gpu)" ] || die ".gpu is not empty: remove it first"
+  local field
+  field() { awk -v k="$1" '$1 == k {print $2; exit}' "$bundle/MANIFEST"; }
+  [ "$(field compression)" = zstd ] || die "$bundle: a zstd bundle is needed (BUNDLE_COMPRESS=zstd)"
+  bash "$bundle/install_bundle.sh" --check "$bundle" >/dev/null \
+    || die "$bundle: parts missing or damaged"
+  # Fewer calls: the bundle recompressed harder (its -3 to -PACK_LEVEL, in the window every zstd
+  # decoder takes by default, so install_bundle.sh unpacks it as it is) and cut into the largest
+  # parts that fit one call beside the working tree, the installer, MANIFEST and the wheels.
+  local level=${PACK_LEVEL:-19} tree limit part_bytes work
+  tree=$(tree_bytes)
+  limit=$((CALL_MIB * 1048576))
+  part_bytes=$((limit - tree - $(stat -c %s "$bundle/install_bundle.sh") - 16384 - wheels_bytes))
+  [ "$part_bytes" -gt 65536 ] || die "the working tree leaves no room for a part in $CALL_MIB MiB"
+  mkdir -p .gpu
+  work=$(mktemp -d .gpu/.pack.XXXXXX)
+  echo "recompressing $(($(field archive_bytes) / 1048576)) MiB at zstd -$level (minutes)"
+  cat "$bundle"/part-* | zstd -dcq --long=27 | nice zstd -q -T0 "-$level" --long=27 \
+    | split -b "$part_bytes" -d -a 3 - "$work/part-"
+  local parts=("$work"/part-*) archive_bytes archive_sha256
+  archive_bytes=$(cat "${parts[@]}" | wc -c)
+  archive_sha256=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
+  {
+    awk '$1 != "archive_bytes" && $1 != "archive_sha256" && $1 != "parts" && $1 != "part"' \
+      "$bundle/MANIFEST"
+    echo "archive_bytes $archive_bytes"
+    echo "archive_sha256 $archive_sha256"
+    echo "parts ${#parts[@]}"
+    for part in "${parts[@]}"; do
+      echo "part $(basename "$part") $(stat -c %s "$part") $(sha256sum "$part" | cut -d' ' -f1)"
+    done
+  } >"$work/MANIFEST"
+  local i=0 folder bytes worst=0 last=$((${#parts[@]} - 1))
+  for part in "${parts[@]}"; do
+    folder=.gpu/$(printf 'p%02d' "$i")
+    mkdir -p "$folder"
+    mv "$part" "$folder/"
+    cp "$work/MANIFEST" "$bundle/install_bundle.sh" "$folder/"
+    [ "$i" != "$last" ] || [ $# -eq 0 ] || cp "$@" "$folder/"
+    bytes=$(du -sb "$folder" | cut -f1)
+    [ $((bytes + tree)) -le "$limit" ] \
+      || die "$folder and the working tree are over one call's $CALL_MIB MiB"
+    [ "$bytes" -le "$worst" ] || worst=$bytes
+    i=$((i + 1))
+  done
+  rm -rf "$work"
+  echo "$i carry folders in .gpu ($((archive_bytes / 1048576)) MiB; the largest call" \
+    "$(((worst + tree) / 1048576)) MiB with the $((tree / 1024)) KiB tree)."
+  echo "On the device, one call a folder, no pauses:"
+  for ((j = 0; j < i; j++)); do
+    printf '  run(carry=[".gpu/p%02d"], command="%s stage .gpu/p%02d")\n' "$j" \
+      "bash benchmarks/gpu_session.sh" "$j"
+  done
+  echo "then, in the call after the last part (or in it, after stage):"
+  echo "  bash benchmarks/gpu_session.sh install && bash benchmarks/gpu_session.sh check &&" \
+    "bash benchmarks/gpu_session.sh bench quick"
+}
+
+stage() {
+  local folder=${1%/}
+  [ -d "$folder" ] || die "$folder: not carried into this call"
+  mkdir -p "$STAGE"
+  cp "$folder"/* "$STAGE/"
+  # Says "N of M parts present and intact" and names the missing ones (exit 1 until all are in).
+  bash "$STAGE/install_bundle.sh" --check "$STAGE" || true
+}
+
+env_file() { echo "$TF_ROOT/.bundle/env.sh"; }
+
+install() {
+  if [ -f "$(env_file)" ]; then
+    echo "TensorFlow already unpacked in $TF_ROOT"
+  else
+    [ -f "$STAGE/MANIFEST" ] || die "no parts staged in $STAGE: run stage first"
+    PYTHON=$PY bash "$STAGE/install_bundle.sh" "$STAGE" "$TF_ROOT" | tail -n 3
+  fi
+  if compgen -G "$STAGE/*.whl" >/dev/null; then
+    # The project's own wheels (tf-keras, tensorflow-hub) beside TensorFlow, not in torch's Python.
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$TF_ROOT" \
+      --upgrade "$STAGE"/*.whl
+  fi
+  # Several TensorFlow processes share the GPU (tests, benchmark children): take memory as needed.
+  grep -q TF_FORCE_GPU_ALLOW_GROWTH "$(env_file)" \
+    || echo "export TF_FORCE_GPU_ALLOW_GROWTH=true" >>"$(env_file)"
+}
+
+with_tf() {  # a command with TensorFlow's variables
+  [ -f "$(env_file)" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
+  ( . "$(env_file)" && "$@" )
+}
+
+check() {
+  [ -f "$(env_file)" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
+  mkdir -p "$RESULTS"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv \
+    2>&1 | tee "$RESULTS/nvidia_smi.txt" || true
+  with_tf "$PY" - <<'PY' 2>&1 | tee "$RESULTS/check.txt"
+import time
+import tensorflow as tf
+gpus = tf.config.list_physical_devices("GPU")
+print("tensorflow", tf.__version__, "GPUs:", gpus)
+for g in gpus:
+    print(" ", tf.config.experimental.get_device_details(g))
+if not gpus:
+    raise SystemExit("error: TensorFlow sees no GPU (its log above says which library failed)")
+x = tf.random.normal([4096, 4096])
+start = time.perf_counter()
+y = tf.matmul(x, x)
+print("a float32 matmul on", y.device, f"{time.perf_counter() - start:.1f} s (first call: PTX JIT)")
+f = tf.function(lambda a: tf.nn.gelu(tf.matmul(tf.cast(a, tf.bfloat16), tf.cast(a, tf.bfloat16))),
+                jit_compile=True)
+start = time.perf_counter()
+print("XLA bf16 matmul + GELU:", f(x).dtype, f(x).device, f"{time.perf_counter() - start:.1f} s")
+PY
+}
+
+run_tests() {
+  [ -f "$(env_file)" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
+  mkdir -p "$RESULTS"
+  # What a GPU changes: the model's numbers (fp32 / bf16 / fp16 and loss scaling), XLA, the
+  # training loop and its strategies, checkpoints, exports. Tests that need ../shared skip there.
+  local files=(tests/test_modeling.py tests/test_optimization.py tests/test_training.py
+               tests/test_checkpoints.py tests/test_run_pretraining.py tests/test_keras.py
+               tests/test_export_model.py tests/test_script_flags.py)
+  [ $# -eq 0 ] || files=("$@")
+  with_tf "$PY" -m pytest -q -p no:cacheprovider -n 4 --durations=10 \
+    --junitxml="$RESULTS/tests.xml" "${files[@]}" 2>&1 | tee "$RESULTS/tests.txt"
+}
+
+bench() {
+  local size=${1:-quick} env
+  mkdir -p "$RESULTS"
+  env=$(env_file)
+  [ -f "$env" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
+  local base=(--warmup=1 --repeats=3 --variants=bf16_xla --peer_variants=bf16)
+  local large=(--layers=24 --hidden_size=1024 --num_heads=16 --intermediate_size=4096)
+  local tiny=(--layers=2 --hidden_size=128 --num_heads=2 --intermediate_size=512 --vocab_size=1000)
+  # The card's bf16 matmul peak first: every model figure's MFU is against it (--peak below).
+  # Then the issue's headline (BERT-Large, seq 128) before BERT-base: a call cut off at the
+  # device's 10 minutes still brings back what $OUT holds by then.
+  local runs=(
+    "matmul_peak matmul_peak.py --matmul_size=8192"
+    "pretrain_large_128 pretraining_step.py ${large[*]} --batch_size=128 --steps_per_loop=10"
+    "pretrain_base_128 pretraining_step.py --batch_size=256 --steps_per_loop=10"
+  )
+  if [ "$size" = smoke ]; then  # the plumbing, in a minute, anywhere (numbers mean nothing)
+    runs=("matmul_peak matmul_peak.py --matmul_size=512"
+          "pretrain_tiny_128 pretraining_step.py ${tiny[*]} --batch_size=8 --steps_per_loop=2")
+  fi
+  if [ "$size" = full ]; then
+    runs+=(
+      "pretrain_large_512 pretraining_step.py ${large[*]} --batch_size=32 --seq_length=512
+       --max_predictions=80 --steps_per_loop=5"
+      "squad_base_384 finetuning.py --tasks=squad --squad_batch_size=32 --steps_per_loop=10"
+      "encode_base_128 encode.py --batch_size=256 --steps=20"
+    )
+  fi
+  local run name script args peak=none
+  for run in "${runs[@]}"; do
+    read -r name script args <<<"${run//$'\n'/ }"
+    [ "$script" = matmul_peak.py ] || args+=" ${base[*]} --peak=$peak"
+    echo "== $name: $script $args"
+    # shellcheck disable=SC2086
+    BENCH_TF_ENV=$env PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-300}" \
+      "$PY" "benchmarks/$script" $args \
+      >"$RESULTS/$name.json" 2>"$RESULTS/$name.log" || echo "   failed: see $name.log"
+    if [ "$script" = matmul_peak.py ]; then
+      peak=$("$PY" -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["details"]
+print(max(v for side in ("ours", "peer") for k, v in d[side].items()
+          if k.endswith("bf16") and isinstance(v, (int, float))))' "$RESULTS/$name.json" \
+        2>/dev/null) || peak=none
+      echo "   bf16 matmul peak: $peak GFLOP/s"
+    fi
+    tail -n 1 "$RESULTS/$name.json" | "$PY" -c '
+import json, sys
+line = sys.stdin.read().strip()
+if line:
+    d = json.loads(line)
+    for f in d["figures"][:3]:
+        print("  ", f["name"], "| ours", f.get("ours"), f.get("ours_variant"), "| peer",
+              f.get("peer"), f.get("peer_variant"), "| ratio", f.get("ratio"),
+              "| MFU", f.get("mfu_ours"), f.get("mfu_peer"))' || true
+  done
+}
+
+[ $# -ge 1 ] || usage
+command=$1; shift
+case $command in
+  pack) [ $# -ge 1 ] || usage; pack "$@" ;;
+  stage) [ $# -eq 1 ] || usage; stage "$1" ;;
+  install) [ $# -eq 0 ] || usage; install ;;
+  check) [ $# -eq 0 ] || usage; check ;;
+  test) run_tests "$@" ;;
+  bench) [ $# -le 1 ] || usage; case ${1:-quick} in smoke|quick|full) ;; *) usage ;; esac
+    bench "$@" ;;
+  *) usage ;;
+esac
