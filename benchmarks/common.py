@@ -176,8 +176,9 @@ def machine():
       info["memory_gb"] = round(int(f.readline().split()[1]) / 2**20, 1)
   except OSError:
     pass
-  if gpus():
-    info["gpus"] = gpus()
+  found = gpus()
+  if found:
+    info["gpus"] = found
   return info
 
 
