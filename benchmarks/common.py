@@ -629,38 +629,41 @@ def torch_sync():
     torch.cuda.synchronize()
 
 
-def torch_inputs(data, i, **labels):
-  """Batch `i` of synthetic_batches as HF keyword arguments (int64 tensors on torch_device()),
-  plus `labels`: {HF argument name: numpy array or tensor}."""
+def torch_inputs(data, i, device="cpu", **labels):
+  """Batch `i` of synthetic_batches as HF keyword arguments (int64 tensors on `device`), plus
+  `labels`: {HF argument name: numpy array or tensor}."""
   import torch  # pylint: disable=g-import-not-at-top
   inputs = {"input_ids": data["input_ids"][i], "attention_mask": data["input_mask"][i],
             "token_type_ids": data["segment_ids"][i], **labels}
-  return {k: torch.as_tensor(v).long().to(torch_device()) for k, v in inputs.items()}
+  return {k: torch.as_tensor(v).long().to(device) for k, v in inputs.items()}
 
 
-def torch_autocast(precision):
-  """A context factory: bf16 autocast on torch_device(), or nothing for fp32. On a GPU, fp32 is
-  torch's default float32 (TF32 matmuls off), as ours (script_flags.float32_is_float32)."""
+def torch_autocast(precision, device="cpu"):
+  """A context factory: bf16 autocast on `device` ("cpu" or "cuda": where the model is), or
+  nothing for fp32. On a GPU, fp32 is torch's default float32 (TF32 matmuls off), as ours
+  (script_flags.float32_is_float32)."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   if precision == "bf16":
-    return lambda: torch.autocast(torch_device(), dtype=torch.bfloat16)
+    return lambda: torch.autocast(device, dtype=torch.bfloat16)
   return contextlib.nullcontext
 
 
 def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adamw="default"):
-  """HF training throughput: forward under autocast (bf16) or not, backward, clip_grad_norm_ 1.0
-  (as ours clips), torch.optim.AdamW step, zero_grad; `steps_per_loop` steps per timed call."""
+  """HF training throughput on torch_device() (`batches` made there): forward under autocast
+  (bf16) or not, backward, clip_grad_norm_ 1.0 (as ours clips), torch.optim.AdamW step,
+  zero_grad; `steps_per_loop` steps per timed call."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
   precision, _ = parse_variant(variant)
-  model.to(torch_device())
+  device = torch_device()  # the callers' batches are there too (torch_inputs(..., device))
+  model.to(device)
   model.train()
   options = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[adamw]
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6,
                                 **options)
-  autocast = torch_autocast(precision)
+  autocast = torch_autocast(precision, device)
   state = {"step": 0}
 
   def run():

@@ -68,11 +68,12 @@ def peer(variant):
 
   precision, _ = common.parse_variant(variant)
   torch.manual_seed(0)
-  model = transformers.BertModel(common.hf_config(transformers)).to(common.torch_device())
+  device = common.torch_device()
+  model = transformers.BertModel(common.hf_config(transformers)).to(device)
   model.eval()
   data = _batches()
-  batches = [common.torch_inputs(data, i) for i in range(_NUM_BATCHES)]
-  autocast = common.torch_autocast(precision)
+  batches = [common.torch_inputs(data, i, device) for i in range(_NUM_BATCHES)]
+  autocast = common.torch_autocast(precision, device)
   shapes = []
 
   def run():

@@ -68,11 +68,12 @@ def peer(task_variant):
   if task == "classifier":
     model = transformers.BertForSequenceClassification(
         common.hf_config(transformers, num_labels=_NUM_LABELS))
-    batches = [common.torch_inputs(data, i, labels=data["label_ids"][i])
+    batches = [common.torch_inputs(data, i, common.torch_device(), labels=data["label_ids"][i])
                for i in range(_NUM_BATCHES)]
   else:
     model = transformers.BertForQuestionAnswering(common.hf_config(transformers))
-    batches = [common.torch_inputs(data, i, start_positions=data["start_positions"][i],
+    batches = [common.torch_inputs(data, i, common.torch_device(),
+                                   start_positions=data["start_positions"][i],
                                    end_positions=data["end_positions"][i])
                for i in range(_NUM_BATCHES)]
   return common.peer_training_rate(model, batches, variant, FLAGS.steps_per_loop,

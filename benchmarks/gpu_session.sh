@@ -4,6 +4,7 @@
 #
 # usage:
 #   benchmarks/gpu_session.sh pack BUNDLE_DIR [WHEEL...]   here: carry folders .gpu/p00, p01, ...
+#   benchmarks/gpu_session.sh fits                         here: each folder still fits one call
 #   benchmarks/gpu_session.sh stage .gpu/pNN               there: keep one carried part in /tmp
 #   benchmarks/gpu_session.sh install                      there: unpack TensorFlow into /tmp/tf
 #   benchmarks/gpu_session.sh check                        there: TensorFlow sees the GPU, XLA runs
@@ -14,8 +15,9 @@
 # WHEELs are the project's own wheels the device lacks: tf-keras and tensorflow-hub (`pip download
 # --no-deps --python-version 3.12 ...`; tensorflow-text, 60 MB, serves build_vocab only, which no
 # GPU test runs, and the device's torch Python has the rest). `pack` recompresses the
-# bundle harder (zstd -19: 13 parts of 60 MiB become about 10) and cuts it into the largest parts
-# that fit one call beside the working tree, one folder a part, each with the MANIFEST and the
+# bundle harder (zstd -19: 13 parts of 60 MiB become 11) and cuts it into the largest parts that
+# fit one call beside the working tree with PACK_RESERVE_KIB to spare (the tree may grow a little
+# before the session: `fits` checks again), one folder a part, each with the MANIFEST and the
 # installer, the wheels in the last; it prints the calls.
 # On the device, each call carries one folder (`carry: [".gpu/pNN"]`) and runs `stage` on it;
 # the machine keeps /tmp only while warm (about 30 s after a call), so the calls follow each
@@ -23,11 +25,13 @@
 # tool's folder that comes back), or ./gpu_results elsewhere.
 #
 # Environment: TF_ROOT (default /tmp/tf), STAGE (default /tmp/bundle), CALL_MIB (default 64),
-# PACK_LEVEL (zstd level of pack, default 19), BENCH_TIMEOUT (seconds a benchmark may take, 300).
+# PACK_LEVEL (zstd level of pack, default 19), PACK_RESERVE_KIB (default 512), BENCH_DEADLINE
+# (seconds `bench` may take in all, default 480: one device call runs 10 minutes at most).
 # TensorFlow's variables (the bundle's env.sh: PYTHONPATH, CUDA 12 libraries) reach only the
 # TensorFlow processes: the benchmarks' torch children run without them (BENCH_TF_ENV).
 set -euo pipefail
 
+START_DIR=$PWD
 cd "$(dirname "$0")/.."
 TF_ROOT=${TF_ROOT:-/tmp/tf}
 STAGE=${STAGE:-/tmp/bundle}
@@ -37,17 +41,38 @@ PY=${PYTHON:-python3}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$START_DIR/$1" ;; esac; }
 
 tree_bytes() {  # what a device call carries besides `carry`: tracked and untracked-not-ignored
-  git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null \
+  local f
+  git ls-files -z --cached --others --exclude-standard \
+    | while IFS= read -r -d '' f; do { [ -f "$f" ] && stat -c %s -- "$f"; } || true; done \
     | awk '{n += $1} END {printf "%.0f\n", n}'
 }
 
+fits() {  # every carry folder beside the working tree as it is now, within one call
+  local limit=$((CALL_MIB * 1048576)) tree folder bytes bad=0
+  tree=$(tree_bytes)
+  compgen -G ".gpu/p*" >/dev/null || die "no carry folders in .gpu: run pack first"
+  for folder in .gpu/p*; do
+    bytes=$(du -sb "$folder" | cut -f1)
+    if [ $((bytes + tree)) -gt "$limit" ]; then
+      echo "$folder: $((bytes + tree)) bytes with the $((tree / 1024)) KiB tree, over $CALL_MIB MiB"
+      bad=1
+    fi
+  done
+  [ "$bad" = 0 ] || die "the working tree grew since pack: make it smaller, or pack again"
+  echo "every carry folder fits one call beside the $((tree / 1024)) KiB working tree"
+}
+
 pack() {
-  local bundle=$1; shift
+  local bundle wheel wheels=()
+  bundle=$(absolute "$1"); shift
+  for wheel in "$@"; do wheels+=("$(absolute "$wheel")"); done
+  set -- "${wheels[@]+"${wheels[@]}"}"
   [ -f "$bundle/MANIFEST" ] && [ -f "$bundle/install_bundle.sh" ] \
     || die "$bundle: no MANIFEST and install_bundle.sh (make it with ../shared/gpu/make_bundle.sh)"
-  local wheel wheels_bytes=0
+  local wheels_bytes=0
   for wheel in "$@"; do
     case $wheel in *.whl) [ -f "$wheel" ] || die "$wheel: no such wheel" ;;
       *) die "$wheel: not a .whl file" ;; esac
@@ -56,21 +81,22 @@ pack() {
   git check-ignore -q .gpu/p00/part-000 \
     || die ".gpu is not ignored by git: it would travel in every call"
   [ ! -e .gpu ] || [ -z "$(ls -A .gpu)" ] || die ".gpu is not empty: remove it first"
-  local field
   field() { awk -v k="$1" '$1 == k {print $2; exit}' "$bundle/MANIFEST"; }
   [ "$(field compression)" = zstd ] || die "$bundle: a zstd bundle is needed (BUNDLE_COMPRESS=zstd)"
   bash "$bundle/install_bundle.sh" --check "$bundle" >/dev/null \
     || die "$bundle: parts missing or damaged"
   # Fewer calls: the bundle recompressed harder (its -3 to -PACK_LEVEL, in the window every zstd
   # decoder takes by default, so install_bundle.sh unpacks it as it is) and cut into the largest
-  # parts that fit one call beside the working tree, the installer, MANIFEST and the wheels.
-  local level=${PACK_LEVEL:-19} tree limit part_bytes work
+  # parts that fit one call beside the working tree, the installer and MANIFEST, with a reserve.
+  local level=${PACK_LEVEL:-19} tree limit part_bytes
   tree=$(tree_bytes)
   limit=$((CALL_MIB * 1048576))
-  part_bytes=$((limit - tree - $(stat -c %s "$bundle/install_bundle.sh") - 16384 - wheels_bytes))
+  part_bytes=$((limit - tree - $(stat -c %s "$bundle/install_bundle.sh") - 16384 \
+    - ${PACK_RESERVE_KIB:-512} * 1024))
   [ "$part_bytes" -gt 65536 ] || die "the working tree leaves no room for a part in $CALL_MIB MiB"
   mkdir -p .gpu
   work=$(mktemp -d .gpu/.pack.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
   echo "recompressing $(($(field archive_bytes) / 1048576)) MiB at zstd -$level (minutes)"
   cat "$bundle"/part-* | zstd -dcq --long=27 | nice zstd -q -T0 "-$level" --long=27 \
     | split -b "$part_bytes" -d -a 3 - "$work/part-"
@@ -87,13 +113,16 @@ pack() {
       echo "part $(basename "$part") $(stat -c %s "$part") $(sha256sum "$part" | cut -d' ' -f1)"
     done
   } >"$work/MANIFEST"
-  local i=0 folder bytes worst=0 last=$((${#parts[@]} - 1))
+  # The wheels ride with the last part when they fit beside it, else in a folder of their own.
+  local i=0 folder bytes worst=0 last=$((${#parts[@]} - 1)) last_bytes
+  last_bytes=$(stat -c %s "${parts[$last]}")
+  [ $((last_bytes + wheels_bytes)) -le "$part_bytes" ] || parts+=("")
   for part in "${parts[@]}"; do
     folder=.gpu/$(printf 'p%02d' "$i")
     mkdir -p "$folder"
-    mv "$part" "$folder/"
+    [ -z "$part" ] || mv "$part" "$folder/"
     cp "$work/MANIFEST" "$bundle/install_bundle.sh" "$folder/"
-    [ "$i" != "$last" ] || [ $# -eq 0 ] || cp "$@" "$folder/"
+    if [ $# -gt 0 ] && [ "$i" = $((${#parts[@]} - 1)) ]; then cp "$@" "$folder/"; fi
     bytes=$(du -sb "$folder" | cut -f1)
     [ $((bytes + tree)) -le "$limit" ] \
       || die "$folder and the working tree are over one call's $CALL_MIB MiB"
@@ -101,8 +130,10 @@ pack() {
     i=$((i + 1))
   done
   rm -rf "$work"
+  trap - EXIT
   echo "$i carry folders in .gpu ($((archive_bytes / 1048576)) MiB; the largest call" \
     "$(((worst + tree) / 1048576)) MiB with the $((tree / 1024)) KiB tree)."
+  echo "Just before the session: bash benchmarks/gpu_session.sh fits"
   echo "On the device, one call a folder, no pauses:"
   for ((j = 0; j < i; j++)); do
     printf '  run(carry=[".gpu/p%02d"], command="%s stage .gpu/p%02d")\n' "$j" \
@@ -129,7 +160,10 @@ install() {
     echo "TensorFlow already unpacked in $TF_ROOT"
   else
     [ -f "$STAGE/MANIFEST" ] || die "no parts staged in $STAGE: run stage first"
-    PYTHON=$PY bash "$STAGE/install_bundle.sh" "$STAGE" "$TF_ROOT" | tail -n 3
+    mkdir -p "$RESULTS"
+    # Its whole report (TensorFlow's requirements as this Python meets them) comes back in $OUT.
+    PYTHON=$PY bash "$STAGE/install_bundle.sh" "$STAGE" "$TF_ROOT" >"$RESULTS/install.txt"
+    sed -n '/^unpacking/,/^Installed/p' "$RESULTS/install.txt" | sed '$d'  # requirements too
   fi
   if compgen -G "$STAGE/*.whl" >/dev/null; then
     # The project's own wheels (tf-keras, tensorflow-hub) beside TensorFlow, not in torch's Python.
@@ -163,11 +197,15 @@ if not gpus:
 x = tf.random.normal([4096, 4096])
 start = time.perf_counter()
 y = tf.matmul(x, x)
+y.numpy()  # waits for the GPU
 print("a float32 matmul on", y.device, f"{time.perf_counter() - start:.1f} s (first call: PTX JIT)")
 f = tf.function(lambda a: tf.nn.gelu(tf.matmul(tf.cast(a, tf.bfloat16), tf.cast(a, tf.bfloat16))),
                 jit_compile=True)
 start = time.perf_counter()
-print("XLA bf16 matmul + GELU:", f(x).dtype, f(x).device, f"{time.perf_counter() - start:.1f} s")
+z = f(x)
+z.numpy()
+print("XLA bf16 matmul + GELU:", z.dtype, z.device,
+      f"{time.perf_counter() - start:.1f} s (compilation included)")
 PY
 }
 
@@ -212,13 +250,15 @@ bench() {
       "encode_base_128 encode.py --batch_size=256 --steps=20"
     )
   fi
-  local run name script args peak=none
+  local run name script args peak=none left deadline=$((SECONDS + ${BENCH_DEADLINE:-480}))
   for run in "${runs[@]}"; do
     read -r name script args <<<"${run//$'\n'/ }"
+    left=$((deadline - SECONDS))
+    [ "$left" -gt 30 ] || { echo "== $name: skipped, BENCH_DEADLINE reached"; continue; }
     [ "$script" = matmul_peak.py ] || args+=" ${base[*]} --peak=$peak"
     echo "== $name: $script $args"
     # shellcheck disable=SC2086
-    BENCH_TF_ENV=$env PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-300}" \
+    BENCH_TF_ENV=$env PYTHONUNBUFFERED=1 timeout "$left" \
       "$PY" "benchmarks/$script" $args \
       >"$RESULTS/$name.json" 2>"$RESULTS/$name.log" || echo "   failed: see $name.log"
     if [ "$script" = matmul_peak.py ]; then
@@ -246,6 +286,7 @@ if line:
 command=$1; shift
 case $command in
   pack) [ $# -ge 1 ] || usage; pack "$@" ;;
+  fits) [ $# -eq 0 ] || usage; fits ;;
   stage) [ $# -eq 1 ] || usage; stage "$1" ;;
   install) [ $# -eq 0 ] || usage; install ;;
   check) [ $# -eq 0 ] || usage; check ;;

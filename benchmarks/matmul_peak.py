@@ -86,7 +86,8 @@ def main(argv):
               settings={"matmul_size": FLAGS.matmul_size, "repeats": FLAGS.repeats,
                         "warmup": FLAGS.warmup, "figure": "median of the timed calls"},
               details={"ours": ours, "peer": peer},
-              peer_name="numpy (its BLAS) and torch (on the GPU when there is one)", peer_missing=missing)
+              peer_name="numpy (its BLAS) and torch (on the GPU when there is one)",
+              peer_missing=missing)
 
 
 if __name__ == "__main__":

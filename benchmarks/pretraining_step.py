@@ -64,7 +64,8 @@ def peer(variant):
     labels = np.full((FLAGS.batch_size, FLAGS.seq_length), -100, np.int64)
     np.put_along_axis(labels, data["masked_lm_positions"][i], data["masked_lm_ids"][i], axis=1)
     batches.append(common.torch_inputs(
-        data, i, labels=labels, next_sentence_label=data["next_sentence_labels"][i, :, 0]))
+        data, i, common.torch_device(), labels=labels,
+        next_sentence_label=data["next_sentence_labels"][i, :, 0]))
   return common.peer_training_rate(model, batches, variant, FLAGS.steps_per_loop,
                                    FLAGS.batch_size, FLAGS.peer_adamw)
 

@@ -115,10 +115,10 @@ def peer(variant):
 
   task, precision = variant.split(":")
   texts = _texts(task)
-  model = sentence_transformers.SentenceTransformer(common.minilm_dir(),
-                                                    device=common.torch_device())
+  device = common.torch_device()
+  model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device=device)
   model.max_seq_length = FLAGS.max_seq_length
-  autocast = common.torch_autocast(precision)
+  autocast = common.torch_autocast(precision, device)
   shapes = []
 
   def run():

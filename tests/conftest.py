@@ -4,6 +4,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +44,15 @@ SQUAD = os.path.join(SHARED, "data", "squad", "dev-v1.1.json")
 TINY = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
 TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
 TINY_VOCAB = os.path.join(TINY, "vocab.txt")
+
+
+def pytest_configure(config):
+  """On a GPU machine, TF32 off in the test processes themselves too: XLA's own GEMM kernels may
+  not read NVIDIA_TF32_OVERRIDE. CPU machines (no nvidia-smi) are left alone."""
+  del config
+  if shutil.which("nvidia-smi"):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
 def run_script(args, env=None, timeout=600, **kw):

@@ -426,7 +426,6 @@ def test_final_text_is_run_squads_projection_on_the_context(uncased):
 # --- command line, saved_model_cli, fine-tuning from a module ---------------------------------
 
 
-@requires_shared
 def _saved_model_cli():
   """TensorFlow's saved_model_cli as a user runs it: the console script beside the interpreter,
   or its module where TensorFlow was installed without scripts (pip --target, as the GPU bundle
@@ -435,6 +434,7 @@ def _saved_model_cli():
   return [script] if os.path.exists(script) else ["-m", "tensorflow.python.tools.saved_model_cli"]
 
 
+@requires_shared
 def test_command_line_export_and_saved_model_cli(tmp_path, preprocessor_dir):
   encoder = tmp_path / "encoder"
   run_ok(["export_model.py", "--model_type=encoder", f"--init_checkpoint={TINY}/bert_model.ckpt",

@@ -101,18 +101,23 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   files = _bundle(tmp_path / "bundle")
   wheel = _wheel(tmp_path)
   checkout = _checkout(tmp_path / "checkout")
-  env = {"CALL_MIB": "1", "PACK_LEVEL": "3", "STAGE": str(tmp_path / "stage"),
-         "TF_ROOT": str(tmp_path / "tf")}
+  env = {"CALL_MIB": "1", "PACK_LEVEL": "3", "PACK_RESERVE_KIB": "64",
+         "STAGE": str(tmp_path / "stage"), "TF_ROOT": str(tmp_path / "tf")}
 
-  packed = _run(checkout, "pack", str(tmp_path / "bundle"), str(wheel), **env)
+  # The bundle named relative to where pack is started (the script moves to the checkout).
+  packed = _run(checkout, "pack", "../bundle", str(wheel), **env)
   assert packed.returncode == 0, packed.stderr
   folders = sorted((checkout / ".gpu").iterdir())
   assert len(folders) >= 4  # 3 MiB of random bytes in calls of 1 MiB
   assert [f.name for f in folders] == [f"p{i:02d}" for i in range(len(folders))]
-  tree = sum(f.stat().st_size for f in checkout.iterdir() if f.is_file())
+  listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                          cwd=checkout, capture_output=True, text=True, check=True).stdout
+  tree = sum((checkout / name).stat().st_size for name in listed.split())
+  assert tree > 100_000  # README and the script: what travels with every call
   for folder in folders:
     size = sum(f.stat().st_size for f in folder.iterdir())
-    assert size + tree <= 1 << 20, (folder, size)  # one call: a folder beside the working tree
+    # One call: a folder beside the working tree, with PACK_RESERVE_KIB to spare.
+    assert size + tree <= (1 << 20) - 64 * 1024, (folder, size)
     assert {"MANIFEST", "install_bundle.sh"} <= {f.name for f in folder.iterdir()}
   assert (folders[-1] / wheel.name).exists()
   assert packed.stdout.count("run(carry=") == len(folders)
@@ -120,6 +125,13 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
                           cwd=checkout, capture_output=True, text=True, check=True).stdout
   assert ".gpu" not in status  # the carry folders never travel with the tree
+  assert "every carry folder fits" in _run(checkout, "fits", **env).stdout
+  (checkout / "grown.txt").write_bytes(b"y" * 80_000)  # a commit after pack, over the reserve
+  grown = _run(checkout, "fits", **env)
+  assert grown.returncode == 1
+  assert grown.stderr.strip() == ("error: the working tree grew since pack: make it smaller, or "
+                                  "pack again")
+  (checkout / "grown.txt").unlink()
 
   for i, folder in enumerate(folders):
     staged = _run(checkout, "stage", f".gpu/{folder.name}", **env)
@@ -154,6 +166,7 @@ def test_one_line_errors(tmp_path):
   assert error("pack", str(tmp_path / "bundle"), CALL_MIB="0") == \
       "error: the working tree leaves no room for a part in 0 MiB"
   assert error("stage", ".gpu/p07") == "error: .gpu/p07: not carried into this call"
+  assert error("fits") == "error: no carry folders in .gpu: run pack first"
   assert "no parts staged" in error("install")
   for command in ("check", "test", "bench"):
     assert error(command) == (f"error: TensorFlow is not installed in {tmp_path / 'tf'}: "
