@@ -574,12 +574,10 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = parse_variant(variant)
-  float32_without_tf32(tf, precision)
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()
   with strategy.scope():
-    model = make_model(modeling.BertConfig(**model_dims()),
-                       {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
+    model = make_model(modeling.BertConfig(**model_dims()), compute_dtype(precision))
     optimizer = optimization.create_optimizer(1e-4, num_train_steps=100000,
                                               num_warmup_steps=10000)
   trainer = training.Trainer(strategy, model, loss_fn, optimizer, use_xla=use_xla)
@@ -598,12 +596,13 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
           "applied_fraction": last.get("applied_steps"), **tensorflow_facts(tf)}
 
 
-def float32_without_tf32(tf, precision):
-  """fp32 variants compute in float32 on GPUs too, as the scripts do
-  (script_flags.float32_is_float32) and as torch does by default: TensorFlow's default would
-  multiply float32 matrices in TF32 on Ampere and later."""
-  if precision == "fp32":
-    tf.config.experimental.enable_tensor_float_32_execution(False)
+def compute_dtype(precision):
+  """Our model's compute dtype for a variant's precision (fp32 | bf16), as the scripts take it:
+  script_flags.float32_is_float32, so fp32 is float32 on GPUs too (TF32 off, as torch's
+  default), not TensorFlow's TF32 default on Ampere and later."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import script_flags  # pylint: disable=g-import-not-at-top
+  return script_flags.float32_is_float32({"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
 
 
 def tensorflow_facts(tf):
@@ -703,7 +702,7 @@ def bert_encoder(precision):
     def __init__(self):
       super().__init__(name="encoder")
       self.bert = modeling.BertModel(modeling.BertConfig(**model_dims()),
-                                     {"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
+                                     compute_dtype(precision))
 
     def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
       return self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],

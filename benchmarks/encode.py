@@ -38,7 +38,6 @@ def ours(variant):
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   precision, use_xla = common.parse_variant(variant)
-  common.float32_without_tf32(tf, precision)
 
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()

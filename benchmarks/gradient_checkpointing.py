@@ -86,7 +86,7 @@ def _ours(variant):
   from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   tf.random.set_seed(0)
-  dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
+  dtype = common.compute_dtype(FLAGS.precision)
   model = modeling.BertClassifier(modeling.BertConfig(**common.model_dims()), 2, dtype)
   model.bert.gradient_checkpointing = run == "checkpointed"
   optimizer = optimization.create_optimizer(2e-5, num_train_steps=1000, num_warmup_steps=100)

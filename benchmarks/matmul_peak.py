@@ -25,7 +25,7 @@ def tf_peaks(variant=None):
   del variant
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   n = FLAGS.matmul_size
-  common.float32_without_tf32(tf, "fp32")  # fp32 is float32 on a GPU too, as torch's
+  common.compute_dtype("fp32")  # fp32 is float32 on a GPU too (TF32 off), as torch's
 
   # The inputs are arguments, not captured constants, so nothing can be folded at trace time;
   # the sum makes the call wait for the whole product at the cost of n^2 additions.

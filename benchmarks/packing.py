@@ -182,12 +182,11 @@ def throughput(variant):
   """Training throughput on the records of `variant` ("KIND/SEQ/PRECISION")."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
-  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
   kind, seq, precision = variant.split("/")
   seq = int(seq)
   batch_size = max(1, FLAGS.tokens_per_batch // seq)
   trainer = _trainer(modeling.BertConfig(**_model_dims()),
-                     {"fp32": tf.float32, "bf16": tf.bfloat16}[precision], 1e-4, 100000, 10000)
+                     common.compute_dtype(precision), 1e-4, 100000, 10000)
   iterator = iter(trainer.distribute(_training_data(_records(kind, seq), seq, batch_size)))
   steps = tf.constant(FLAGS.steps_per_loop)
   tokens = []

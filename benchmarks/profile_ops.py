@@ -85,7 +85,7 @@ def ours():
       for batch in trainer.predict(lambda ctx: dataset, ["sequence_output"]):
         assert batch["sequence_output"].shape[-1] == config.hidden_size
   else:
-    dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[FLAGS.precision]
+    dtype = common.compute_dtype(FLAGS.precision)
     if FLAGS.classifier:
       model = modeling.BertClassifier(config, 2, dtype)
       loss_fn = modeling.classifier_losses(is_regression=False)

@@ -106,7 +106,7 @@ def ours(variant):
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
 
   task, _, precision = variant.partition(":")
-  dtype = {"fp32": tf.float32, "bf16": tf.bfloat16}[precision]
+  dtype = common.compute_dtype(precision)
   config = modeling.BertConfig(**common.model_dims())
   tf.random.set_seed(0)
   strategy = tf.distribute.get_strategy()
