@@ -73,6 +73,20 @@ def split_cpu(n):
   return [f"/cpu:{i}" for i in range(n)]
 
 
+def prediction_streams(strategy):
+  """How many parts Trainer.predict and evaluate split a batch into: 2 where one replica computes on a
+  CPU of several cores, else 1. On CPUs the matrices of a prediction batch (a few sentences,
+  or MiniLM's 384-wide layers on sentences of ~25 tokens) are too small to keep two cores busy
+  inside one op (each op's threads meet at a barrier, and the LayerNorm and softmax pieces
+  barely split), while two halves of the batch run side by side on the two inter-op threads:
+  measured 5-25% more sentences/s (benchmarks/README.md, "Prediction in two streams"). GPUs and
+  TPUs take a batch whole; several replicas already run side by side."""
+  if (strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.TPUStrategy)
+      or tf.config.list_logical_devices("GPU")):
+    return 1
+  return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+
+
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
   """Splits a global batch over replicas and accumulation steps, or explains why it can't."""
   parts = strategy.num_replicas_in_sync * accumulation_steps
@@ -219,8 +233,12 @@ class Trainer:
   """
 
   def __init__(self, strategy, model, loss_fn, optimizer=None, output_dir=None, use_xla=False,
-               gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0):
+               gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0, predict_streams=None):
     self.strategy = strategy
+    # predict() and evaluate() run a replica's batch as this many independent parts (None:
+    # prediction_streams)
+    self.predict_streams = (prediction_streams(strategy) if predict_streams is None
+                            else predict_streams)
     self.model = model
     self.loss_fn = loss_fn
     self.optimizer = optimizer
@@ -578,7 +596,7 @@ class Trainer:
     def replica_fn(features, weights):
       if cut:
         features = input_pipeline.trim_to_longest(features, 1)
-      return self.loss_fn(features, self._predict_forward(features, weights))
+      return self._eval_stats(features, weights)
     return _reduce_stats(self.strategy, self.strategy.run(replica_fn, args=(features, weights)))
 
   def evaluate(self, dataset_fn, max_steps=None):
@@ -628,13 +646,42 @@ class Trainer:
         length = tf.reduce_max(context.all_gather(
             tf.identity(tf.shape(features["input_mask"])[-1:]), 0))
         features = input_pipeline.pad_to_length(features, length)
-      outputs = self._predict_forward(features, weights)
+      outputs = self._forward_in_streams(features, weights)
       kept = {k: outputs[k] for k in output_keys}
       kept.update({k: v for k, v in features.items() if k not in kept})
       if gather:
         kept = {k: context.all_gather(tf.identity(v), axis=0) for k, v in kept.items()}
       return kept
     return self.strategy.run(replica_fn, args=(features, weights))
+
+  def _streams(self, features):
+    """A replica's batch as `predict_streams` parts that depend on nothing of each other, so
+    that the runtime's inter-op threads run them side by side (prediction_streams); None when
+    it is not split (one stream, or fewer rows than streams)."""
+    streams = self.predict_streams
+    batch = features["input_mask"].shape[0] if "input_mask" in features else None
+    if streams <= 1 or batch is None or batch < streams:
+      return None
+    rows = tf.shape(features["input_mask"])[0]
+    sizes = [rows // streams + tf.cast(i < rows % streams, tf.int32) for i in range(streams)]
+    parts = {k: tf.split(v, sizes) for k, v in features.items()}
+    return [{k: v[i] for k, v in parts.items()} for i in range(streams)]
+
+  def _forward_in_streams(self, features, weights):
+    """The prediction outputs of a replica's batch, its parts (_streams) run side by side and
+    put back in order (outputs have the batch as their leading axis, as predict() needs)."""
+    parts = self._streams(features)
+    if parts is None:
+      return self._predict_forward(features, weights)
+    outputs = [self._predict_forward(part, weights) for part in parts]
+    return {k: tf.concat([o[k] for o in outputs], 0) for k in outputs[0]}
+
+  def _eval_stats(self, features, weights):
+    """loss_fn's {name: (sum, count)} of a replica's batch, its parts run side by side and their
+    sums and counts added (they are additive by the loss_fn contract)."""
+    parts = self._streams(features) or [features]
+    stats = [self.loss_fn(part, self._predict_forward(part, weights)) for part in parts]
+    return {k: tuple(tf.add_n([s[k][i] for s in stats]) for i in range(2)) for k in stats[0]}
 
   def predict(self, dataset_fn, output_keys):
     """Yields dicts of numpy arrays (the model outputs named in `output_keys` plus the input

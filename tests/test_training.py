@@ -278,6 +278,58 @@ def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol
     before = got
 
 
+@requires_shared
+@pytest.mark.parametrize("batch_size", [7, 8])
+def test_predict_and_evaluate_in_streams_give_each_example_its_own_outputs(batch_size):
+  """Trainer.predict and evaluate split a batch into independent parts (two on a CPU of several cores):
+  every example's outputs are those of the whole batch run at once, for odd batches (7: parts
+  of 4 and 3), a batch smaller than the parts (the last, 1 row: not split) and batches the
+  pipeline cuts to their longest sequence; in input order, each row its own (labels per row
+  would be swapped if the parts were put back in the wrong order)."""
+  model = _minilm_classifier(tf.float32)
+  features = _mrpc_features(22)  # 22 = 3 x 7 + 1, 2 x 8 + 6
+  labels = np.arange(22) % 3
+
+  def dataset_fn(ctx):
+    del ctx
+    return tf.data.Dataset.from_tensor_slices(
+        dict(features, label_ids=labels, is_real_example=np.ones_like(labels))).batch(
+            batch_size).map(lambda batch: input_pipeline.trim_to_longest(batch, 8))
+
+  want = tf.function(lambda f: model(f)["logits"])(features).numpy()
+  log_probs = tf.nn.log_softmax(want).numpy()[np.arange(22), labels]
+  accuracy = np.mean(np.argmax(want, -1) == labels)
+  for streams in (1, 2, 3):
+    trainer = training.Trainer(tf.distribute.get_strategy(), model,
+                               modeling.classifier_losses(False), predict_streams=streams)
+    # evaluate() adds the parts' sums and counts: the whole data's mean loss and accuracy.
+    metrics = trainer.evaluate(dataset_fn)
+    np.testing.assert_allclose(metrics["loss"], -np.mean(log_probs), atol=1e-5)
+    assert metrics["accuracy"] == pytest.approx(accuracy)
+    batches = list(trainer.predict(dataset_fn, ["logits"]))
+    got = np.concatenate([b["logits"] for b in batches])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_array_equal(np.concatenate([b["input_ids"][:, :5] for b in batches]),
+                                  features["input_ids"][:, :5])
+    # Rows differ, so a swap would show.
+    assert np.abs(want[1:] - want[:-1]).max(axis=1).min() > 1e-3
+
+
+def test_prediction_streams_only_where_one_replica_runs_on_a_cpu_of_several_cores():
+  cores = len(os.sched_getaffinity(0))
+  default = tf.distribute.get_strategy()
+  if tf.config.list_logical_devices("GPU"):
+    assert training.prediction_streams(default) == 1
+  else:
+    assert training.prediction_streams(default) == (2 if cores >= 2 else 1)
+  assert training.Trainer(default, modeling.BertModel(_config()), None).predict_streams == (
+      training.prediction_streams(default))
+
+  class TwoReplicas:  # mirrored over two devices: they already run side by side
+    num_replicas_in_sync = 2
+  assert training.prediction_streams(TwoReplicas()) == 1
+
+
 def test_progress_comes_at_the_first_step_and_then_by_the_clock():
   """A user sees a line as soon as the first step has run, then every `log_every_seconds`
   whatever --iterations_per_loop is (100 steps of a large model were minutes of silence); the
