@@ -79,12 +79,14 @@ def prediction_streams(strategy):
   or MiniLM's 384-wide layers on sentences of ~25 tokens) are too small to keep two cores busy
   inside one op (each op's threads meet at a barrier, and the LayerNorm and softmax pieces
   barely split), while two halves of the batch run side by side on the two inter-op threads:
-  measured 5-25% more sentences/s (benchmarks/README.md, "Prediction in two streams"). GPUs and
+  measured 5-15% more sentences/s (benchmarks/README.md, "Prediction in two streams"). GPUs and
   TPUs take a batch whole; several replicas already run side by side."""
   if (strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.TPUStrategy)
       or tf.config.list_logical_devices("GPU")):
     return 1
-  return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+  affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+  cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+  return 2 if cores >= 2 else 1
 
 
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
@@ -646,8 +648,7 @@ class Trainer:
         length = tf.reduce_max(context.all_gather(
             tf.identity(tf.shape(features["input_mask"])[-1:]), 0))
         features = input_pipeline.pad_to_length(features, length)
-      outputs = self._forward_in_streams(features, weights)
-      kept = {k: outputs[k] for k in output_keys}
+      kept = self._forward_in_streams(features, weights, output_keys)
       kept.update({k: v for k, v in features.items() if k not in kept})
       if gather:
         kept = {k: context.all_gather(tf.identity(v), axis=0) for k, v in kept.items()}
@@ -657,24 +658,26 @@ class Trainer:
   def _streams(self, features):
     """A replica's batch as `predict_streams` parts that depend on nothing of each other, so
     that the runtime's inter-op threads run them side by side (prediction_streams); None when
-    it is not split (one stream, or fewer rows than streams)."""
+    it is not split: one stream, fewer rows than streams, or a batch size unknown when the step
+    is traced (a pipeline that keeps a short last batch)."""
     streams = self.predict_streams
     batch = features["input_mask"].shape[0] if "input_mask" in features else None
     if streams <= 1 or batch is None or batch < streams:
       return None
-    rows = tf.shape(features["input_mask"])[0]
-    sizes = [rows // streams + tf.cast(i < rows % streams, tf.int32) for i in range(streams)]
+    sizes = [batch // streams + (i < batch % streams) for i in range(streams)]
     parts = {k: tf.split(v, sizes) for k, v in features.items()}
     return [{k: v[i] for k, v in parts.items()} for i in range(streams)]
 
-  def _forward_in_streams(self, features, weights):
-    """The prediction outputs of a replica's batch, its parts (_streams) run side by side and
-    put back in order (outputs have the batch as their leading axis, as predict() needs)."""
+  def _forward_in_streams(self, features, weights, output_keys):
+    """The outputs named in `output_keys` of a replica's batch, its parts (_streams) run side by
+    side and put back in order (what predict() returns has the batch as its leading axis; other
+    outputs, such as the list of every layer's output, are left out)."""
     parts = self._streams(features)
     if parts is None:
-      return self._predict_forward(features, weights)
+      outputs = self._predict_forward(features, weights)
+      return {k: outputs[k] for k in output_keys}
     outputs = [self._predict_forward(part, weights) for part in parts]
-    return {k: tf.concat([o[k] for o in outputs], 0) for k in outputs[0]}
+    return {k: tf.concat([o[k] for o in outputs], 0) for k in output_keys}
 
   def _eval_stats(self, features, weights):
     """loss_fn's {name: (sum, count)} of a replica's batch, its parts run side by side and their

@@ -281,11 +281,11 @@ def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol
 @requires_shared
 @pytest.mark.parametrize("batch_size", [7, 8])
 def test_predict_and_evaluate_in_streams_give_each_example_its_own_outputs(batch_size):
-  """Trainer.predict and evaluate split a batch into independent parts (two on a CPU of several cores):
-  every example's outputs are those of the whole batch run at once, for odd batches (7: parts
-  of 4 and 3), a batch smaller than the parts (the last, 1 row: not split) and batches the
-  pipeline cuts to their longest sequence; in input order, each row its own (labels per row
-  would be swapped if the parts were put back in the wrong order)."""
+  """Trainer.predict and evaluate split a batch into independent parts (two on a CPU of several
+  cores): every example's outputs, loss and accuracy are those of the whole batch run at once,
+  for odd batches (7: parts of 4 and 3) and batches the pipeline cuts to their longest sequence
+  (real MRPC pairs, the packaged MiniLM); in input order, each row its own (rows would be
+  swapped if the parts were put back in the wrong order)."""
   model = _minilm_classifier(tf.float32)
   features = _mrpc_features(22)  # 22 = 3 x 7 + 1, 2 x 8 + 6
   labels = np.arange(22) % 3
@@ -300,7 +300,8 @@ def test_predict_and_evaluate_in_streams_give_each_example_its_own_outputs(batch
   log_probs = tf.nn.log_softmax(want).numpy()[np.arange(22), labels]
   accuracy = np.mean(np.argmax(want, -1) == labels)
   for streams in (1, 2, 3):
-    trainer = training.Trainer(tf.distribute.get_strategy(), model,
+    traced = _TracedBatches(model)
+    trainer = training.Trainer(tf.distribute.get_strategy(), traced,
                                modeling.classifier_losses(False), predict_streams=streams)
     # evaluate() adds the parts' sums and counts: the whole data's mean loss and accuracy.
     metrics = trainer.evaluate(dataset_fn)
@@ -308,11 +309,78 @@ def test_predict_and_evaluate_in_streams_give_each_example_its_own_outputs(batch
     assert metrics["accuracy"] == pytest.approx(accuracy)
     batches = list(trainer.predict(dataset_fn, ["logits"]))
     got = np.concatenate([b["logits"] for b in batches])
+    # It did split: the model ran on parts of the batch.
+    assert max(b for b in traced.batches if b) == -(-batch_size // streams), (
+        streams, traced.batches)
     np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_array_equal(np.concatenate([b["input_ids"][:, :5] for b in batches]),
                                   features["input_ids"][:, :5])
     # Rows differ, so a swap would show.
     assert np.abs(want[1:] - want[:-1]).max(axis=1).min() > 1e-3
+
+
+class _TracedBatches(tf.Module):
+  """A model wrapper that records the batch sizes it is traced with (the parts it is run on)."""
+
+  def __init__(self, model):
+    super().__init__()
+    self.model = model
+    self.traced = []
+
+  @property
+  def batches(self):
+    return set(self.traced)
+
+  def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
+    self.traced.append(features["input_ids"].shape[0])
+    return self.model(features, training=training, dropout_seed=dropout_seed,
+                      inference_weights=inference_weights)
+
+
+@pytest.mark.parametrize("use_xla", [False, True])
+def test_span_and_token_models_predict_and_evaluate_odd_batches_in_streams(use_xla):
+  """SQuAD's and NER's models (whose outputs also hold the list of every layer's output, which
+  cannot be put back along the batch) on batches of 7 rows at full length, as with --use_xla or
+  --nodynamic_padding: the batch runs as parts of 3, 2 and 2 rows (three streams) or 4 and 3
+  (two), the last batch of 1 whole (its trace, for any batch size, does not split), and every row's logits, loss and accuracy are those of the
+  whole batch at once."""
+  tf.random.set_seed(2)
+  rng = np.random.default_rng(0)
+  seq, count = 24, 15  # 15 = 2 x 7 + 1
+  lengths = rng.integers(5, seq + 1, count)
+  mask = (np.arange(seq) < lengths[:, None]).astype(np.int32)
+  features = {"input_ids": rng.integers(1, 1000, (count, seq)).astype(np.int32) * mask,
+              "input_mask": mask, "segment_ids": np.zeros_like(mask),
+              "start_positions": rng.integers(0, 5, count).astype(np.int32),
+              "end_positions": rng.integers(0, 5, count).astype(np.int32),
+              "label_ids": rng.integers(0, 3, (count, seq)).astype(np.int32),
+              "label_weights": mask.astype(np.float32)}
+
+  def dataset_fn(ctx):
+    del ctx
+    return tf.data.Dataset.from_tensor_slices(features).batch(7)
+
+  cases = [(modeling.BertSpanLabeler(_config(vocab_size=1000)), modeling.squad_losses,
+            ["start_logits", "end_logits"]),
+           (modeling.BertTokenClassifier(_config(vocab_size=1000), 3, head_dropout=0.0),
+            modeling.ner_losses, ["logits"])]
+  for model, loss_fn, keys in cases:
+    whole = tf.function(model)(features)
+    want = {k: whole[k].numpy() for k in keys}
+    want_stats = training.metrics_from_stats(loss_fn(features, whole))
+    # (The last batch, of 1 row, makes the step generalise its trace to any batch size, which
+    # runs whole: None.)
+    for streams, parts in ((1, {7, None}), (2, {4, 3, None}), (3, {3, 2, None})):
+      traced = _TracedBatches(model)
+      trainer = training.Trainer(tf.distribute.get_strategy(), traced, loss_fn,
+                                 use_xla=use_xla, predict_streams=streams)
+      batches = list(trainer.predict(dataset_fn, keys))
+      for k in keys:
+        np.testing.assert_allclose(np.concatenate([b[k] for b in batches]), want[k], atol=1e-5)
+      stats = trainer.evaluate(dataset_fn)
+      for k, v in want_stats.items():
+        np.testing.assert_allclose(stats[k], v, atol=1e-5, err_msg=k)
+      assert traced.batches == parts, (streams, traced.batches)
 
 
 def test_prediction_streams_only_where_one_replica_runs_on_a_cpu_of_several_cores():
