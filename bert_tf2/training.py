@@ -6,7 +6,8 @@ do, is given its weights cast once per evaluation or prediction), a `loss_fn(fea
 -> {name: (sum, count)} and a `dataset_fn(input_context)` -> tf.data.Dataset of per-replica
 batches. This module does the rest: the strategy (default, one_device, mirrored,
 multi_worker_mirrored, tpu), mixed precision, XLA, gradient accumulation, checkpoints with
-automatic resume, SIGTERM handling, non-finite detection, TensorBoard scalars and a progress line.
+automatic resume, SIGTERM handling, non-finite detection, TensorBoard scalars and a progress line;
+on a CPU, prediction and evaluation batches run as two halves side by side (prediction_streams).
 
 Losses are sums divided by the *global* count (all replicas), so a loss and its gradient do not
 depend on how a batch is split across devices: one worker with batch 32 and two with 16 each take
@@ -74,13 +75,13 @@ def split_cpu(n):
 
 
 def prediction_streams(strategy):
-  """How many parts Trainer.predict and evaluate split a batch into: 2 where one replica computes on a
-  CPU of several cores, else 1. On CPUs the matrices of a prediction batch (a few sentences,
-  or MiniLM's 384-wide layers on sentences of ~25 tokens) are too small to keep two cores busy
-  inside one op (each op's threads meet at a barrier, and the LayerNorm and softmax pieces
-  barely split), while two halves of the batch run side by side on the two inter-op threads:
-  measured 5-15% more sentences/s (benchmarks/README.md, "Prediction in two streams"). GPUs and
-  TPUs take a batch whole; several replicas already run side by side."""
+  """How many parts Trainer.predict and evaluate split a batch into: 2 where one replica
+  computes on a CPU of several cores, else 1. On CPUs the matrices of a prediction batch (a few
+  sentences, or MiniLM's 384-wide layers on sentences of ~25 tokens) are too small to keep two
+  cores busy inside one op (each op's threads meet at a barrier, and the LayerNorm and softmax
+  pieces barely split), while two halves of the batch run side by side on the two inter-op
+  threads: measured 5-15% more sentences/s (benchmarks/README.md, "Prediction in two streams").
+  GPUs and TPUs take a batch whole; several replicas already run side by side."""
   if (strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.TPUStrategy)
       or tf.config.list_logical_devices("GPU")):
     return 1
@@ -682,7 +683,9 @@ class Trainer:
   def _eval_stats(self, features, weights):
     """loss_fn's {name: (sum, count)} of a replica's batch, its parts run side by side and their
     sums and counts added (they are additive by the loss_fn contract)."""
-    parts = self._streams(features) or [features]
+    parts = self._streams(features)
+    if parts is None:
+      return self.loss_fn(features, self._predict_forward(features, weights))
     stats = [self.loss_fn(part, self._predict_forward(part, weights)) for part in parts]
     return {k: tuple(tf.add_n([s[k][i] for s in stats]) for i in range(2)) for k in stats[0]}
 

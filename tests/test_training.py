@@ -342,8 +342,8 @@ def test_span_and_token_models_predict_and_evaluate_odd_batches_in_streams(use_x
   """SQuAD's and NER's models (whose outputs also hold the list of every layer's output, which
   cannot be put back along the batch) on batches of 7 rows at full length, as with --use_xla or
   --nodynamic_padding: the batch runs as parts of 3, 2 and 2 rows (three streams) or 4 and 3
-  (two), the last batch of 1 whole (its trace, for any batch size, does not split), and every row's logits, loss and accuracy are those of the
-  whole batch at once."""
+  (two), the last batch of 1 whole (its trace, for any batch size, does not split), and every
+  row's logits, loss and accuracy are those of the whole batch at once."""
   tf.random.set_seed(2)
   rng = np.random.default_rng(0)
   seq, count = 24, 15  # 15 = 2 x 7 + 1
