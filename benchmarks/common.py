@@ -742,6 +742,11 @@ def _utilisation(results, flops_per_item, peak):
         r["mfu"] = round(r["per_s"] * flops_per_item / 1e9 / peak, 4)
 
 
+def _floats(results):
+  """The fp32 and bf16 variants of `results` (not int8)."""
+  return {v: r for v, r in results.items() if not v.startswith("int8")}
+
+
 def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modules, unit="seq/s",
                         geometric_head=None):
   """main() of the model benchmarks (pre-training step, encode, fine-tuning).
@@ -775,11 +780,14 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
     head["mfu_peer"] = (peer.get(head["peer_variant"]) or {}).get("mfu")
     head["model_gflops_per_item"] = round(group["flops"] / 1e9, 3)
     figures.append(head)
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "int8"):
       mine = {v: r for v, r in ours.items() if v.startswith(precision)}
       theirs = {v: r for v, r in peer.items() if v == precision}
       if mine:
         figures.append(figure(f"{group['name']}, {precision}", unit, mine, theirs, "per_s"))
+    if any(v.startswith("int8") for v in [*ours, *peer]):  # the best at float numerics too
+      figures.append(figure(f"{group['name']}, fp32 or bf16", unit, _floats(ours), _floats(peer),
+                            "per_s"))
     details[group["name"]] = {"ours": ours, "peer": peer}
   if geometric_head:
     name, target = geometric_head
@@ -791,6 +799,10 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
                        "ratio": _round(mean(ratios)) if len(ratios) == len(heads) else None,
                        "target_ratio": target,
                        "per_group": {f["name"]: f["ratio"] for f in heads}})
+    floats = [f for f in figures if f["name"] in {g["name"] + ", fp32 or bf16" for g in groups}]
+    if len(floats) == len(heads) and all(f["ratio"] for f in floats):
+      figures[0]["float_only_ratio"] = _round(mean([f["ratio"] for f in floats]))
+      figures[0]["per_group_float_only"] = {f["name"]: f["ratio"] for f in floats}
   settings = dict(settings, variants=FLAGS.variants, peer_variants=FLAGS.peer_variants,
                   warmup_calls=FLAGS.warmup, repeats=FLAGS.repeats,
                   figure="median of the timed calls",

@@ -9,28 +9,43 @@ Ours is the script's path in memory: its tokenizer, extract_features.extract (li
 length within each chunk and cut to their longest, the pooling in the graph, one JSON line a
 sentence written to an in-memory file), a fresh tokenizer each timed call. The peer is
 SentenceTransformer(model).encode(texts, batch_size, normalize_embeddings=True), which sorts by
-length too, its vectors to numpy. Both sides run fp32 and bf16 (ours --mixed_precision=bf16,
-the peer under torch.autocast), and a figure takes each side's best. The top-level ratio is the
-geometric mean over the tasks of ours / peer. Issue #33 target: >= 1.5.
+length too, its vectors to numpy. Variants, on each side: fp32; bf16 (ours
+--mixed_precision=bf16, the peer under torch.autocast); int8, the CPU serving path of each (ours
+the embedder exported as an int8 LiteRT model, export_model.py --format=litert --quantize=int8
+--model_type=embedder --normalize, run by extract_features.py --litert_model, the export outside
+the timing; the peer torch.ao.quantization.quantize_dynamic of the model's Linear layers, HF's
+CPU int8 path). A figure takes each side's best; a figure "fp32 or bf16" each side's best float
+variant. The top-level ratio is the geometric mean over the tasks of ours / peer, best against
+best (`float_only_ratio`: the float figures'). Issue #33 target: >= 1.5.
+
+What each variant gives up (`quality` in its result, outside the timing): the cosine of its
+vectors to sentence-transformers' fp32 vectors of the reference sentences
+(../shared/reference/minilm_sentence_embeddings.npz: the 304 of its 305 without "[", which the
+script's default tokenizer splits where sentence-transformers' does not; as tests/test_litert.py),
+and the Spearman correlation of its cosine similarities with the gold scores of the 1,500 STS-B
+dev pairs (the task the model is judged on).
 
   python benchmarks/sentence_embeddings.py
   python benchmarks/sentence_embeddings.py --tasks=sst2 --repeats=1 --warmup=0   # smoke test
 """
 
-import contextlib
 import io
+import json
 import os
+import shutil
 import tempfile
 
 from absl import app
 from absl import flags
+
+import numpy as np
 
 import common
 
 FLAGS = flags.FLAGS
 
 common.define_model_flags()
-FLAGS.set_default("variants", ["fp32", "bf16"])
+FLAGS.set_default("variants", ["fp32", "bf16", "int8"])
 FLAGS.set_default("peak", "none")
 flags.DEFINE_list("tasks", ["sst2", "wikitext"], "Texts to embed.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch, both sides.", lower_bound=1)
@@ -38,6 +53,8 @@ flags.DEFINE_integer("max_seq_length", 256, "Tokens per sentence at most (the mo
                      lower_bound=3)
 flags.DEFINE_integer("corpus_lines", 2000, "WikiText lines for `wikitext` (the first non-empty "
                      "ones; 0: all).", lower_bound=0)
+flags.DEFINE_bool("quality", True, "Measure each variant's cosine to the reference vectors and "
+                  "its STS-B dev Spearman (outside the timing).")
 
 DATA = os.path.join(common.SHARED, "data")
 
@@ -59,10 +76,46 @@ def _measure(run, texts):
   return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "sentences": len(texts)}
 
 
+def _quality(embed):
+  """What a variant's numerics cost: {cosine_min, cosine_mean} of `embed(sentences)` (normalized
+  vectors) against sentence-transformers' fp32 vectors of the reference sentences, and
+  stsb_spearman, the Spearman correlation of the STS-B dev pairs' cosines with the gold scores."""
+  if not FLAGS.quality:
+    return None
+  reference = np.load(os.path.join(common.SHARED, "reference", "minilm_sentence_embeddings.npz"))
+  keep = [i for i, s in enumerate(reference["sentences"]) if "[" not in str(s)]
+  got = embed([str(reference["sentences"][i]).replace("\n", " ") for i in keep])
+  want = reference["normalized"][keep]
+  cosines = np.sum(got * want, -1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+  with open(os.path.join(DATA, "glue", "STS-B", "dev.tsv"), encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t") for line in f]
+  head = rows[0]
+  pairs = [(r[head.index("sentence1")], r[head.index("sentence2")], float(r[head.index("score")]))
+           for r in rows[1:]]
+  vectors = embed([a for a, _, _ in pairs] + [b for _, b, _ in pairs])
+  vectors /= np.linalg.norm(vectors, axis=-1, keepdims=True)
+  similarity = np.sum(vectors[:len(pairs)] * vectors[len(pairs):], -1)
+  gold = np.array([score for _, _, score in pairs])
+  return {"cosine_min": round(float(cosines.min()), 5),
+          "cosine_mean": round(float(cosines.mean()), 6),
+          "stsb_spearman": round(float(np.corrcoef(_ranks(similarity), _ranks(gold))[0, 1]), 5)}
+
+
+def _ranks(values):
+  """Ranks, ties given their mean rank (as scipy.stats.rankdata)."""
+  order = np.argsort(values, kind="stable")
+  ranks = np.empty(len(values))
+  ranks[order] = np.arange(1, len(values) + 1)
+  _, group, counts = np.unique(values, return_inverse=True, return_counts=True)
+  return (np.bincount(group, ranks) / counts)[group]
+
+
 def ours(variant):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
   from bert_tf2 import extract_features  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import litert  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
   from bert_tf2 import training  # pylint: disable=g-import-not-at-top
@@ -70,65 +123,77 @@ def ours(variant):
   task, precision = variant.split(":")
   model_dir = common.minilm_dir()
   texts = _texts(task)
-  with tempfile_text(texts) as path:
-    config = checkpoints.load_bert_config(None, model_dir, FLAGS.max_seq_length)
-    strategy = tf.distribute.get_strategy()
-    with strategy.scope():
-      model = extract_features.LayerExtractor(
-          config, [-1], modeling.COMPUTE_DTYPES["bf16" if precision == "bf16" else "none"],
-          pooling="mean", normalize=True)
-    checkpoints.init_from_checkpoint(model, model_dir)
-    trainer = training.Trainer(strategy, model, loss_fn=None)
-    written = []
+  work = tempfile.mkdtemp()
+  try:
+    if precision == "int8":  # the embedder as a user exports it, then runs it
+      export_dir = export_model.export(
+          "embedder", os.path.join(work, "int8"), init_checkpoint=model_dir,
+          max_seq_length=FLAGS.max_seq_length, pooling="mean", normalize=True,
+          export_format="litert", quantize="int8")
+      runner = litert.Model(export_dir)
+      predictor = extract_features.LiteRTExtractor(
+          runner, modeling.BertConfig.from_json_file(runner.config_file), [-1], "mean", True)
+    else:
+      config = checkpoints.load_bert_config(None, model_dir, FLAGS.max_seq_length)
+      strategy = tf.distribute.get_strategy()
+      with strategy.scope():
+        model = extract_features.LayerExtractor(
+            config, [-1], modeling.COMPUTE_DTYPES["bf16" if precision == "bf16" else "none"],
+            pooling="mean", normalize=True)
+      checkpoints.init_from_checkpoint(model, model_dir)
+      predictor = training.Trainer(strategy, model, loss_fn=None)
 
-    def run():
+    def embed(lines, keep=False):
+      """The JSON lines extract_features writes for `lines` (their text, or, with `keep`, the
+      vectors), a fresh tokenizer each call."""
+      path = os.path.join(work, "lines.txt")
+      with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
       tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)
       out = io.StringIO()
-      count = extract_features.extract(trainer, tokenizer, [-1], path, out, FLAGS.max_seq_length,
-                                       FLAGS.batch_size, pad_to_longest=True)
-      written[:] = [count, len(out.getvalue())]
+      count = extract_features.extract(predictor, tokenizer, [-1], path, out,
+                                       FLAGS.max_seq_length, FLAGS.batch_size,
+                                       pad_to_longest=True)
+      assert count == len(lines), (count, len(lines))
+      if keep:
+        return np.array([json.loads(line)["embedding"] for line in out.getvalue().splitlines()])
+      return len(out.getvalue())
 
-    result = _measure(run, texts)
-  assert written[0] == len(texts), written
-  result["json_bytes"] = written[1]
+    # (Writing the input file is a few ms of a call that takes seconds.)
+    written = []
+    result = _measure(lambda: written.append(embed(texts)), texts)
+    result["json_bytes"] = written[-1]
+    result["quality"] = _quality(lambda lines: embed(lines, keep=True))
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
   result["tensorflow"] = tf.__version__
   return result
 
 
-@contextlib.contextmanager
-def tempfile_text(texts):
-  """The texts as a file of lines (what extract_features reads), removed afterwards."""
-  fd, path = tempfile.mkstemp(suffix=".txt")
-  with os.fdopen(fd, "w", encoding="utf-8") as f:
-    f.write("".join(t + "\n" for t in texts))
-  try:
-    yield path
-  finally:
-    os.remove(path)
-
-
 def peer(variant):
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import sentence_transformers  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
   task, precision = variant.split(":")
   texts = _texts(task)
-  device = common.torch_device()
+  # int8 is a CPU path on both sides (quantize_dynamic's kernels, as LiteRT's, are CPU ones).
+  device = "cpu" if precision == "int8" else common.torch_device()
   model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device=device)
   model.max_seq_length = FLAGS.max_seq_length
+  if precision == "int8":  # HF's CPU int8 path (as int8_inference.py's peer)
+    model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
   autocast = common.torch_autocast(precision, device)
-  shapes = []
 
-  def run():
+  def embed(lines):
     with autocast():
-      vectors = model.encode(texts, batch_size=FLAGS.batch_size, normalize_embeddings=True,
-                             convert_to_numpy=True)
-    shapes[:] = [np.shape(vectors)]
+      return model.encode(lines, batch_size=FLAGS.batch_size, normalize_embeddings=True,
+                          convert_to_numpy=True)
 
-  result = _measure(run, texts)
-  assert shapes[0] == (len(texts), 384), shapes
+  shapes = []
+  result = _measure(lambda: shapes.append(np.shape(embed(texts))), texts)
+  assert shapes[-1] == (len(texts), 384), shapes
+  result["quality"] = _quality(lambda lines: np.asarray(embed(lines), np.float64))
   result.update({"sentence_transformers": sentence_transformers.__version__,
                  "torch": torch.__version__, "transformers": transformers.__version__,
                  "torch_threads": torch.get_num_threads()})

@@ -42,6 +42,15 @@ def _embeddings(path):
     return np.array([json.loads(line)["embedding"] for line in f])
 
 
+def _mean_ranks(values):
+  """0-based ranks, tied values given their mean rank (the gold scores have ties)."""
+  order = np.argsort(values, kind="stable")
+  ranks = np.empty(len(values))
+  ranks[order] = np.arange(len(values))
+  _, group, counts = np.unique(values, return_inverse=True, return_counts=True)
+  return (np.bincount(group, ranks) / counts)[group]
+
+
 def _cosines(a, b):
   return np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
@@ -124,6 +133,26 @@ def test_litert_sentence_embeddings_equal_sentence_transformers(minilm_litert, t
   cosines = _cosines(_embeddings(out), want)
   print(f"int8 embedder: cosine to sentence-transformers min {cosines.min():.4f}")
   assert cosines.min() > 0.99
+  # What users judge the vectors by: STS-B dev, the Spearman correlation of the pairs' cosines
+  # with the gold scores. sentence-transformers' fp32 vectors give 0.8672 there, its bf16 0.8673,
+  # its own int8 path (quantize_dynamic) 0.8622 (benchmarks/sentence_embeddings.py); the int8
+  # embedder must keep the float figure, within 0.003.
+  with open(os.path.join(GLUE, "STS-B", "dev.tsv"), encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t") for line in f]
+  head, rows = rows[0], rows[1:]
+  pairs = tmp_path / "stsb.txt"
+  pairs.write_text("".join(r[head.index(column)] + "\n" for column in ("sentence1", "sentence2")
+                           for r in rows), encoding="utf-8")
+  out = str(tmp_path / "stsb.jsonl")
+  run_ok(["extract_features.py", f"--litert_model={embedder}", f"--input_file={pairs}",
+          f"--output_file={out}", "--max_seq_length=256"])
+  vectors = _embeddings(out)
+  similarity = _cosines(vectors[:len(rows)], vectors[len(rows):])
+  gold = np.array([float(r[head.index("score")]) for r in rows])
+  spearman = np.corrcoef(_mean_ranks(similarity), _mean_ranks(gold))[0, 1]
+  print(f"int8 embedder: STS-B dev Spearman {spearman:.4f}")
+  assert len(vectors) == 2 * len(rows) == 3000
+  assert abs(spearman - 0.8672) < 0.003
   result = run_script(["extract_features.py", f"--litert_model={embedder}",
                        f"--input_file={lines}", f"--output_file={tmp_path / 'cls.jsonl'}",
                        "--pooling=cls"])
