@@ -14,9 +14,12 @@ length too, its vectors to numpy. Variants, on each side: fp32; bf16 (ours
 the embedder exported as an int8 LiteRT model, export_model.py --format=litert --quantize=int8
 --model_type=embedder --normalize, run by extract_features.py --litert_model, the export outside
 the timing; the peer torch.ao.quantization.quantize_dynamic of the model's Linear layers, HF's
-CPU int8 path). A figure takes each side's best; a figure "fp32 or bf16" each side's best float
-variant. The top-level ratio is the geometric mean over the tasks of ours / peer, best against
-best (`float_only_ratio`: the float figures'). Issue #33 target: >= 1.5.
+CPU int8 path). The peer has two more, sentence-transformers' ONNX Runtime backend in float32
+and in int8 (`--peer_variants=...,onnx_fp32,onnx_int8`, from an environment that has it:
+--peer_python, see benchmarks/README.md "Peers"). A figure takes each side's best; a figure
+"fp32 or bf16" each side's best float variant. The top-level ratio is the geometric mean over
+the tasks of ours / peer, best against best (`float_only_ratio`: the float figures'). Issue #33
+target: >= 1.5.
 
 What each variant gives up (`quality` in its result, outside the timing): the cosine of its
 vectors to sentence-transformers' fp32 vectors of the reference sentences
