@@ -769,12 +769,16 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
     return
   missing_note = peer_missing_note(peer_modules)
   run_peer = FLAGS.peer and not missing_note
-  measured = []
-  for group in groups:
-    ours = {v: run_child("ours", group["prefix"] + v) for v in FLAGS.variants}
-    peer = ({v: run_child("peer", group["prefix"] + v) for v in FLAGS.peer_variants}
-            if run_peer else {})
-    measured.append((group, ours, peer))
+  # Each group's variants, ours then the peer's; with --rounds=N every one runs N times, taking
+  # turns (run_rounds), its timed calls pooled.
+  children = [(side, group["prefix"] + v) for group in groups
+              for side, variants in (("ours", FLAGS.variants),
+                                     ("peer", FLAGS.peer_variants if run_peer else []))
+              for v in variants]
+  results = run_rounds(children)
+  measured = [(group, {v: results[("ours", group["prefix"] + v)] for v in FLAGS.variants},
+               {v: results[("peer", group["prefix"] + v)] for v in FLAGS.peer_variants}
+               if run_peer else {}) for group in groups]
   peak, peak_detail = _peak_gflops(run_peer)
 
   figures, details = [], {"bf16_matmul_peak_gflops": peak, "matmul_peaks": peak_detail}
@@ -811,7 +815,7 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
       figures[0]["float_only_ratio"] = _round(mean([f["ratio"] for f in floats]))
       figures[0]["per_group_float_only"] = {f["name"]: f["ratio"] for f in floats}
   settings = dict(settings, variants=FLAGS.variants, peer_variants=FLAGS.peer_variants,
-                  warmup_calls=FLAGS.warmup, repeats=FLAGS.repeats,
+                  warmup_calls=FLAGS.warmup, repeats=FLAGS.repeats, rounds=FLAGS.rounds,
                   figure="median of the timed calls",
                   hidden_act="ours: gelu (tanh, the original's); peer: gelu (erf, HF's)",
                   flops_formula="benchmarks/common.py bert_flops_per_sequence")
