@@ -59,6 +59,10 @@ flags.DEFINE_bool("peer", True, "Measure the peer too (skipped anyway when it is
 flags.DEFINE_string("peer_python", None, "The Python that runs the peer's child processes "
                     "(default: this one): a virtual environment with other peer versions or "
                     "extras than this one can hold beside TensorFlow.")
+flags.register_validator("peer_python",
+                         lambda path: path is None or (os.path.isfile(path)
+                                                       and os.access(path, os.X_OK)),
+                         message="not an executable file")
 flags.DEFINE_integer("matmul_size", 4096,
                      "Square matrix size n of the matmul peak (2 n^3 FLOPs per multiply). Large "
                      "enough that the library's blocking, not call overhead, decides the rate.")
