@@ -345,7 +345,7 @@ class Trainer:
     # loop; the totals start at zeros of its outputs' structure. The step used to be written out
     # twice (a first step before the loop gave the totals their structure), which doubled the
     # graph TensorFlow optimizes and keeps: measured on BERT-base at seq 512 with gradient
-    # checkpointing, 227 MB more peak memory and a first call 10 s longer.
+    # checkpointing, 150-250 MB more peak memory and a first call ~10 s longer.
     step = self._step.get_concrete_function(iterator.element_spec)
     totals = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), step.structured_outputs)
     for _ in tf.range(num_steps):
