@@ -608,11 +608,11 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
 
 def compute_dtype(precision):
   """Our model's compute dtype for a variant's precision (fp32 | bf16), as the scripts take it:
-  script_flags.float32_is_float32, so fp32 is float32 on GPUs too (TF32 off, as torch's
+  devices.float32_is_float32, so fp32 is float32 on GPUs too (TF32 off, as torch's
   default), not TensorFlow's TF32 default on Ampere and later."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from bert_tf2 import script_flags  # pylint: disable=g-import-not-at-top
-  return script_flags.float32_is_float32({"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
+  from bert_tf2 import devices  # pylint: disable=g-import-not-at-top
+  return devices.float32_is_float32({"fp32": tf.float32, "bf16": tf.bfloat16}[precision])
 
 
 def tensorflow_facts(tf):
@@ -650,7 +650,7 @@ def torch_inputs(data, i, device="cpu", **labels):
 def torch_autocast(precision, device="cpu"):
   """A context factory: bf16 autocast on `device` ("cpu" or "cuda": where the model is), or
   nothing for fp32. On a GPU, fp32 is torch's default float32 (TF32 matmuls off), as ours
-  (script_flags.float32_is_float32)."""
+  (devices.float32_is_float32)."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   if precision == "bf16":

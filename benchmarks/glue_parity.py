@@ -145,9 +145,10 @@ def _features(task):
   the label list and whether the task is a regression."""
   path = os.path.join(FLAGS.work_dir, "features", f"{task}-seq{FLAGS.seq_length}.npz")
   if not os.path.exists(path):
+    from bert_tf2 import classifier_tasks  # pylint: disable=g-import-not-at-top
     from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
     from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
-    processor = run_classifier.get_processor(task)
+    processor = classifier_tasks.get_processor(task)
     labels = processor.get_labels(_task_folder(task))
     tokenizer = tokenization.FullTokenizer(os.path.join(_model_dir(), "vocab.txt"), True)
     arrays = {"label_list": np.array([str(l) for l in labels or []]),

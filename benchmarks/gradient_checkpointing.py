@@ -12,7 +12,7 @@ would hide nothing here: the peak is taken either way. Step time: the median of 
 timed steps at --batch_size.
 
 Ours is training.Trainer's compiled step over modeling.BertClassifier with
-`bert.gradient_checkpointing` as run_classifier.py --gradient_checkpointing sets it (each
+`Trainer(gradient_checkpointing=True)` as run_classifier.py --gradient_checkpointing sets it (each
 Transformer layer recomputed in the backward pass by modeling._recomputed, the forward pass
 inlined in the step), one dataset iterator for the whole run as the Trainer has; HF is
 BertForSequenceClassification with torch.optim.AdamW, both with dropout 0.1 and global-norm
@@ -88,10 +88,10 @@ def _ours(variant):
   tf.random.set_seed(0)
   dtype = common.compute_dtype(FLAGS.precision)
   model = modeling.BertClassifier(modeling.BertConfig(**common.model_dims()), 2, dtype)
-  model.bert.gradient_checkpointing = run == "checkpointed"
   optimizer = optimization.create_optimizer(2e-5, num_train_steps=1000, num_warmup_steps=100)
   trainer = training.Trainer(tf.distribute.get_strategy(), model,
-                             modeling.classifier_losses(False), optimizer)
+                             modeling.classifier_losses(False), optimizer,
+                             gradient_checkpointing=run == "checkpointed")
 
   batch = _batch(batch_size, FLAGS.seq_length)
   # One iterator for the whole run, as the Trainer's training loop has: an iterator made and

@@ -112,9 +112,9 @@ def _prepare(task):
 
 def _dev(task):
   """(examples, label list, seq length) of the task's dev set."""
-  from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import classifier_tasks  # pylint: disable=g-import-not-at-top
   folder, name, seq = _TASKS[task]
-  processor = run_classifier.get_processor(name)
+  processor = classifier_tasks.get_processor(name)
   examples = processor.get_dev_examples(os.path.join(GLUE, folder))
   return examples, processor.get_labels(), seq
 

@@ -148,7 +148,7 @@ def baseline(variant):
 def _with_real_tokens(loss_fn):
   """loss_fn plus a metric: real tokens a step (its value is the mean over the loop's steps).
   Training only: its count of 1 a call is not additive over the parts evaluate() splits a
-  batch into (training.prediction_streams), and nothing here reads it from evaluate()."""
+  batch into (devices.prediction_streams), and nothing here reads it from evaluate()."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   def losses(features, outputs):

@@ -135,13 +135,14 @@ def ours(variant):
     return rows
 
   if task in _GLUE:
+    from bert_tf2 import classifier_tasks  # pylint: disable=g-import-not-at-top
     from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
     with strategy.scope():
       model = modeling.BertClassifier(config, 2, dtype)
     trainer = training.Trainer(strategy, model, loss_fn=None)
 
     def run():
-      processor = run_classifier.get_processor(task)
+      processor = classifier_tasks.get_processor(task)
       examples = processor.get_dev_examples(os.path.join(DATA, "glue", _GLUE[task]))
       tokenizer = tokenization.FullTokenizer(VOCAB, True)
       features = run_classifier.convert_examples_to_features(examples, processor.get_labels(),
@@ -151,6 +152,7 @@ def ours(variant):
       return tf.nn.softmax(logits).numpy()
 
   elif task == "features":
+    from bert_tf2 import classifier_tasks  # pylint: disable=g-import-not-at-top
     from bert_tf2 import run_classifier  # pylint: disable=g-import-not-at-top
 
     class LastLayer(tf.Module):

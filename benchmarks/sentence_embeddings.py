@@ -118,6 +118,7 @@ def _ranks(values):
 def ours(variant):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import devices  # pylint: disable=g-import-not-at-top
   from bert_tf2 import export_model  # pylint: disable=g-import-not-at-top
   from bert_tf2 import extract_features  # pylint: disable=g-import-not-at-top
   from bert_tf2 import litert  # pylint: disable=g-import-not-at-top
@@ -143,7 +144,7 @@ def ours(variant):
       strategy = tf.distribute.get_strategy()
       with strategy.scope():
         model = extract_features.LayerExtractor(
-            config, [-1], modeling.COMPUTE_DTYPES["bf16" if precision == "bf16" else "none"],
+            config, [-1], devices.COMPUTE_DTYPES["bf16" if precision == "bf16" else "none"],
             pooling="mean", normalize=True)
       checkpoints.init_from_checkpoint(model, model_dir)
       predictor = training.Trainer(strategy, model, loss_fn=None)

@@ -224,6 +224,14 @@ def resolve_checkpoint(path):
   return ("project" if any(k == _OBJECT_GRAPH_KEY for k, _ in keys) else "tf1"), path
 
 
+def init_fn_for(module, init_checkpoint):
+  """A callable that loads --init_checkpoint into `module` (None when no checkpoint given): what
+  Trainer.restore_or_initialize and Trainer.train call when output_dir has no checkpoint yet."""
+  if not init_checkpoint:
+    return None
+  return lambda: init_from_checkpoint(module, init_checkpoint)
+
+
 def init_from_checkpoint(module, path, require_all=False, log=True):
   """Initialises `module`'s variables from any supported checkpoint and logs the outcome (unless
   not `log`: a probe whose report the caller acts on).

@@ -65,7 +65,6 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import multiprocessing
 import os
 import signal
@@ -330,8 +329,7 @@ def main(_):
   logging.set_verbosity(logging.INFO)
   fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
                  vocab_file=FLAGS.vocab_file)
-  fields = dataclasses.fields(pretraining_data.Options)
-  run(pretraining_data.Options(**{field.name: getattr(FLAGS, field.name) for field in fields}))
+  run(script_flags.settings(pretraining_data.Options))
 
 
 def cli():

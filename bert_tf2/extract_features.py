@@ -38,7 +38,9 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import devices
 from bert_tf2 import input_pipeline
+from bert_tf2 import litert
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
@@ -389,33 +391,42 @@ def extract(trainer, tokenizer, layer_indexes, input_file, writer, seq_length, b
 
 
 def main(_):
-  runner = script_flags.litert_model(("encoder", "embedder"), "extract_features.py")
-  if runner:  # (--vocab_file and --bert_config_file are now the LiteRT model's own)
+  vocab_file, config_file, do_lower_case = (FLAGS.vocab_file, FLAGS.bert_config_file,
+                                            FLAGS.do_lower_case)
+  runner = None
+  if FLAGS.litert_model:  # its directory holds the vocab, the config and the casing
+    runner = litert.open_for_script(
+        FLAGS.litert_model, ("encoder", "embedder"), "extract_features.py",
+        {name: FLAGS[name].value for name in ("init_checkpoint", "bert_config_file",
+                                              "vocab_file")},
+        FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None)
+    vocab_file, config_file, do_lower_case = (runner.vocab_file, runner.config_file,
+                                              runner.do_lower_case)
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file)
     inputs = [("litert_model", [os.path.join(FLAGS.litert_model, name)
                                 for name in os.listdir(FLAGS.litert_model)])]
   else:
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
-                   vocab_file=FLAGS.vocab_file, init_checkpoint=FLAGS.init_checkpoint)
+                   vocab_file=vocab_file, init_checkpoint=FLAGS.init_checkpoint)
     checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)
-    configs = [FLAGS.bert_config_file] + [os.path.join(checkpoint_dir, name)
-                                          for name in checkpoints.CONFIG_NAMES]
+    configs = [config_file] + [os.path.join(checkpoint_dir, name)
+                               for name in checkpoints.CONFIG_NAMES]
     inputs = [("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
               ("bert_config_file", configs)]
   fileio.check_file(FLAGS.input_file, "--input_file")
-  fileio.check_file(FLAGS.vocab_file, "--vocab_file")
+  fileio.check_file(vocab_file, "--vocab_file")
   fileio.check_outputs(
       files=[("output_file", FLAGS.output_file)],
-      inputs=[("input_file", FLAGS.input_file), ("vocab_file", FLAGS.vocab_file), *inputs])
+      inputs=[("input_file", FLAGS.input_file), ("vocab_file", vocab_file), *inputs])
   if os.path.getsize(FLAGS.input_file) == 0:
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
   if runner:
-    config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-    checkpoints.check_seq_length(FLAGS.max_seq_length, config, FLAGS.bert_config_file)
+    config = modeling.BertConfig.from_json_file(config_file)
+    checkpoints.check_seq_length(FLAGS.max_seq_length, config, config_file)
   else:
-    tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-    config = checkpoints.load_bert_config(FLAGS.bert_config_file, FLAGS.init_checkpoint,
+    tokenization.validate_case_matches_checkpoint(do_lower_case, FLAGS.init_checkpoint)
+    config = checkpoints.load_bert_config(config_file, FLAGS.init_checkpoint,
                                           FLAGS.max_seq_length)
   pooling = None if FLAGS.pooling == "none" else FLAGS.pooling
   if FLAGS.normalize and not pooling:
@@ -433,11 +444,11 @@ def main(_):
         FLAGS.doc_stride, FLAGS.max_seq_length - 2,
         f"text tokens of a window (--max_seq_length={FLAGS.max_seq_length} - 2 for "
         "[CLS] text [SEP])")
-  tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case)
   # An id past the model's embedding table would fail deep in the graph ("Graph execution
   # error"); checked here, naming both files.
   tokenization.check_vocab_fits(max(tokenizer.vocab.values(), default=-1) + 1, config,
-                                FLAGS.vocab_file, FLAGS.bert_config_file or
+                                vocab_file, config_file or
                                 f"the config of --init_checkpoint={FLAGS.init_checkpoint}")
   if runner:
     trainer = _litert_extractor(runner, config, layer_indexes, pooling)
@@ -457,7 +468,8 @@ def main(_):
     raise fileio.InputError(f"{FLAGS.init_checkpoint} lacks encoder variables: "
                             f"{', '.join(missing)}")
   trainer = training.Trainer(strategy, model, loss_fn=None, use_xla=FLAGS.use_xla)
-  _write_features(trainer, tokenizer, layer_indexes, script_flags.dynamic_padding(strategy))
+  _write_features(trainer, tokenizer, layer_indexes,
+                  devices.dynamic_padding(FLAGS.dynamic_padding, strategy))
 
 
 def _write_features(trainer, tokenizer, layer_indexes, pad_to_longest):

@@ -1,16 +1,21 @@
 """The one home of fine-tuning set-up: what the fine-tuning scripts (run_classifier, run_ner,
-run_squad, run_swag) share around their own data. `run` is their one opening (modes, the vocab of
-an exported encoder, required flags, the seed); then outputs checked against inputs before any
-work, the config (of a checkpoint or an exported encoder) and the tokenizer checked against each
+run_squad, run_swag) share around their own data. `Settings` holds their knobs (one field per
+flag, built from the flags in one line by script_flags.settings); `run` is the context their
+main opens (modes, the vocab of an exported encoder, required flags, the seed); then outputs
+checked against inputs before any work (check_files_and_load), the model, optimizer and Trainer
+(build_trainer), the config (of a checkpoint or an exported encoder) and the tokenizer checked against each
 other, the start from --init_checkpoint or --hub_module_handle, the training steps and shuffle
 buffer, the task record (task.json) and the label checks against it, padded sequences, reading
 feature records, running a model over records padded to whole batches, and evaluation during
 training with the best checkpoint kept and early stopping (EvalDuringTraining).
 
-Plain values in, plain values out (it reads no flag): each script still reads its own data, turns
-it into features and reads top to bottom; what differs between tasks stays in the task's script.
+Plain values in, plain values out (it reads no flag, and never calls a script back): each script
+still reads its own data, turns it into features and reads top to bottom; what differs between
+tasks stays in the task's script.
 """
 
+import contextlib
+import dataclasses
 import filecmp
 import glob
 import json
@@ -21,6 +26,7 @@ from absl import logging
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import devices
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
@@ -28,30 +34,144 @@ from bert_tf2 import tokenization
 from bert_tf2 import training
 
 
-def run(main, seed, modes, output_dir, hub_module_handle, vocab_file, /, init_checkpoint=None,
-        **required):
-  """Calls a fine-tuning script's `main(vocab_file)` after what every run starts with, in this
-  order: one of `modes` ({"do_train": value, ...}) set; the vocab, `vocab_file` or else the one
-  the encoder SavedModel `hub_module_handle` carries, the vocab.txt a training run saved beside
-  its checkpoints in `output_dir`, or the vocab.txt beside `init_checkpoint` (a Google or HF
-  model folder, a fine-tuning run's); the `required` flags (name=value), then
-  --vocab_file and --output_dir, given (an InputError names the first that is missing); and
-  TensorFlow's global `seed`. A run that fails before writing leaves no empty `output_dir`
+@dataclasses.dataclass(frozen=True)
+class Settings(training.Settings):
+  """The knobs every fine-tuning script has (script_flags.define_fine_tuning_flags), one field
+  per flag; a script adds its own fields in a subclass. Built in one line by
+  script_flags.settings."""
+
+  lr_schedule: str = "decay_after_warmup"  # HF's schedule (docs/fine-tuning.md)
+  # The model and its text.
+  init_checkpoint: str | None = None
+  bert_config_file: str | None = None
+  hub_module_handle: str | None = None  # an encoder SavedModel instead of --init_checkpoint
+  litert_model: str | None = None  # a LiteRT model directory to predict with (run_classifier)
+  vocab_file: str | None = None
+  do_lower_case: bool = True
+  max_seq_length: int = 128
+  # What the run does.
+  do_train: bool = False
+  do_eval: bool = False
+  do_predict: bool = False
+  predict_batch_size: int = 8
+  num_train_epochs: float = 3.0
+  warmup_proportion: float = 0.1
+  dynamic_padding: bool = True  # batches cut to their longest sequence (not on TPUs)
+  # Evaluation during training (EvalDuringTraining).
+  eval_every_steps: int | None = None
+  keep_best_checkpoint_metric: str | None = None
+  early_stopping_patience: int | None = None
+  use_best_checkpoint: bool = True
+
+
+@contextlib.contextmanager
+def run(settings, modes, **required):
+  """What every fine-tuning run opens with, as `with fine_tuning.run(settings, modes, ...) as
+  settings:` around the script's work, in this order: one of the script's `modes` ("train",
+  "eval", "predict") set; the vocab, --vocab_file or else the one the encoder SavedModel
+  --hub_module_handle carries, the vocab.txt a training run saved beside its checkpoints in
+  --output_dir, or the vocab.txt beside --init_checkpoint (a Google or HF model folder, a
+  fine-tuning run's); the `required` flags (name=value), then --vocab_file and --output_dir,
+  given (an InputError names the first that is missing); and TensorFlow's global seed. Yields
+  the settings with the vocab found. A run that fails before writing leaves no empty output_dir
   behind (fileio.check_outputs makes it, to prove that it can)."""
-  if not any(modes.values()):
-    raise fileio.InputError(f"at least one of {', '.join(f'--{m}' for m in modes)} must be set")
-  vocab_file = hub_module_vocab(hub_module_handle, vocab_file)
+  if not any(getattr(settings, f"do_{mode}") for mode in modes):
+    raise fileio.InputError(f"at least one of {', '.join(f'--do_{m}' for m in modes)} must be set")
+  output_dir, hub_module_handle = settings.output_dir, settings.hub_module_handle
+  vocab_file = hub_module_vocab(hub_module_handle, settings.vocab_file)
   if not vocab_file and not hub_module_handle:
     vocab_file = saved_beside_checkpoints(output_dir, "vocab.txt")
-  if not vocab_file and init_checkpoint and not hub_module_handle:
-    beside = checkpoints.vocab_beside(init_checkpoint)
+  if not vocab_file and settings.init_checkpoint and not hub_module_handle:
+    beside = checkpoints.vocab_beside(settings.init_checkpoint)
     if os.path.isfile(beside):
       logging.info("--vocab_file: %s (beside --init_checkpoint)", beside)
       vocab_file = beside
   fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
-  tf.random.set_seed(seed)
+  tf.random.set_seed(settings.seed)
   with fileio.no_new_empty_directories(*[output_dir] if output_dir else []):
-    main(vocab_file)
+    yield dataclasses.replace(settings, vocab_file=vocab_file)
+
+
+def check_files_and_load(settings, outputs, inputs, pairs=None):
+  """What every fine-tuning run does after opening (`run`): check_files (`outputs` are the names
+  the script writes in --output_dir, `inputs` its own (flag, path or paths) pairs), then
+  load_config_and_tokenizer (`pairs` says why the task's texts are pairs, if they are). Without
+  --bert_config_file, --init_checkpoint or --hub_module_handle, the bert_config.json a training
+  run saved beside its checkpoints in --output_dir is the config. Returns (has_checkpoint,
+  BertConfig, FullTokenizer)."""
+  s = settings
+  config_file = s.bert_config_file
+  if not (config_file or s.init_checkpoint or s.hub_module_handle):
+    config_file = saved_beside_checkpoints(s.output_dir, "bert_config.json")
+  has_checkpoint = check_files(
+      s.output_dir, outputs, [*inputs, ("hub_module_handle", s.hub_module_handle)],
+      s.vocab_file, config_file, s.init_checkpoint)
+  config, tokenizer = load_config_and_tokenizer(
+      config_file, s.init_checkpoint, s.vocab_file, s.do_lower_case, s.max_seq_length, pairs,
+      s.hub_module_handle)
+  return has_checkpoint, config, tokenizer
+
+
+def build_trainer(settings, strategy, build_model, loss_fn, num_train_steps, num_warmup_steps,
+            has_checkpoint):
+  """(model, optimizer, Trainer, init_fn) of a fine-tuning run: `build_model()` must match the
+  checkpoint in output_dir (`has_checkpoint`: it holds one), and init_fn starts it from
+  --init_checkpoint or --hub_module_handle (`init_fn`)."""
+  with strategy.scope():
+    model = checkpoints.check_checkpoint_matches(settings.output_dir, build_model())
+    optimizer = training.optimizer_for(settings, settings.learning_rate, num_train_steps,
+                                       num_warmup_steps)
+  trainer = training.Trainer.from_settings(strategy, model, loss_fn, optimizer, settings)
+  return model, optimizer, trainer, init_fn(
+      model, settings.init_checkpoint, settings.hub_module_handle, settings.do_train,
+      has_checkpoint, settings.output_dir)
+
+
+def pad_to_longest(settings, strategy):
+  """Whether batches are cut to their longest sequence (--dynamic_padding, not on TPUs)."""
+  return devices.dynamic_padding(settings.dynamic_padding, strategy)
+
+
+def train_on_records(settings, trainer, train_file, spec, batch, steps, init_fn, cut_batches,
+                     buffer, evaluate=None):
+  """`trainer.train` for `steps` on the records of `train_file` (parsed by `spec`, `batch` a
+  replica's, through a shuffle `buffer`; `cut_batches`: pad_to_longest) with the seed and loop
+  settings; `evaluate`: eval_during_training's, called every --eval_every_steps."""
+  input_fn = input_fn_builder(train_file, spec, True, True, settings.seed, cut_batches, buffer)
+  return trainer.train(
+      lambda ctx: input_fn(batch, ctx), steps, init_fn=init_fn,
+      save_checkpoints_steps=settings.save_checkpoints_steps,
+      steps_per_loop=settings.iterations_per_loop, examples_per_step=settings.train_batch_size,
+      max_nonfinite_loops=settings.max_nonfinite_loops,
+      summary_dir=os.path.join(settings.output_dir, "train"), evaluate=evaluate,
+      eval_every_steps=settings.eval_every_steps)
+
+
+def eval_during_training(settings, trainer, evaluate, metric_names=None):
+  """The evaluation during training `settings` ask for (EvalDuringTraining over `evaluate()`,
+  which returns the dev eval_* metrics; `metric_names` are those it can return, to check
+  --keep_best_checkpoint_metric before training), or None."""
+  if settings.eval_every_steps is None:
+    for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
+      if getattr(settings, name) is not None:
+        raise fileio.InputError(f"--{name} needs --eval_every_steps (how often to evaluate)")
+    return None
+  if not settings.do_train:
+    raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
+  return EvalDuringTraining(
+      trainer, settings.output_dir, evaluate, settings.keep_best_checkpoint_metric,
+      settings.early_stopping_patience,
+      None if metric_names is None else [metric_key(n) for n in metric_names])
+
+
+def evaluated_step(settings, trainer, optimizer):
+  """The step of the weights a run evaluates and predicts with: with --use_best_checkpoint (the
+  default) and --do_eval or --do_predict, the best checkpoint kept in output_dir/best/, whose
+  weights are loaded into the model (restore_best); else the latest, the optimizer's step."""
+  best = None
+  if settings.use_best_checkpoint and (settings.do_eval or settings.do_predict):
+    best = restore_best(trainer, settings.output_dir)
+  return best if best is not None else int(optimizer.iterations.numpy())
 
 
 def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_checkpoint):
@@ -110,7 +230,7 @@ def init_fn(model, init_checkpoint, hub_module_handle, do_train, has_checkpoint,
   weights of `init_checkpoint` or of the encoder SavedModel `hub_module_handle`, or None.
   InputError when only an encoder SavedModel would be evaluated: it has no task output layer."""
   if not hub_module_handle:
-    return training.init_fn_for(model, init_checkpoint)
+    return checkpoints.init_fn_for(model, init_checkpoint)
   if not do_train and not has_checkpoint:
     raise fileio.InputError(
         f"--hub_module_handle={hub_module_handle} is an encoder without this task's output "
@@ -132,19 +252,19 @@ def tokenizer_for(config, config_source, vocab_file, do_lower_case, pairs=None):
   return tokenizer
 
 
-def train_steps(train_examples, strategy, train_batch_size, accumulation_steps, num_train_epochs,
-                warmup_proportion, train_file=None):
-  """(num_train_steps, num_warmup_steps, per-replica batch) of training on `train_examples`
-  (_steps, training.per_replica_batch_size: checked before any record is
-  written); (1, 0, None) without training (None): the optimizer is then only restored."""
+def train_steps(settings, train_examples, strategy, train_file=None):
+  """(num_train_steps, num_warmup_steps, per-replica batch) of training on `train_examples` (read
+  from `train_file`) for --num_train_epochs at --train_batch_size with --warmup_proportion
+  (_steps, training.per_replica_batch_size: checked before any record is written); (1, 0, None)
+  without training (None): the optimizer is then only restored."""
   if train_examples is None:
     return 1, 0, None
   if not train_examples:
     raise fileio.InputError(f"{train_file or 'the training file'}: no training example in it")
-  batch = training.per_replica_batch_size(train_batch_size, strategy, "train_batch_size",
-                                          accumulation_steps)
-  return (*_steps(len(train_examples), train_batch_size, num_train_epochs,
-                                      warmup_proportion), batch)
+  batch = training.per_replica_batch_size(settings.train_batch_size, strategy, "train_batch_size",
+                                          settings.gradient_accumulation_steps)
+  return (*_steps(len(train_examples), settings.train_batch_size, settings.num_train_epochs,
+                  settings.warmup_proportion), batch)
 
 
 def padded_ids(tokenizer, tokens, segment_ids, max_seq_length):

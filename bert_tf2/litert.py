@@ -107,6 +107,7 @@ class Model:
     self.kind = self.info["kind"]
     self.vocab_file = os.path.join(directory, "vocab.txt")
     self.config_file = os.path.join(directory, "bert_config.json")
+    self.do_lower_case = bool(self.info.get("do_lower_case", True))
     model_path = os.path.join(directory, MODEL_FILE)
     try:
       self._interpreter = _interpreter_class()(model_path=model_path,
@@ -138,6 +139,28 @@ class Model:
       outputs = self(*inputs)
       batch.update({k: outputs[k] for k in output_keys})
       yield batch
+
+
+def open_for_script(directory, kinds, what, checkpoint_flags, do_lower_case=None):
+  """The Model of a script's --litert_model=`directory`, which must be one of `kinds` (for `what`
+  the script does). `checkpoint_flags` ({name: value}) are the flags that name a model another
+  way (--init_checkpoint, --vocab_file, ...): none may be given besides it, since the directory
+  holds the weights, config and vocab. `do_lower_case`: --do_lower_case when it was given, which
+  must then be the casing the model was exported with (`Model.do_lower_case`)."""
+  for name, value in checkpoint_flags.items():
+    if value:
+      raise fileio.InputError(f"--{name} with --litert_model: the LiteRT model directory holds "
+                              "its weights, config and vocab; give one or the other")
+  model = Model(directory)
+  if model.kind not in kinds:
+    raise fileio.InputError(f"--litert_model={directory} is a LiteRT {model.kind}; {what} needs "
+                            f"a LiteRT {' or '.join(kinds)} (export_model.py --format=litert "
+                            f"--model_type={kinds[0]})")
+  if do_lower_case is not None and do_lower_case != model.do_lower_case:
+    raise fileio.InputError(f"--do_lower_case={do_lower_case} does not match "
+                            f"--litert_model={directory} (exported with "
+                            f"do_lower_case={model.do_lower_case})")
+  return model
 
 
 def _interpreter_class():

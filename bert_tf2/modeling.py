@@ -24,9 +24,6 @@ from absl import logging
 from bert_tf2 import fileio
 from bert_tf2 import kernels
 
-# --mixed_precision's values: the dtype of the model's matrix work (BertModel's compute_dtype).
-COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
-
 # hidden_act names. The original's "gelu" is the tanh approximation; HuggingFace's "gelu" is the
 # exact erf form. Configs keep the original meaning; HF configs are translated on load.
 ACTIVATIONS = {

@@ -289,29 +289,29 @@ def write_conll_predictions(output_file, examples, predicted_tags):
       writer.write("\n")
 
 
-def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
+def _tag(settings, trainer, examples, name, split, label_list, tokenizer):
   """Runs the model over `examples` (of `split`) with --{name}_batch_size; returns (one predicted
   tag per word per sentence, mean cross-entropy over the labelled words)."""
-  record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
+  max_seq_length = settings.max_seq_length
+  record_file = os.path.join(settings.output_dir, f"{name}.tf_record")
   # The features are needed in memory to map predictions back to words, records or not.
-  features = convert_examples_to_features(examples, label_list, FLAGS.max_seq_length, tokenizer)
+  features = convert_examples_to_features(examples, label_list, max_seq_length, tokenizer)
   # With dynamic padding the records go by length, so that each batch holds sentences of about
   # one length; the predictions are put back in input order below.
-  by_length = script_flags.dynamic_padding(trainer.strategy)
+  by_length = fine_tuning.pad_to_longest(settings, trainer.strategy)
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else np.arange(len(features)))
-  write = lambda padded_to: write_features([features[i] for i in order], FLAGS.max_seq_length,
+  write = lambda padded_to: write_features([features[i] for i in order], max_seq_length,
                                            record_file, padded_to)
   predicted, nll, count = [], 0.0, 0.0
   for batch in fine_tuning.predict(
-      trainer, record_file, _records_key(split, label_list, vocab_file,
-                                            "length" if by_length else "input"),
-      write, len(features), feature_spec(FLAGS.max_seq_length),
-      FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size", by_length):
+      trainer, record_file, _records_key(settings, split, label_list,
+                                         "length" if by_length else "input"),
+      write, len(features), feature_spec(max_seq_length),
+      getattr(settings, f"{name}_batch_size"), f"{name}_batch_size", by_length):
     logits = batch["logits"]
     # A batch cut to its longest sentence (--dynamic_padding) gets its padding back.
-    predicted.append(np.pad(logits.argmax(-1),
-                            [(0, 0), (0, FLAGS.max_seq_length - logits.shape[1])]))
+    predicted.append(np.pad(logits.argmax(-1), [(0, 0), (0, max_seq_length - logits.shape[1])]))
     batch_nll, batch_count = metrics.weighted_nll(logits, batch["label_ids"],
                                                   batch["label_weights"])
     nll, count = nll + batch_nll, count + batch_count
@@ -321,102 +321,100 @@ def _tag(trainer, examples, name, split, label_list, tokenizer, vocab_file):
   return tags, nll / max(count, 1.0)
 
 
-def _records_key(split, label_list, vocab_file, order="input"):
+def _records_key(settings, split, label_list, order="input"):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   return {"script": "run_ner", "split": split,
           "input": fileio.file_signature(ConllProcessor.split_file(FLAGS.data_dir, split)),
-          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length, "labels": label_list, "order": order}
+          "vocab": fileio.file_signature(settings.vocab_file),
+          "do_lower_case": settings.do_lower_case, "max_seq_length": settings.max_seq_length,
+          "labels": label_list, "order": order}
 
 
-def _label_list(has_checkpoint):
+def _label_list(settings, has_checkpoint):
   """The tags: --labels; else, without training, those the training run saved in output_dir
   (task.json) or beside a fine-tuned --init_checkpoint; else CoNLL-2003's. They must agree with
   the model in output_dir and the one given by --init_checkpoint."""
+  s = settings
   fileio.check_distinct(FLAGS.labels, "labels", "tag")
-  record = fine_tuning.task_record(FLAGS.output_dir, "run_ner", has_checkpoint)
-  init_record = fine_tuning.init_task_record(FLAGS.init_checkpoint, "run_ner",
-                                          not FLAGS.do_train and not has_checkpoint)
+  record = fine_tuning.task_record(s.output_dir, "run_ner", has_checkpoint)
+  init_record = fine_tuning.init_task_record(s.init_checkpoint, "run_ner",
+                                             not s.do_train and not has_checkpoint)
   saved = (record if has_checkpoint and record else init_record or record or {}).get("labels")
-  labels = FLAGS.labels or (saved if saved and not FLAGS.do_train else list(CONLL2003_LABELS))
-  fine_tuning.check_labels_match(labels, init_record, True, FLAGS.init_checkpoint, "tags",
-                              "init_checkpoint")
-  return fine_tuning.check_labels_match(labels, record, has_checkpoint, FLAGS.output_dir, "tags")
+  labels = FLAGS.labels or (saved if saved and not s.do_train else list(CONLL2003_LABELS))
+  fine_tuning.check_labels_match(labels, init_record, True, s.init_checkpoint, "tags",
+                                 "init_checkpoint")
+  return fine_tuning.check_labels_match(labels, record, has_checkpoint, s.output_dir, "tags")
 
 
 def main(_):
-  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
+  settings = script_flags.settings(fine_tuning.Settings)
+  with fine_tuning.run(settings, ("train", "eval", "predict"), data_dir=FLAGS.data_dir) as s:
+    out, data_dir = s.output_dir, FLAGS.data_dir
+    # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
+    has_checkpoint, config, tokenizer = fine_tuning.check_files_and_load(
+        s, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+            "test_predictions.txt", "task.json"),
+        [("data_dir", [os.path.join(data_dir, name)
+                       for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])])
+    processor = ConllProcessor(_label_list(s, has_checkpoint))
+    label_list = processor.get_labels()
 
+    strategy = script_flags.strategy()
+    train_examples = processor.get_train_examples(data_dir) if s.do_train else None
+    num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+        s, train_examples, strategy, os.path.join(data_dir, "train.txt"))
+    model, optimizer, trainer, init_fn = fine_tuning.build_trainer(
+        s, strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
+                                                          script_flags.compute_dtype()),
+        modeling.ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
-def _main(vocab_file):
-  out, data_dir = FLAGS.output_dir, FLAGS.data_dir
-  # What main writes in --output_dir besides checkpoints and the TensorBoard folder train/.
-  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
-      ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-       "test_predictions.txt", "task.json"),
-      [("data_dir", [os.path.join(data_dir, name)
-                     for name in ("train.txt", "valid.txt", "dev.txt", "test.txt")])],
-      vocab_file)
-  processor = ConllProcessor(_label_list(has_checkpoint))
-  label_list = processor.get_labels()
+    def dev_evaluation(report=False):
+      """The eval_* metrics (entity level) and eval_loss of the model as it is now on dev."""
+      examples = processor.get_dev_examples(data_dir)
+      tags, loss = _tag(s, trainer, examples, "eval", "dev", label_list, tokenizer)
+      result = metrics.conll_evaluate([e.labels for e in examples], tags)
+      if report:
+        logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
+      summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+      summary.update(eval_loss=loss, eval_examples=len(examples))
+      return summary
 
-  strategy = script_flags.strategy()
-  train_examples = processor.get_train_examples(data_dir) if FLAGS.do_train else None
-  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
-      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion, os.path.join(data_dir, "train.txt"))
-  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
-      strategy, lambda: modeling.BertTokenClassifier(config, len(label_list),
-                                                     script_flags.compute_dtype()),
-      modeling.ner_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+    evaluate = fine_tuning.eval_during_training(
+        s, trainer, dev_evaluation, ("precision", "recall", "f1", "accuracy", "loss"))
+    if s.do_train:
+      train_file = os.path.join(out, "train.tf_record")
+      fileio.build_unless_current(
+          train_file, _records_key(s, "train", label_list),
+          lambda: file_based_convert_examples_to_features(train_examples, label_list,
+                                                          s.max_seq_length, tokenizer,
+                                                          train_file))
+      # Evaluating or tagging later without --labels reads the tags of this model here.
+      fine_tuning.write_task_record(out, "run_ner", label_list)
+      fine_tuning.write_model_files(out, config, s.vocab_file)
+      logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
+                   len(train_examples), num_train_steps, num_warmup_steps, s.train_batch_size)
+      fine_tuning.train_on_records(s, trainer, train_file, feature_spec(s.max_seq_length), batch,
+                                   num_train_steps, init_fn,
+                                   fine_tuning.pad_to_longest(s, strategy),
+                                   fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
+    else:
+      trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
-  def dev_evaluation(report=False):
-    """The eval_* metrics (entity level) and eval_loss of the model as it is now on dev."""
-    examples = processor.get_dev_examples(data_dir)
-    tags, loss = _tag(trainer, examples, "eval", "dev", label_list, tokenizer, vocab_file)
-    result = metrics.conll_evaluate([e.labels for e in examples], tags)
-    if report:
-      logging.info("Dev set, entity level:\n%s", metrics.conll_report(result))
-    summary = {f"eval_{k}": float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
-    summary.update(eval_loss=loss, eval_examples=len(examples))
-    return summary
+    # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+    global_step = fine_tuning.evaluated_step(s, trainer, optimizer)
+    if s.do_eval:
+      summary = dev_evaluation(report=True)
+      summary.update(loss=summary["eval_loss"], global_step=global_step)
+      if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
+        training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
 
-  evaluate = script_flags.eval_during_training(
-      trainer, dev_evaluation, ("precision", "recall", "f1", "accuracy", "loss"))
-  if FLAGS.do_train:
-    train_file = os.path.join(out, "train.tf_record")
-    fileio.build_unless_current(
-        train_file, _records_key("train", label_list, vocab_file),
-        lambda: file_based_convert_examples_to_features(train_examples, label_list,
-                                                        FLAGS.max_seq_length, tokenizer,
-                                                        train_file))
-    # Evaluating or tagging later without --labels reads the tags of this model here.
-    fine_tuning.write_task_record(out, "run_ner", label_list)
-    fine_tuning.write_model_files(out, config, vocab_file)
-    logging.info("Training on %d sentences, %d steps (%d warm-up), batch %d",
-                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
-                                  num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                                  fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
-  else:
-    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
-
-  # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
-  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
-                 else None) or int(optimizer.iterations.numpy())
-  if FLAGS.do_eval:
-    summary = dev_evaluation(report=True)
-    summary.update(loss=summary["eval_loss"], global_step=global_step)
-    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
-      training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
-
-  if FLAGS.do_predict:
-    examples = processor.get_test_examples(data_dir)
-    tags, _ = _tag(trainer, examples, "predict", "test", label_list, tokenizer, vocab_file)
-  if FLAGS.do_predict and trainer.is_chief:
-    output_file = os.path.join(out, "test_predictions.txt")
-    write_conll_predictions(output_file, examples, tags)
-    logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)
+    if s.do_predict:
+      examples = processor.get_test_examples(data_dir)
+      tags, _ = _tag(s, trainer, examples, "predict", "test", label_list, tokenizer)
+    if s.do_predict and trainer.is_chief:
+      output_file = os.path.join(out, "test_predictions.txt")
+      write_conll_predictions(output_file, examples, tags)
+      logging.info("Wrote the tags of %d sentences to %s", len(examples), output_file)
 
 
 def cli():

@@ -174,19 +174,17 @@ def main(_):
                                                 "train_batch_size", accumulation)
   eval_batch = training.per_replica_batch_size(FLAGS.eval_batch_size, strategy,
                                                "eval_batch_size") if FLAGS.do_eval else None
+  settings = script_flags.settings(training.Settings)  # the training loop's knobs
   with strategy.scope():
     model = modeling.BertPretrainer(config, script_flags.compute_dtype())
-    model.bert.gradient_checkpointing = FLAGS.gradient_checkpointing
-    optimizer = script_flags.optimizer(FLAGS.learning_rate, FLAGS.num_train_steps,
+    optimizer = training.optimizer_for(settings, FLAGS.learning_rate, FLAGS.num_train_steps,
                                        FLAGS.num_warmup_steps)
   # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an
   # error here, before bert_config.json is replaced.
-  trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer,
-                             output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
-                             gradient_accumulation_steps=accumulation,
-                             keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
-  trainer.restore_or_initialize(training.init_fn_for(model, FLAGS.init_checkpoint),
-                                for_training=FLAGS.do_train)
+  trainer = training.Trainer.from_settings(strategy, model, modeling.pretraining_losses,
+                                           optimizer, settings)
+  init_fn = checkpoints.init_fn_for(model, FLAGS.init_checkpoint)
+  trainer.restore_or_initialize(init_fn, for_training=FLAGS.do_train)
   config_path = os.path.join(FLAGS.output_dir, "bert_config.json")
   if _text(config_path) != config.to_json_string():  # equal when resuming with that very file
     with fileio.open_atomic(config_path) as f:
@@ -201,7 +199,7 @@ def main(_):
               seed=FLAGS.seed, value_limits=limits, masking=masking),
           FLAGS.num_train_steps, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
           steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
-          init_fn=training.init_fn_for(model, FLAGS.init_checkpoint),
+          init_fn=init_fn,
           summary_dir=os.path.join(FLAGS.output_dir, "train"),
           max_nonfinite_loops=FLAGS.max_nonfinite_loops)
 

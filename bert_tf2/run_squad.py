@@ -829,85 +829,82 @@ def _records_key(input_file, is_training, vocab_file, order="input"):
 
 
 def main(_):
-  script_flags.run_fine_tuning(_main, ("train", "predict"))
+  settings = script_flags.settings(fine_tuning.Settings)
+  with fine_tuning.run(settings, ("train", "predict")) as s:
+    _validate_flags()
+    out, init_checkpoint = s.output_dir, s.init_checkpoint
+    has_checkpoint, config, tokenizer = fine_tuning.check_files_and_load(
+        s, _OUTPUTS, [("train_file", FLAGS.train_file if s.do_train else None),
+                      ("predict_file", FLAGS.predict_file if s.do_predict else None)],
+        "SQuAD windows are pairs (question: segment 0, context: segment 1)")
+    fine_tuning.task_record(out, "run_squad", has_checkpoint)
+    fine_tuning.init_task_record(init_checkpoint, "run_squad",
+                                 not s.do_train and not has_checkpoint)
 
-
-def _main(vocab_file):
-  _validate_flags()
-  out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
-      _OUTPUTS, [("train_file", FLAGS.train_file if FLAGS.do_train else None),
-                 ("predict_file", FLAGS.predict_file if FLAGS.do_predict else None)],
-      vocab_file, "SQuAD windows are pairs (question: segment 0, context: segment 1)")
-  fine_tuning.task_record(out, "run_squad", has_checkpoint)
-  fine_tuning.init_task_record(init_checkpoint, "run_squad",
-                               not FLAGS.do_train and not has_checkpoint)
-
-  strategy = script_flags.strategy()
-  train_examples = None
-  if FLAGS.do_train:
-    train_examples = read_squad_examples(FLAGS.train_file, is_training=True,
-                                         version_2_with_negative=FLAGS.version_2_with_negative)
-    # The record file is read through a 1000-record shuffle buffer; shuffling the questions first
-    # mixes articles that a big file keeps far apart.
-    random.Random(FLAGS.seed).shuffle(train_examples)
-  # The steps count questions, not windows, as in the original.
-  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
-      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion, FLAGS.train_file)
-  if FLAGS.do_predict:
-    # Read before any training, so that a bad predict file does not cost a training run.
-    predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
+    strategy = script_flags.strategy()
+    train_examples = None
+    if s.do_train:
+      train_examples = read_squad_examples(FLAGS.train_file, is_training=True,
                                            version_2_with_negative=FLAGS.version_2_with_negative)
-  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
-      strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
-      modeling.squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+      # The record file is read through a 1000-record shuffle buffer; shuffling the questions
+      # first mixes articles that a big file keeps far apart.
+      random.Random(s.seed).shuffle(train_examples)
+    # The steps count questions, not windows, as in the original.
+    num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+        s, train_examples, strategy, FLAGS.train_file)
+    if s.do_predict:
+      # Read before any training, so that a bad predict file does not cost a training run.
+      predict_examples = read_squad_examples(FLAGS.predict_file, is_training=False,
+                                             version_2_with_negative=FLAGS.version_2_with_negative)
+    model, optimizer, trainer, init_fn = fine_tuning.build_trainer(
+        s, strategy, lambda: modeling.BertSpanLabeler(config, script_flags.compute_dtype()),
+        modeling.squad_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
-  def dev_evaluation():
-    """The SQuAD scores of the model as it is now on --predict_file, as eval_* metrics."""
-    scores = predict(trainer, tokenizer, vocab_file, int(optimizer.iterations.numpy()),
-                     predict_examples, write_outputs=False)
-    return {f"eval_{k}": float(v) for k, v in scores.items()}
+    def dev_evaluation():
+      """The SQuAD scores of the model as it is now on --predict_file, as eval_* metrics."""
+      scores = predict(s, trainer, tokenizer, int(optimizer.iterations.numpy()),
+                       predict_examples, write_outputs=False)
+      return {f"eval_{k}": float(v) for k, v in scores.items()}
 
-  # SQuAD's dev set is the predict file: evaluating during training needs it read, with answers.
-  if FLAGS.eval_every_steps is not None and (not FLAGS.do_predict or not _has_answers(
-      fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"])):
-    raise fileio.InputError("--eval_every_steps scores the answers to --predict_file during "
-                            "training: add --do_predict with a --predict_file that has answers")
-  names = (("exact", "f1", "best_exact", "best_f1", "HasAns_exact", "HasAns_f1", "NoAns_exact",
-            "NoAns_f1") if FLAGS.version_2_with_negative else ("exact_match", "f1"))
-  evaluate = script_flags.eval_during_training(trainer, dev_evaluation, names)
-  if FLAGS.do_train:
-    train_file = os.path.join(out, "train.tf_record")
+    # SQuAD's dev set is the predict file: evaluating during training needs it read, with answers.
+    if s.eval_every_steps is not None and (not s.do_predict or not _has_answers(
+        fileio.load_json(FLAGS.predict_file, "SQuAD file")["data"])):
+      raise fileio.InputError("--eval_every_steps scores the answers to --predict_file during "
+                              "training: add --do_predict with a --predict_file that has answers")
+    names = (("exact", "f1", "best_exact", "best_f1", "HasAns_exact", "HasAns_f1", "NoAns_exact",
+              "NoAns_f1") if FLAGS.version_2_with_negative else ("exact_match", "f1"))
+    evaluate = fine_tuning.eval_during_training(s, trainer, dev_evaluation, names)
+    if s.do_train:
+      train_file = os.path.join(out, "train.tf_record")
 
-    def write_train_records():
-      with tfrecord_io.ExampleWriter(train_file) as writer:
-        convert_examples_to_features(train_examples, tokenizer, FLAGS.max_seq_length,
-                                     FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
-                                     output_fn=lambda f: writer.write(squad_record(f, True)))
-      logging.info("%s: %d windows", train_file, writer.count)
+      def write_train_records():
+        with tfrecord_io.ExampleWriter(train_file) as writer:
+          convert_examples_to_features(train_examples, tokenizer, s.max_seq_length,
+                                       FLAGS.doc_stride, FLAGS.max_query_length, is_training=True,
+                                       output_fn=lambda f: writer.write(squad_record(f, True)))
+        logging.info("%s: %d windows", train_file, writer.count)
 
-    fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True, vocab_file),
-                                write_train_records)
-    fine_tuning.write_task_record(out, "run_squad")
-    fine_tuning.write_model_files(out, config, vocab_file)
-    logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
-                 len(train_examples), num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    del train_examples
-    # Full-length batches: the span softmax of the training loss runs over every position.
-    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length, True),
-                                  batch, num_train_steps, init_fn, pad_to_longest=False,
-                                  shuffle_buffer=1000, evaluate=evaluate)
-  else:
-    trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
+      fileio.build_unless_current(train_file, _records_key(FLAGS.train_file, True, s.vocab_file),
+                                  write_train_records)
+      fine_tuning.write_task_record(out, "run_squad")
+      fine_tuning.write_model_files(out, config, s.vocab_file)
+      logging.info("Training on %d questions, %d steps (%d warm-up), batch %d",
+                   len(train_examples), num_train_steps, num_warmup_steps, s.train_batch_size)
+      del train_examples
+      # Full-length batches: the span softmax of the training loss runs over every position.
+      fine_tuning.train_on_records(s, trainer, train_file, feature_spec(s.max_seq_length, True),
+                                   batch, num_train_steps, init_fn, cut_batches=False,
+                                   buffer=1000, evaluate=evaluate)
+    else:
+      trainer.restore_or_initialize(init_fn, unused=("bert/pooler/",))
 
-  if FLAGS.do_predict:
-    # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
-    global_step = script_flags.use_best_checkpoint(trainer) or int(optimizer.iterations.numpy())
-    predict(trainer, tokenizer, vocab_file, global_step, predict_examples)
+    if s.do_predict:
+      # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+      predict(s, trainer, tokenizer, fine_tuning.evaluated_step(s, trainer, optimizer),
+              predict_examples)
 
 
-def predict(trainer, tokenizer, vocab_file, global_step, examples, write_outputs=True):
+def predict(settings, trainer, tokenizer, global_step, examples, write_outputs=True):
   """Answers --predict_file (its `examples`) into output_dir; scores the answers when the file
   has gold ones. Without `write_outputs` (evaluation during training) only the scores are
   returned."""
@@ -919,7 +916,7 @@ def predict(trainer, tokenizer, vocab_file, global_step, examples, write_outputs
   predict_file = os.path.join(FLAGS.output_dir, "eval.tf_record")
   # With dynamic padding the windows are written shortest first, and each batch is cut after its
   # longest: a question over a short paragraph no longer costs max_seq_length positions.
-  by_length = script_flags.dynamic_padding(trainer.strategy)
+  by_length = fine_tuning.pad_to_longest(settings, trainer.strategy)
   order = (input_pipeline.length_order([sum(f.input_mask) for f in features]) if by_length
            else range(len(features)))
 
@@ -931,7 +928,7 @@ def predict(trainer, tokenizer, vocab_file, global_step, examples, write_outputs
   logging.info("Predicting %d questions (%d windows)", len(examples), len(features))
   results = []
   for outputs in fine_tuning.predict(
-      trainer, predict_file, _records_key(FLAGS.predict_file, False, vocab_file,
+      trainer, predict_file, _records_key(FLAGS.predict_file, False, settings.vocab_file,
                                           "length" if by_length else "input"),
       write_records, len(features), feature_spec(FLAGS.max_seq_length, False),
       FLAGS.predict_batch_size, "predict_batch_size", by_length, ["start_logits", "end_logits"]):

@@ -214,102 +214,97 @@ def feature_spec(seq_length):
   }
 
 
-def _records_key(split, vocab_file):
+def _records_key(settings, split):
   """What a split's feature records are made from: reused only when all of it is unchanged."""
   path = os.path.join(FLAGS.data_dir, SwagProcessor.FILES[split])
   return {"script": "run_swag", "split": split, "input": fileio.file_signature(path),
-          "vocab": fileio.file_signature(vocab_file), "do_lower_case": FLAGS.do_lower_case,
-          "max_seq_length": FLAGS.max_seq_length}
+          "vocab": fileio.file_signature(settings.vocab_file),
+          "do_lower_case": settings.do_lower_case, "max_seq_length": settings.max_seq_length}
 
 
-def _probabilities(trainer, examples, name, split, tokenizer, vocab_file):
+def _probabilities(settings, trainer, examples, name, split, tokenizer):
   """Choice probabilities [len(examples), NUM_CHOICES] of `examples` (of `split`) with
   --{name}_batch_size."""
-  record_file = os.path.join(FLAGS.output_dir, f"{name}.tf_record")
+  record_file = os.path.join(settings.output_dir, f"{name}.tf_record")
   write = lambda padded_to: file_based_convert_examples_to_features(
-      examples, FLAGS.max_seq_length, tokenizer, record_file, pad_to_multiple=padded_to)
+      examples, settings.max_seq_length, tokenizer, record_file, pad_to_multiple=padded_to)
   probabilities, real = [], []
-  for batch in fine_tuning.predict(trainer, record_file, _records_key(split, vocab_file), write,
-                                   len(examples), feature_spec(FLAGS.max_seq_length),
-                                   FLAGS[f"{name}_batch_size"].value, f"{name}_batch_size",
-                                   script_flags.dynamic_padding(trainer.strategy)):
+  for batch in fine_tuning.predict(trainer, record_file, _records_key(settings, split), write,
+                                   len(examples), feature_spec(settings.max_seq_length),
+                                   getattr(settings, f"{name}_batch_size"), f"{name}_batch_size",
+                                   fine_tuning.pad_to_longest(settings, trainer.strategy)):
     probabilities.append(tf.nn.softmax(batch["logits"]).numpy())
     real.append(batch["is_real_example"].astype(bool))
   return np.concatenate(probabilities)[np.concatenate(real)]
 
 
 def main(_):
-  script_flags.run_fine_tuning(_main, ("train", "eval", "predict"), data_dir=FLAGS.data_dir)
+  settings = script_flags.settings(fine_tuning.Settings)
+  with fine_tuning.run(settings, ("train", "eval", "predict"), data_dir=FLAGS.data_dir) as s:
+    out, data_dir = s.output_dir, FLAGS.data_dir
+    has_checkpoint, config, tokenizer = fine_tuning.check_files_and_load(
+        s, ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
+            "test_results.tsv", "task.json"),
+        [("data_dir", [os.path.join(data_dir, name) for name in SwagProcessor.FILES.values()])],
+        "SWAG choices are pairs (context: segment 0, ending: segment 1)")
+    fine_tuning.task_record(out, "run_swag", has_checkpoint)
+    fine_tuning.init_task_record(s.init_checkpoint, "run_swag",
+                                 not s.do_train and not has_checkpoint)
+    processor = SwagProcessor()
 
+    strategy = script_flags.strategy()
+    train_examples = processor.get_train_examples(data_dir) if s.do_train else None
+    num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
+        s, train_examples, strategy, os.path.join(data_dir, SwagProcessor.FILES["train"]))
+    model, optimizer, trainer, init_fn = fine_tuning.build_trainer(
+        s, strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
+        modeling.swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
 
-def _main(vocab_file):
-  out, init_checkpoint = FLAGS.output_dir, FLAGS.init_checkpoint
-  has_checkpoint, config, tokenizer = script_flags.check_files_and_load(
-      ("train.tf_record", "eval.tf_record", "predict.tf_record", "eval_results.txt",
-       "test_results.tsv", "task.json"),
-      [("data_dir", [os.path.join(FLAGS.data_dir, name) for name in SwagProcessor.FILES.values()])],
-      vocab_file, "SWAG choices are pairs (context: segment 0, ending: segment 1)")
-  fine_tuning.task_record(out, "run_swag", has_checkpoint)
-  fine_tuning.init_task_record(init_checkpoint, "run_swag",
-                               not FLAGS.do_train and not has_checkpoint)
-  processor = SwagProcessor()
+    def dev_evaluation():
+      """The eval_* metrics and eval_loss of the model as it is now on dev."""
+      examples = processor.get_dev_examples(data_dir)
+      probabilities = _probabilities(s, trainer, examples, "eval", "dev", tokenizer)
+      labels = np.array([e.label for e in examples])
+      return {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
+              "eval_loss": metrics.cross_entropy(probabilities, labels),
+              "eval_examples": len(examples)}
 
-  strategy = script_flags.strategy()
-  train_examples = processor.get_train_examples(FLAGS.data_dir) if FLAGS.do_train else None
-  num_train_steps, num_warmup_steps, batch = fine_tuning.train_steps(
-      train_examples, strategy, FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps,
-      FLAGS.num_train_epochs, FLAGS.warmup_proportion,
-      os.path.join(FLAGS.data_dir, SwagProcessor.FILES["train"]))
-  model, optimizer, trainer, init_fn = script_flags.fine_tuning_trainer(
-      strategy, lambda: modeling.BertMultipleChoice(config, script_flags.compute_dtype()),
-      modeling.swag_losses, num_train_steps, num_warmup_steps, has_checkpoint)
+    evaluate = fine_tuning.eval_during_training(s, trainer, dev_evaluation, ("accuracy", "loss"))
+    if s.do_train:
+      train_file = os.path.join(out, "train.tf_record")
+      fileio.build_unless_current(
+          train_file, _records_key(s, "train"),
+          lambda: file_based_convert_examples_to_features(train_examples, s.max_seq_length,
+                                                          tokenizer, train_file))
+      fine_tuning.write_task_record(out, "run_swag")
+      fine_tuning.write_model_files(out, config, s.vocab_file)
+      logging.info("Training on %d examples, %d steps (%d warm-up), batch %d",
+                   len(train_examples), num_train_steps, num_warmup_steps, s.train_batch_size)
+      fine_tuning.train_on_records(s, trainer, train_file, feature_spec(s.max_seq_length), batch,
+                                   num_train_steps, init_fn,
+                                   fine_tuning.pad_to_longest(s, strategy),
+                                   fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
+    else:
+      trainer.restore_or_initialize(init_fn)
 
-  def dev_evaluation():
-    """The eval_* metrics and eval_loss of the model as it is now on dev."""
-    examples = processor.get_dev_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "eval", "dev", tokenizer, vocab_file)
-    labels = np.array([e.label for e in examples])
-    return {"eval_accuracy": float(np.mean(probabilities.argmax(-1) == labels)),
-            "eval_loss": metrics.cross_entropy(probabilities, labels),
-            "eval_examples": len(examples)}
+    # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
+    global_step = fine_tuning.evaluated_step(s, trainer, optimizer)
+    if s.do_eval:
+      summary = dev_evaluation()
+      summary.update(loss=summary["eval_loss"], global_step=global_step)
+      if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
+        training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
 
-  evaluate = script_flags.eval_during_training(trainer, dev_evaluation, ("accuracy", "loss"))
-  if FLAGS.do_train:
-    train_file = os.path.join(out, "train.tf_record")
-    fileio.build_unless_current(
-        train_file, _records_key("train", vocab_file),
-        lambda: file_based_convert_examples_to_features(train_examples, FLAGS.max_seq_length,
-                                                        tokenizer, train_file))
-    fine_tuning.write_task_record(out, "run_swag")
-    fine_tuning.write_model_files(out, config, vocab_file)
-    logging.info("Training on %d examples, %d steps (%d warm-up), batch %d", len(train_examples),
-                 num_train_steps, num_warmup_steps, FLAGS.train_batch_size)
-    script_flags.train_on_records(trainer, train_file, feature_spec(FLAGS.max_seq_length), batch,
-                                  num_train_steps, init_fn, script_flags.dynamic_padding(strategy),
-                                  fine_tuning.shuffle_buffer(len(train_examples)), evaluate)
-  else:
-    trainer.restore_or_initialize(init_fn)
-
-  # The best checkpoint's weights when one was kept (--keep_best_checkpoint_metric).
-  global_step = (script_flags.use_best_checkpoint(trainer) if FLAGS.do_eval or FLAGS.do_predict
-                 else None) or int(optimizer.iterations.numpy())
-  if FLAGS.do_eval:
-    summary = dev_evaluation()
-    summary.update(loss=summary["eval_loss"], global_step=global_step)
-    if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
-      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), summary)
-
-  if FLAGS.do_predict:
-    examples = processor.get_test_examples(FLAGS.data_dir)
-    probabilities = _probabilities(trainer, examples, "predict", "test", tokenizer,
-                                   vocab_file)
-  if FLAGS.do_predict and trainer.is_chief:
-    output_file = os.path.join(FLAGS.output_dir, "test_results.tsv")
-    with fileio.open_atomic(output_file) as f:
-      for row in probabilities:
-        f.write("\t".join(f"{p:.8g}" for p in row) + "\n")
-    logging.info("Wrote the choice probabilities of %d examples to %s", len(examples),
-                 output_file)
+    if s.do_predict:
+      examples = processor.get_test_examples(data_dir)
+      probabilities = _probabilities(s, trainer, examples, "predict", "test", tokenizer)
+    if s.do_predict and trainer.is_chief:
+      output_file = os.path.join(out, "test_results.tsv")
+      with fileio.open_atomic(output_file) as f:
+        for row in probabilities:
+          f.write("\t".join(f"{p:.8g}" for p in row) + "\n")
+      logging.info("Wrote the choice probabilities of %d examples to %s", len(examples),
+                   output_file)
 
 
 def cli():

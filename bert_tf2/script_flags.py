@@ -1,5 +1,6 @@
-"""The command-line flags the scripts share, each defined once with one help text, and the plain
-values a script builds from them.
+"""The command-line flags the scripts share, each defined once with one help text, and the three
+values a script builds from flags: a settings record of them (`settings`: the knobs of training,
+fine-tuning or a script, as plain values), the strategy and the compute dtype.
 
 Every script defines its flags in its `define_flags()`, which its `cli()` calls (so importing a
 script defines no flag, and one process defines one script's flags), from the `define_*` groups
@@ -12,13 +13,11 @@ for it with another default is a programming error. A missing required value is 
 same for flags that are always required and those required only in some runs.
 """
 
-import os
+import dataclasses
 import sys
 
 from absl import flags
-from absl import logging
 
-from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 
 FLAGS = flags.FLAGS
@@ -171,35 +170,6 @@ def define_litert_model_flag():
           "A LiteRT model directory (export_model.py --format=litert, float32 or int8 weights) "
           "to run on the CPU instead of a checkpoint; its vocab.txt, config and casing come with "
           "it (no --init_checkpoint, --bert_config_file or --vocab_file).")
-
-
-def litert_model(kinds, what):
-  """The litert.Model of --litert_model, or None without it. It must be one of `kinds` (for
-  `what` the script does); the checkpoint flags must not be given besides it, and a
-  --do_lower_case given must be the model's casing (the default becomes it)."""
-  if not FLAGS.litert_model:
-    return None
-  from bert_tf2 import fileio, litert
-  for name in ("init_checkpoint", "bert_config_file", "vocab_file", "hub_module_handle"):
-    if name in FLAGS and FLAGS[name].value:
-      raise fileio.InputError(f"--{name} with --litert_model: the LiteRT model directory "
-                              "holds its weights, config and vocab; give one or the other")
-  model = litert.Model(FLAGS.litert_model)
-  if model.kind not in kinds:
-    raise fileio.InputError(f"--litert_model={FLAGS.litert_model} is a LiteRT {model.kind}; "
-                            f"{what} needs a LiteRT {' or '.join(kinds)} (export_model.py "
-                            f"--format=litert --model_type={kinds[0]})")
-  lower = bool(model.info.get("do_lower_case", True))
-  if FLAGS["do_lower_case"].present and FLAGS.do_lower_case != lower:
-    raise fileio.InputError(f"--do_lower_case={FLAGS.do_lower_case} does not match "
-                            f"--litert_model={FLAGS.litert_model} (exported with "
-                            f"do_lower_case={lower})")
-  FLAGS.do_lower_case = lower
-  # The scripts' usual file checks and loading then take the directory's vocab and config.
-  FLAGS.vocab_file = model.vocab_file
-  if "bert_config_file" in FLAGS:
-    FLAGS.bert_config_file = model.config_file
-  return model
 
 
 def define_vocab_flag():
@@ -412,196 +382,30 @@ def define_dynamic_padding_flag():
 # --- values ----------------------------------------------------------------------------------------
 
 
+def settings(cls):
+  """A settings record of this run's flags: `cls` is a dataclass whose fields are named after
+  flags (training.Settings, fine_tuning.Settings, a script's own subclass of them,
+  pretraining_data.Options). A field whose flag the script does not define keeps its default;
+  a field `given` gets the names of the flags set on the command line (a default that follows
+  a model unless the flag was given)."""
+  fields = {field.name for field in dataclasses.fields(cls)}
+  values = {name: FLAGS[name].value for name in fields if name in FLAGS}
+  if "given" in fields:
+    values["given"] = frozenset(name for name in FLAGS if FLAGS[name].present)
+  return cls(**values)
+
+
 def strategy():
   """The tf.distribute strategy named by --distribution_strategy / --use_tpu."""
-  from bert_tf2 import training
-  return training.make_strategy(
+  from bert_tf2 import devices
+  return devices.make_strategy(
       "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
       num_cpu_devices=FLAGS.num_cpu_devices, tpu=FLAGS.tpu_name or FLAGS.master,
       tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
 
 
 def compute_dtype():
-  """--mixed_precision as the dtype of the model's matrix work; bf16 where it would be emulated
-  (a CPU without bf16 instructions, no accelerator) is warned about; `auto` picks bf16 where the
-  hardware has it (native_bf16), float32 elsewhere, and logs its choice."""
-  import tensorflow as tf
-  from bert_tf2 import modeling
-  tpu = FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu"
-  gpus = tf.config.list_physical_devices("GPU")
-  accelerated = tpu or bool(gpus)
-  flags_of_cpu, onednn_max_isa = cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
-  if FLAGS.mixed_precision == "auto":
-    capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
-                    for gpu in gpus]
-    bf16 = native_bf16(flags_of_cpu, onednn_max_isa, tpu, capabilities)
-    logging.info("--mixed_precision=auto: %s on this machine (%s)", "bf16" if bf16 else "none",
-                 "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
-                 else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
-    return tf.bfloat16 if bf16 else float32_is_float32(tf.float32)
-  if FLAGS.mixed_precision == "bf16" and bf16_is_emulated(flags_of_cpu, onednn_max_isa,
-                                                          accelerated):
-    logging.warning(
-        "--mixed_precision=bf16 on a CPU without bf16 instructions (AVX512_BF16 or AMX%s): its "
-        "bf16 matrix work is emulated and slower than float32; --mixed_precision=none is faster "
-        "here", ", or oneDNN held below them by ONEDNN_MAX_CPU_ISA"
-        if onednn_max_isa else "")
-  return float32_is_float32(modeling.COMPUTE_DTYPES[FLAGS.mixed_precision])
-
-
-def float32_is_float32(dtype):
-  """Returns `dtype`; when it is float32, first turns TensorFloat-32 off. TensorFlow multiplies
-  float32 matrices in TF32 (10-bit mantissas) by default on Ampere and later GPUs, which would
-  break --mixed_precision=none's promise of the checkpoint's float32 outputs (and torch keeps
-  TF32 off for matmuls by default); bf16 and fp16 are the fast paths there. No effect on CPUs."""
-  import tensorflow as tf
-  if dtype == tf.float32:
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-  return dtype
-
-
-# oneDNN's ISA levels (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products.
-_NO_BF16_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
-                 "AVX512_CORE_VNNI")
-
-
-def cpu_flags(path="/proc/cpuinfo"):
-  """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
-  try:
-    with open(path, encoding="utf-8", errors="replace") as f:
-      for line in f:
-        if line.startswith("flags"):
-          return set(line.split(":", 1)[1].split())
-  except OSError:
-    pass
-  return None
-
-
-def bf16_is_emulated(flags_of_cpu, onednn_max_isa, accelerated):
-  """Whether bf16 matrix work runs emulated: no accelerator, and a CPU without AVX512_BF16 or
-  AMX-BF16, or oneDNN held below them. Unknown flags (not Linux): not said to be."""
-  if accelerated or flags_of_cpu is None:
-    return False
-  if onednn_max_isa and onednn_max_isa.upper() in _NO_BF16_ISAS:
-    return True
-  return not flags_of_cpu & {"avx512_bf16", "amx_bf16"}
-
-
-def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
-  """Whether this machine computes bf16 matrix work natively (--mixed_precision=auto's bf16): a
-  TPU; GPUs all of compute capability 8.0 or more (Ampere on; unknown: no); else a CPU whose
-  flags are known to have AVX512_BF16 or AMX-BF16, oneDNN not held below them."""
-  if tpu:
-    return True
-  if gpu_capabilities:
-    return all(c is not None and tuple(c) >= (8, 0) for c in gpu_capabilities)
-  return flags_of_cpu is not None and not bf16_is_emulated(flags_of_cpu, onednn_max_isa, False)
-
-
-def dynamic_padding(strategy_):
-  """Whether batches are cut to their longest sequence: --dynamic_padding, except on TPUs, whose
-  programs need fixed shapes."""
-  import tensorflow as tf
-  return FLAGS.dynamic_padding and not isinstance(strategy_, tf.distribute.TPUStrategy)
-
-
-def optimizer(learning_rate, num_train_steps, num_warmup_steps):
-  """--optimizer with --lr_schedule; fp16 (--mixed_precision) also scales the loss."""
-  from bert_tf2 import optimization
-  loss_scale = optimization.DynamicLossScale() if FLAGS.mixed_precision == "fp16" else None
-  return optimization.create_optimizer(
-      learning_rate, num_train_steps, num_warmup_steps, optimizer=FLAGS.optimizer,
-      loss_scale=loss_scale, decay_after_warmup=FLAGS.lr_schedule == "decay_after_warmup")
-
-
-def run_fine_tuning(main, modes, **required):
-  """Runs a fine-tuning script's `main(vocab_file)` (fine_tuning.run, the one opening of the four
-  fine-tuning scripts): one of --do_<modes> set, the vocab (--vocab_file, or the one an exported
-  encoder given by --hub_module_handle carries), the `required` flags (name=value), --vocab_file
-  and --output_dir given, --seed."""
-  from bert_tf2 import fine_tuning
-  fine_tuning.run(main, FLAGS.seed, {f"do_{mode}": FLAGS[f"do_{mode}"].value for mode in modes},
-                  FLAGS.output_dir, FLAGS.hub_module_handle, FLAGS.vocab_file,
-                  init_checkpoint=FLAGS.init_checkpoint, **required)
-
-
-def check_files_and_load(outputs, inputs, vocab_file, pairs=None):
-  """What every fine-tuning script does next, with the shared flags: fine_tuning.check_files
-  (`outputs` are the names the script writes in --output_dir, `inputs` its own (flag, path or
-  paths) pairs), then fine_tuning.load_config_and_tokenizer (`vocab_file` as run_fine_tuning
-  passed it to main; `pairs` says why the task's texts are pairs, if they are). Without
-  --bert_config_file, --init_checkpoint or --hub_module_handle, the bert_config.json a training
-  run saved beside its checkpoints in --output_dir is the config. Returns (has_checkpoint,
-  BertConfig, FullTokenizer)."""
-  from bert_tf2 import fine_tuning
-  config_file = FLAGS.bert_config_file
-  if not (config_file or FLAGS.init_checkpoint or FLAGS.hub_module_handle):
-    config_file = fine_tuning.saved_beside_checkpoints(FLAGS.output_dir, "bert_config.json")
-  has_checkpoint = fine_tuning.check_files(
-      FLAGS.output_dir, outputs, [*inputs, ("hub_module_handle", FLAGS.hub_module_handle)],
-      vocab_file, config_file, FLAGS.init_checkpoint)
-  config, tokenizer = fine_tuning.load_config_and_tokenizer(
-      config_file, FLAGS.init_checkpoint, vocab_file, FLAGS.do_lower_case,
-      FLAGS.max_seq_length, pairs, FLAGS.hub_module_handle)
-  return has_checkpoint, config, tokenizer
-
-
-def fine_tuning_trainer(strategy_, build_model, loss_fn, num_train_steps, num_warmup_steps,
-                        has_checkpoint):
-  """(model, optimizer, Trainer, init_fn) as the flags say; the model must match output_dir's
-  checkpoint, and init_fn starts it from --init_checkpoint or --hub_module_handle
-  (fine_tuning.init_fn; `has_checkpoint`: output_dir holds one)."""
-  from bert_tf2 import checkpoints, fine_tuning, training
-  with strategy_.scope():
-    model = checkpoints.check_checkpoint_matches(FLAGS.output_dir, build_model())
-    model.bert.gradient_checkpointing = FLAGS.gradient_checkpointing
-    opt = optimizer(FLAGS.learning_rate, num_train_steps, num_warmup_steps)
-  trainer = training.Trainer(
-      strategy_, model, loss_fn, opt, output_dir=FLAGS.output_dir, use_xla=FLAGS.use_xla,
-      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-      keep_checkpoint_max=FLAGS.keep_checkpoint_max, seed=FLAGS.seed)
-  return model, opt, trainer, fine_tuning.init_fn(
-      model, FLAGS.init_checkpoint, FLAGS.hub_module_handle, FLAGS.do_train, has_checkpoint,
-      FLAGS.output_dir)
-
-
-def train_on_records(trainer, train_file, spec, batch, steps, init_fn, pad_to_longest,
-                     shuffle_buffer, evaluate=None):
-  """`trainer.train` for `steps` on the records of `train_file` with the seed and loop flags;
-  `evaluate`: eval_during_training's, called every --eval_every_steps."""
-  from bert_tf2 import fine_tuning
-  input_fn = fine_tuning.input_fn_builder(train_file, spec, True, True, FLAGS.seed, pad_to_longest,
-                                          shuffle_buffer)
-  return trainer.train(
-      lambda ctx: input_fn(batch, ctx), steps, init_fn=init_fn,
-      save_checkpoints_steps=FLAGS.save_checkpoints_steps, steps_per_loop=FLAGS.iterations_per_loop,
-      examples_per_step=FLAGS.train_batch_size, max_nonfinite_loops=FLAGS.max_nonfinite_loops,
-      summary_dir=os.path.join(FLAGS.output_dir, "train"), evaluate=evaluate,
-      eval_every_steps=FLAGS.eval_every_steps)
-
-
-def eval_during_training(trainer, evaluate, metric_names=None):
-  """The evaluation during training the flags ask for (fine_tuning.EvalDuringTraining over
-  `evaluate()`, which returns the dev eval_* metrics; `metric_names` are those it can return,
-  to check --keep_best_checkpoint_metric before training), or None."""
-  from bert_tf2 import fine_tuning
-  if FLAGS.eval_every_steps is None:
-    for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
-      if FLAGS[name].value is not None:
-        raise fileio.InputError(f"--{name} needs --eval_every_steps (how often to evaluate)")
-    return None
-  if not FLAGS.do_train:
-    raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
-  return fine_tuning.EvalDuringTraining(
-      trainer, FLAGS.output_dir, evaluate, FLAGS.keep_best_checkpoint_metric,
-      FLAGS.early_stopping_patience,
-      None if metric_names is None else [fine_tuning.metric_key(n) for n in metric_names])
-
-
-def use_best_checkpoint(trainer):
-  """With --use_best_checkpoint, the weights of the best checkpoint kept in output_dir/best/
-  loaded for evaluating and predicting; its step, or None when none was kept."""
-  from bert_tf2 import fine_tuning
-  if not FLAGS.use_best_checkpoint:
-    return None
-  return fine_tuning.restore_best(trainer, FLAGS.output_dir)
+  """--mixed_precision as the dtype of the model's matrix work (devices.compute_dtype)."""
+  from bert_tf2 import devices
+  return devices.compute_dtype(FLAGS.mixed_precision,
+                               tpu=FLAGS.use_tpu or FLAGS.distribution_strategy == "tpu")

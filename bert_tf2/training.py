@@ -7,7 +7,8 @@ do, is given its weights cast once per evaluation or prediction), a `loss_fn(fea
 batches. This module does the rest: the strategy (default, one_device, mirrored,
 multi_worker_mirrored, tpu), mixed precision, XLA, gradient accumulation, checkpoints with
 automatic resume, SIGTERM handling, non-finite detection, TensorBoard scalars and a progress line;
-on a CPU, prediction and evaluation batches run as two halves side by side (prediction_streams).
+on a CPU, prediction and evaluation batches run as two halves side by side
+(devices.prediction_streams).
 
 Losses are sums divided by the *global* count (all replicas), so a loss and its gradient do not
 depend on how a batch is split across devices: one worker with batch 32 and two with 16 each take
@@ -16,6 +17,7 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 """
 
 import contextlib
+import dataclasses
 import gc
 import glob
 import inspect
@@ -29,10 +31,12 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_tf2 import checkpoints
+from bert_tf2 import devices
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
+from bert_tf2 import optimization
+
 
 class TrainingError(fileio.ReportedError, RuntimeError):
   """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
@@ -40,54 +44,40 @@ class TrainingError(fileio.ReportedError, RuntimeError):
   A ReportedError, so the scripts' `commands.run_main` prints it as one line, not a traceback."""
 
 
-def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=None):
-  """The tf.distribute strategy `name` (default, one_device, mirrored, multi_worker_mirrored,
-  tpu). `mirrored` with no GPU splits the CPU into `num_cpu_devices` logical devices (if set);
-  `tpu` connects to the TPU `tpu` (name or grpc address)."""
-  if name == "tpu":
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu=tpu, zone=tpu_zone, project=gcp_project)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
-  if name == "multi_worker_mirrored":
-    if "TF_CONFIG" not in os.environ:
-      raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
-    return tf.distribute.MultiWorkerMirroredStrategy()
-  gpus = tf.config.list_physical_devices("GPU")
-  if name == "mirrored":
-    if gpus:
-      return tf.distribute.MirroredStrategy()
-    devices = split_cpu(num_cpu_devices) if num_cpu_devices else ["/cpu:0"]
-    return tf.distribute.MirroredStrategy(devices)
-  if name == "one_device":
-    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
-  return tf.distribute.get_strategy()
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The knobs of a training run, one field per flag of script_flags' training group (each
+  field's name is its flag's; script_flags.settings builds the record from the flags in one
+  line). Plain values: `optimizer_for` and `Trainer.from_settings` read them, the scripts pass
+  them on. fine_tuning.Settings adds the fine-tuning scripts' knobs."""
+
+  output_dir: str | None = None
+  train_batch_size: int = 32
+  eval_batch_size: int = 8
+  learning_rate: float = 5e-5
+  gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
+  gradient_checkpointing: bool = False  # recompute each layer in the backward pass
+  optimizer: str = "adamw"  # a key of optimization.OPTIMIZERS
+  lr_schedule: str = "original"  # or decay_after_warmup (optimization.LinearWarmupLinearDecay)
+  iterations_per_loop: int = 100  # steps inside one tf.function call, at most
+  save_checkpoints_steps: int = 1000
+  keep_checkpoint_max: int = 5
+  max_nonfinite_loops: int = 3  # consecutive loops of non-finite losses that stop training
+  use_xla: bool = False
+  mixed_precision: str = "none"  # none, bf16, fp16, auto (devices.compute_dtype)
+  seed: int = 12345
+  # The flags set on the command line (script_flags.settings fills it in).
+  given: frozenset = frozenset()
 
 
-def split_cpu(n):
-  """Splits the physical CPU into `n` logical devices (before TF initialises its runtime)."""
-  cpu = tf.config.list_physical_devices("CPU")[0]
-  if len(tf.config.get_logical_device_configuration(cpu) or []) != n:
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
-  return [f"/cpu:{i}" for i in range(n)]
-
-
-def prediction_streams(strategy):
-  """How many parts Trainer.predict and evaluate split a batch into: 2 where one replica
-  computes on a CPU of several cores, else 1. On CPUs the matrices of a prediction batch (a few
-  sentences, or MiniLM's 384-wide layers on sentences of ~25 tokens) are too small to keep two
-  cores busy inside one op (each op's threads meet at a barrier, and the LayerNorm and softmax
-  pieces barely split), while two halves of the batch run side by side on the two inter-op
-  threads: measured 5-15% more sentences/s (benchmarks/README.md, "Prediction in two streams").
-  GPUs and TPUs take a batch whole; several replicas already run side by side."""
-  if (strategy.num_replicas_in_sync > 1 or isinstance(strategy, tf.distribute.TPUStrategy)
-      or tf.config.list_logical_devices("GPU")):
-    return 1
-  affinity = getattr(os, "sched_getaffinity", None)  # Linux only
-  cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
-  return 2 if cores >= 2 else 1
+def optimizer_for(settings, learning_rate, num_train_steps, num_warmup_steps):
+  """The optimizer `settings` name (--optimizer) on --lr_schedule's warm-up and decay; fp16
+  (--mixed_precision) also scales the loss dynamically (bf16 has float32's range and needs no
+  scaling)."""
+  loss_scale = (optimization.DynamicLossScale() if settings.mixed_precision == "fp16" else None)
+  return optimization.create_optimizer(
+      learning_rate, num_train_steps, num_warmup_steps, optimizer=settings.optimizer,
+      loss_scale=loss_scale, decay_after_warmup=settings.lr_schedule == "decay_after_warmup")
 
 
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
@@ -236,11 +226,17 @@ class Trainer:
   """
 
   def __init__(self, strategy, model, loss_fn, optimizer=None, output_dir=None, use_xla=False,
-               gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0, predict_streams=None):
+               gradient_accumulation_steps=1, keep_checkpoint_max=5, seed=0, predict_streams=None,
+               gradient_checkpointing=False):
     self.strategy = strategy
+    # Training keeps only each Transformer layer's input for the backward pass and recomputes the
+    # layer there (BertModel's gradient_checkpointing, which the model's encoder is told here).
+    self.gradient_checkpointing = gradient_checkpointing
+    if gradient_checkpointing:
+      model.bert.gradient_checkpointing = True
     # predict() and evaluate() run a replica's batch as this many independent parts (None:
     # prediction_streams)
-    self.predict_streams = (prediction_streams(strategy) if predict_streams is None
+    self.predict_streams = (devices.prediction_streams(strategy) if predict_streams is None
                             else predict_streams)
     self.model = model
     self.loss_fn = loss_fn
@@ -282,6 +278,17 @@ class Trainer:
       self.last_checkpoint = self._restore_newest()
       self._initialized = self.last_checkpoint is not None
 
+  @classmethod
+  def from_settings(cls, strategy, model, loss_fn, optimizer, settings):
+    """A Trainer with the knobs of `settings` (a training.Settings): output_dir (locked, its
+    newest checkpoint restored), XLA, gradient accumulation and checkpointing, checkpoints kept,
+    the dropout seed."""
+    return cls(strategy, model, loss_fn, optimizer, output_dir=settings.output_dir,
+               use_xla=settings.use_xla,
+               gradient_accumulation_steps=settings.gradient_accumulation_steps,
+               keep_checkpoint_max=settings.keep_checkpoint_max, seed=settings.seed,
+               gradient_checkpointing=settings.gradient_checkpointing)
+
   def _replica_cast_weights(self):
     if not self._takes_inference_weights:
       return []
@@ -310,8 +317,7 @@ class Trainer:
       seed = tf.stack([self.seed + step * self.accumulation + i,
                        tf.cast(ctx.replica_id_in_sync_group, tf.int64)])
       forward = self._forward
-      if not self._use_xla and getattr(getattr(self.model, "bert", None),
-                                       "gradient_checkpointing", False):
+      if self.gradient_checkpointing and not self._use_xla:
         # Inlined: the gradient of a nested tf.function call keeps the intermediates of its
         # forward pass for the backward one, recomputed layers included (measured: gradient
         # checkpointing then saved 12% of the activation memory instead of 55%).
@@ -663,8 +669,8 @@ class Trainer:
 
   def _streams(self, features):
     """A replica's batch as `predict_streams` parts that depend on nothing of each other, so
-    that the runtime's inter-op threads run them side by side (prediction_streams); None when
-    it is not split: one stream, fewer rows than streams, or a batch size unknown when the step
+    that the runtime's inter-op threads run them side by side (devices.prediction_streams); None
+    when it is not split: one stream, fewer rows than streams, or a batch size unknown when the step
     is traced (a pipeline that keeps a short last batch)."""
     streams = self.predict_streams
     batch = features["input_mask"].shape[0] if "input_mask" in features else None
@@ -757,10 +763,3 @@ def prediction_batch_size(global_batch_size, num_examples, strategy, flag_name):
                  global_batch_size, num_examples, needed)
     return per_replica_batch_size(needed, strategy, flag_name), needed
   return per_replica_batch_size(global_batch_size, strategy, flag_name), global_batch_size
-
-
-def init_fn_for(module, init_checkpoint):
-  """A callable that loads --init_checkpoint into `module` (None when no checkpoint given)."""
-  if not init_checkpoint:
-    return None
-  return lambda: checkpoints.init_from_checkpoint(module, init_checkpoint)

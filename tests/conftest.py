@@ -23,7 +23,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # On an Ampere or later GPU, float32 matrix products would run in TF32 (10-bit mantissas) and miss
 # the float32 tolerances of the fidelity tests; NVIDIA's libraries read this variable (the scripts
-# themselves turn TF32 off for float32: script_flags.float32_is_float32). No effect on CPUs.
+# themselves turn TF32 off for float32: devices.float32_is_float32). No effect on CPUs.
 os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,6 +17,7 @@ import tensorflow as tf
 from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
                       minilm_dir, requires_shared, run_ok, run_script)
 from bert_tf2 import checkpoints
+from bert_tf2 import classifier_tasks
 from bert_tf2 import export_model
 from bert_tf2 import fileio
 from bert_tf2 import graph_tokenization
@@ -158,9 +159,9 @@ def test_character_tables_follow_the_reference_rules():
 @requires_shared
 def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
   run_classifier = import_script("run_classifier")
-  processor = run_classifier.get_processor("mrpc")
+  processor = classifier_tasks.get_processor("mrpc")
   pairs = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))[:200]
-  singles = run_classifier.get_processor("sst-2").get_dev_examples(
+  singles = classifier_tasks.get_processor("sst-2").get_dev_examples(
       os.path.join(GLUE, "SST-2"))[:200]
   loaded = tf.saved_model.load(preprocessor_dir)
   pack = hub.KerasLayer(loaded.bert_pack_inputs, arguments=dict(seq_length=24))
@@ -301,7 +302,7 @@ def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased,
   path = export_model.export("classifier", str(tmp_path / "classifier"),
                              init_checkpoint=checkpoint, vocab_file=VOCAB, max_seq_length=64,
                              labels=["different", "paraphrase"], text_pairs=True)
-  examples = run_classifier.get_processor("mrpc").get_dev_examples(
+  examples = classifier_tasks.get_processor("mrpc").get_dev_examples(
       os.path.join(GLUE, "MRPC"))[:48]
   features = [run_classifier.convert_single_example(10, e, ["0", "1"], 64, uncased)
               for e in examples]

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
 
 from conftest import VOCAB, import_script, requires_shared
+from bert_tf2 import classifier_tasks
 from bert_tf2 import fileio
 from bert_tf2 import tokenization
 
@@ -193,12 +194,12 @@ TASK_FILES = {
 
 def _processor(task):
   if task.startswith("tsv"):
-    return run_classifier.get_processor("tsv", delimited_options=dict(
+    return classifier_tasks.get_processor("tsv", delimited_options=dict(
         text_a_column="review", label_column="stars", is_regression=task == "tsv-regression"))
   if task == "csv":
-    return run_classifier.get_processor("csv", delimited_options=dict(
+    return classifier_tasks.get_processor("csv", delimited_options=dict(
         text_a_column="0", text_b_column="1", label_column="2", skip_header=False))
-  return run_classifier.get_processor(task)
+  return classifier_tasks.get_processor(task)
 
 
 @st.composite
@@ -389,14 +390,14 @@ def test_what_fuzzing_found(workdir):
   # A regression target of nan / inf would make every training step non-finite.
   path = _write(str(data_dir / "train.tsv"), b"index\tsentence1\tsentence2\tscore\n0\ta\tb\tnan\n")
   with pytest.raises(fileio.InputError, match=f"{path}:2: label 'nan' is not a finite number"):
-    run_classifier.get_processor("sts-b").get_train_examples(str(data_dir))
+    classifier_tasks.get_processor("sts-b").get_train_examples(str(data_dir))
   # A superscript two is a digit to str.isdigit but not to int().
-  custom = run_classifier.get_processor("tsv", delimited_options=dict(text_a_column="review",
+  custom = classifier_tasks.get_processor("tsv", delimited_options=dict(text_a_column="review",
                                                                       label_column="stars"))
   _write(path, "review\tstars\ngood\t\u00b2\nbad\t1\n".encode("utf-8"))
   assert custom.get_labels(str(data_dir)) == ["1", "\u00b2"]
   # A training file with no rows gave an empty label list (a classifier with no output).
-  custom = run_classifier.get_processor("tsv", delimited_options=dict(text_a_column="review",
+  custom = classifier_tasks.get_processor("tsv", delimited_options=dict(text_a_column="review",
                                                                       label_column="stars"))
   _write(path, b"review\tstars\n")
   with pytest.raises(fileio.InputError, match=f"{path}: no labelled rows to read the labels from"):

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import SHARED, import_script, minilm_dir, requires_shared
+from bert_tf2 import classifier_tasks
 from bert_tf2 import export_model
 from bert_tf2 import modeling
 from bert_tf2 import tokenization
@@ -26,7 +27,7 @@ def encoder_dir(tmp_path_factory):
 def _mrpc(count, seq_length=64):
   """The first `count` MRPC training pairs: (encoder inputs as numpy, labels, text pairs)."""
   run_classifier = import_script("run_classifier")
-  examples = run_classifier.get_processor("mrpc").get_train_examples(MRPC)[:count]
+  examples = classifier_tasks.get_processor("mrpc").get_train_examples(MRPC)[:count]
   tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir(), "vocab.txt"), True)
   features = [run_classifier.convert_single_example(i, e, ["0", "1"], seq_length, tokenizer)
               for i, e in enumerate(examples)]

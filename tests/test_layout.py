@@ -194,3 +194,101 @@ def test_help_lists_every_flag_of_the_script(script):
   defaults = dict(listed)
   assert defaults["max_seq_length"] == ("384" if script == "run_squad" else "128")
   assert "--test_tmpdir" not in done.stdout and "--helpfull" in done.stdout
+
+
+def _read_tree(path):
+  with open(path, encoding="utf-8") as f:
+    return ast.parse(f.read(), path)
+
+
+def _names_flags(tree):
+  """Whether the code (not its docstrings or comments) names absl's FLAGS."""
+  return any(isinstance(node, ast.Name) and node.id == "FLAGS"
+             or isinstance(node, ast.Attribute) and node.attr == "FLAGS"
+             for node in ast.walk(tree))
+
+
+def test_only_the_scripts_script_flags_and_commands_read_flags():
+  """Library modules take plain values: a flag reaches them as an argument or a settings field
+  (script_flags.settings), never by reading FLAGS on a script's behalf."""
+  readers = {name for name in MODULES
+             if _names_flags(_read_tree(os.path.join(PACKAGE, f"{name}.py")))}
+  assert readers - set(SCRIPTS) == {"script_flags", "commands"}
+  assert "run_classifier" in readers  # the check sees FLAGS where it is read
+
+
+def test_the_scripts_take_only_values_from_script_flags():
+  """A fine-tuning or pre-training script asks script_flags for its flag groups, a settings
+  record, the strategy and the compute dtype; everything else it gets from the library with
+  those plain values (fine_tuning.build_trainer, not a flag-reading builder)."""
+  allowed = re.compile(r"define_\w+|settings|strategy|compute_dtype")
+  found = {}
+  for name in [m for m in SCRIPTS if m.startswith("run_")]:
+    tree = _read_tree(os.path.join(PACKAGE, f"{name}.py"))
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+          and node.value.id == "script_flags"):
+        found.setdefault(node.attr, set()).add(name)
+  assert {attr for attr in found if not allowed.fullmatch(attr)} == set(), found
+  assert {"settings", "strategy", "compute_dtype"} <= found.keys()
+
+
+def _import_graph(paths, module_of):
+  """{module: {modules it imports}} of the files `paths`, function-level imports included;
+  `module_of(node)` gives the project modules an import node names."""
+  graph = {}
+  for path in paths:
+    name = os.path.basename(path)[:-3]
+    graph[name] = {m for node in ast.walk(_read_tree(path))
+                   if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for m in module_of(node)} - {name}
+  return graph
+
+
+def _cycle(graph):
+  """A list of modules that import each other in a ring, or None."""
+  state = {}
+
+  def visit(node, path):
+    state[node] = "open"
+    for nxt in sorted(graph.get(node, ())):
+      if state.get(nxt) == "open":
+        return path[path.index(nxt):] + [nxt]
+      if nxt not in state:
+        found = visit(nxt, path + [nxt])
+        if found:
+          return found
+    state[node] = "done"
+    return None
+
+  for start in sorted(graph):
+    if start not in state:
+      found = visit(start, [start])
+      if found:
+        return found
+  return None
+
+
+def test_no_import_cycle_in_the_package_or_the_benchmarks():
+  """The package's modules form layers (function-level imports count: a lazy import is still a
+  dependency), and so do the benchmarks' own modules (bare `import common`)."""
+  package = _import_graph(glob.glob(os.path.join(PACKAGE, "*.py")),
+                          lambda node: [module for _, module in _project_imports(
+                              ast.Module(body=[node], type_ignores=[]))])
+  assert len(package) > 25 and _cycle(package) is None, _cycle(package)
+  paths = glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))
+  own = {os.path.basename(p)[:-3] for p in paths}
+  benchmarks = _import_graph(paths, lambda node: [
+      alias.name for alias in node.names if alias.name in own]
+      if isinstance(node, ast.Import) else [])
+  assert _cycle(benchmarks) is None, _cycle(benchmarks)
+  assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check sees one
+
+
+def test_the_readme_is_a_front_door():
+  """The README says what is true now, in at most 300 lines; dated runs live in the benchmarks'
+  log (benchmarks/log/) and commit messages."""
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  assert len(lines) <= 300
+  assert not [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]

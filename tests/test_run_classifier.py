@@ -10,6 +10,7 @@ import tensorflow as tf
 from conftest import SHARED, VOCAB, import_script, requires_shared, run_ok, run_script
 
 from bert_tf2 import checkpoints
+from bert_tf2 import classifier_tasks
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
@@ -37,7 +38,7 @@ GLUE_TASKS = [
 @requires_shared
 @pytest.mark.parametrize("task,directory,counts,labels", GLUE_TASKS)
 def test_glue_processor_reads_real_files(task, directory, counts, labels):
-  processor = run_classifier.get_processor(task)
+  processor = classifier_tasks.get_processor(task)
   data_dir = os.path.join(GLUE, directory)
   train = processor.get_train_examples(data_dir)
   dev = processor.get_dev_examples(data_dir)
@@ -63,26 +64,26 @@ def test_glue_processor_reads_real_files(task, directory, counts, labels):
 @requires_shared
 def test_first_rows_and_header_handling():
   # MRPC train starts with a UTF-8 BOM before its header: the header is still recognized.
-  mrpc = run_classifier.get_processor("MRPC").get_train_examples(os.path.join(GLUE, "MRPC"))
+  mrpc = classifier_tasks.get_processor("MRPC").get_train_examples(os.path.join(GLUE, "MRPC"))
   assert mrpc[0].text_a.startswith("Amrozi accused his brother, whom he called \"the witness\"")
   assert (mrpc[0].label, mrpc[0].guid) == ("1", "train-1")
   # CoLA train/dev have no header: the very first line is an example.
-  cola = run_classifier.get_processor("cola")
+  cola = classifier_tasks.get_processor("cola")
   dev = cola.get_dev_examples(os.path.join(GLUE, "CoLA"))
   assert (dev[0].text_a, dev[0].label) == ("The sailors rode the breeze clear of the rocks.", "1")
   test = cola.get_test_examples(os.path.join(GLUE, "CoLA"))
   assert test[0].text_a == "Bill whistled past the house."
   # SST-2 keeps the text as is (tokenization deals with the trailing space).
-  sst = run_classifier.get_processor("SST2").get_dev_examples(os.path.join(GLUE, "SST-2"))
+  sst = classifier_tasks.get_processor("SST2").get_dev_examples(os.path.join(GLUE, "SST-2"))
   assert sst[0].text_a == "it 's a charming and often affecting journey . "
-  stsb = run_classifier.get_processor("STS_B").get_dev_examples(os.path.join(GLUE, "STS-B"))
+  stsb = classifier_tasks.get_processor("STS_B").get_dev_examples(os.path.join(GLUE, "STS-B"))
   assert (stsb[0].text_a, stsb[0].text_b, stsb[0].label) == (
       "A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.", 5.0)
 
 
 @requires_shared
 def test_mnli_and_qqp_samples():
-  mnli = run_classifier.get_processor("mnli")
+  mnli = classifier_tasks.get_processor("mnli")
   train = mnli.get_train_examples(os.path.join(GLUE, "MNLI-sample"))
   dev = mnli.get_dev_examples(os.path.join(GLUE, "MNLI-sample"))
   assert (len(train), len(dev)) == (48, 48)
@@ -90,8 +91,8 @@ def test_mnli_and_qqp_samples():
   # MNLI guids carry the file's index column, as the original's did.
   assert dev[0].guid == "dev_matched-284269"
   assert dev[0].text_b == "Not many of them spoke Spanish."
-  assert isinstance(run_classifier.get_processor("mnli-mm"), run_classifier.MnliMismatchedProcessor)
-  qqp = run_classifier.get_processor("qqp")
+  assert isinstance(classifier_tasks.get_processor("mnli-mm"), classifier_tasks.MnliMismatchedProcessor)
+  qqp = classifier_tasks.get_processor("qqp")
   train = qqp.get_train_examples(os.path.join(GLUE, "QQP-sample"))
   dev = qqp.get_dev_examples(os.path.join(GLUE, "QQP-sample"))
   assert (len(train), len(dev)) == (32, 32)
@@ -111,19 +112,19 @@ def test_malformed_rows_name_file_and_line(tmp_path):
                 + "0\t3\t4\tOnly four columns\n")
   with pytest.raises(fileio.InputError,
                      match=f"{path}:3: expected 5 tab-separated columns, found 4"):
-    run_classifier.get_processor("mrpc").get_train_examples(str(data_dir))
+    classifier_tasks.get_processor("mrpc").get_train_examples(str(data_dir))
   path = _write(data_dir / "dev.tsv", header + "1\t1\t2\ta\tb\n\n" + "2\t3\t4\tc\td\n")
   with pytest.raises(fileio.InputError, match=f"{path}:4: unknown label '2'"):
-    run_classifier.get_processor("mrpc").get_dev_examples(str(data_dir))
+    classifier_tasks.get_processor("mrpc").get_dev_examples(str(data_dir))
   stsb_dir = tmp_path / "stsb"
   path = _write(stsb_dir / "dev.tsv", "index\tsentence1\tsentence2\tscore\n0\ta\tb\thigh\n")
   with pytest.raises(fileio.InputError, match=f"{path}:2: label 'high' is not a number"):
-    run_classifier.StsbProcessor().get_dev_examples(str(stsb_dir))
+    classifier_tasks.StsbProcessor().get_dev_examples(str(stsb_dir))
   path = _write(tmp_path / "rte" / "train.tsv", "id\tpremise\thypothesis\tlabel\n")
   with pytest.raises(fileio.InputError, match="expected a header row naming the columns"):
-    run_classifier.RteProcessor().get_train_examples(str(tmp_path / "rte"))
+    classifier_tasks.RteProcessor().get_train_examples(str(tmp_path / "rte"))
   with pytest.raises(fileio.InputError, match="not a known task"):
-    run_classifier.get_processor("squad")
+    classifier_tasks.get_processor("squad")
 
 
 def test_truncate_seq_pair_pops_from_the_longer():
@@ -167,7 +168,7 @@ def test_batch_tokenized_features_equal_the_reference_path(task, directory, toke
   # be the one the reference tokenize of each example gives (pairs, single texts, padding
   # examples, windows), chunk boundaries included.
   monkeypatch.setattr(run_classifier, "_TOKENIZE_CHUNK", 100)
-  processor = run_classifier.get_processor(task)
+  processor = classifier_tasks.get_processor(task)
   examples = processor.get_dev_examples(os.path.join(GLUE, directory))[:250]
   examples.insert(130, run_classifier.PaddingInputExample())
   labels = processor.get_labels()
@@ -187,7 +188,7 @@ def test_batch_tokenized_features_equal_the_reference_path(task, directory, toke
 
 @requires_shared
 def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
-  processor = run_classifier.get_processor("mrpc")
+  processor = classifier_tasks.get_processor("mrpc")
   examples = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))
   output_file = str(tmp_path / "eval.tf_record")
   count = run_classifier.file_based_convert_examples_to_features(
@@ -227,7 +228,7 @@ def test_tfrecord_round_trip_and_input_fn(tokenizer, tmp_path):
 def test_dynamic_padding_cuts_batches_after_their_longest_pair(tokenizer, tmp_path):
   """MRPC dev pairs at max_seq_length 128: each batch keeps every real token, ends on the step of
   16 at or above its longest pair, and the cut-off part was padding only."""
-  processor = run_classifier.get_processor("mrpc")
+  processor = classifier_tasks.get_processor("mrpc")
   examples = processor.get_dev_examples(os.path.join(GLUE, "MRPC"))
   output_file = str(tmp_path / "eval.tf_record")
   run_classifier.file_based_convert_examples_to_features(
@@ -255,7 +256,7 @@ def test_dynamic_padding_cuts_batches_after_their_longest_pair(tokenizer, tmp_pa
 
 @requires_shared
 def test_regression_features_are_float(tokenizer, tmp_path):
-  processor = run_classifier.get_processor("sts-b")
+  processor = classifier_tasks.get_processor("sts-b")
   examples = processor.get_dev_examples(os.path.join(GLUE, "STS-B"))[:20]
   output_file = str(tmp_path / "stsb.tf_record")
   run_classifier.file_based_convert_examples_to_features(examples, processor.get_labels(), 64,
@@ -274,7 +275,7 @@ def test_custom_tsv_and_csv_tasks(tmp_path):
          "3\t\"Fine\" I guess\tneutral\n")
   _write(data_dir / "dev.tsv", "id\treview\tstars\n7\tWorks\tpos\n")
   _write(data_dir / "test.tsv", "id\treview\n9\tNo idea yet\n")
-  processor = run_classifier.get_processor("tsv", delimited_options=dict(
+  processor = classifier_tasks.get_processor("tsv", delimited_options=dict(
       text_a_column="review", label_column="stars"))
   train = processor.get_train_examples(str(data_dir))
   assert processor.get_labels() == ["neg", "neutral", "pos"]
@@ -290,7 +291,7 @@ def test_custom_tsv_and_csv_tasks(tmp_path):
   csv_dir = tmp_path / "pairs"
   _write(csv_dir / "train.csv", '"Hello, world",Hi,1\n"He said ""no""\nthen left",He left,0\n'
          "a,b,2\n")
-  processor = run_classifier.get_processor("csv", delimited_options=dict(
+  processor = classifier_tasks.get_processor("csv", delimited_options=dict(
       text_a_column="0", text_b_column="1", label_column="2", skip_header=False))
   train = processor.get_train_examples(str(csv_dir))
   assert processor.get_labels() == ["0", "1", "2"]  # numeric labels sort as numbers
@@ -299,7 +300,7 @@ def test_custom_tsv_and_csv_tasks(tmp_path):
   with pytest.raises(fileio.InputError, match=path):
     processor.get_dev_examples(str(csv_dir))
   with pytest.raises(fileio.InputError, match="need a header row"):
-    run_classifier.get_processor("tsv", delimited_options=dict(
+    classifier_tasks.get_processor("tsv", delimited_options=dict(
         text_a_column="review", label_column="2", skip_header=False))
 
 
@@ -321,7 +322,7 @@ def test_xnli_language_rows(tmp_path):
          + row("en", "neutral", "He walked.", "He walked home.")
          + row("de", "neutral", "Er ging.", "Er ging nach Hause.")
          + row("de", "entailment", "Es regnet.", "Es ist nass."))
-  processor = run_classifier.get_processor("xnli", xnli_language="de")
+  processor = classifier_tasks.get_processor("xnli", xnli_language="de")
   train = processor.get_train_examples(str(tmp_path))
   assert [e.label for e in train] == ["contradiction", "entailment"]
   assert train[0].text_a == "Er kam spät."
@@ -329,7 +330,7 @@ def test_xnli_language_rows(tmp_path):
   assert [(e.guid, e.text_a, e.label) for e in dev] == [
       ("dev-2", "Er ging.", "neutral"), ("dev-3", "Es regnet.", "entailment")]
   with pytest.raises(fileio.InputError, match="no rows for language 'fr'"):
-    run_classifier.get_processor("xnli", xnli_language="fr").get_dev_examples(str(tmp_path))
+    classifier_tasks.get_processor("xnli", xnli_language="fr").get_dev_examples(str(tmp_path))
 
 
 # --- texts longer than one sequence: --doc_stride ---------------------------------------------
@@ -412,7 +413,7 @@ def test_doc_stride_trains_on_every_window_and_predicts_by_the_mean(task, direct
           "--do_eval", "--do_predict", "--train_batch_size=8", "--eval_batch_size=8",
           "--predict_batch_size=8", "--num_train_epochs=1", "--learning_rate=1e-3"])
 
-  processor = run_classifier.get_processor(task)
+  processor = classifier_tasks.get_processor(task)
   labels = processor.get_labels()
   model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config)), len(labels))
   assert not checkpoints.init_from_checkpoint(model, str(out)).missing
@@ -478,7 +479,7 @@ GOEMOTIONS = os.path.join(SHARED, "data", "goemotions")
 
 @requires_shared
 def test_goemotions_processor_reads_the_real_files():
-  processor = run_classifier.get_processor("goemotions")
+  processor = classifier_tasks.get_processor("goemotions")
   assert processor.multi_label and not processor.is_pair
   train = processor.get_train_examples(GOEMOTIONS)
   labels = processor.get_labels()
@@ -497,7 +498,7 @@ def test_multi_label_files_errors_name_file_and_line(tmp_path):
   data = tmp_path / "go"
   _write(data / "labels.txt", "joy\nanger\n")
   _write(data / "train.tsv", "so happy\t0\ta1\nhappy and mad\t0,1\ta2\n")
-  processor = run_classifier.get_processor("goemotions")
+  processor = classifier_tasks.get_processor("goemotions")
   assert [e.label for e in processor.get_train_examples(str(data))] == [("joy",),
                                                                        ("joy", "anger")]
   for row, message in (("x\t2\ta3", "label ids '2' are not numbers below 2"),
@@ -506,12 +507,12 @@ def test_multi_label_files_errors_name_file_and_line(tmp_path):
                        ("x\t0", "expected 3 tab-separated columns")):
     path = _write(data / "dev.tsv", f"fine\t1\tb1\n{row}\n")
     with pytest.raises(fileio.InputError, match=f"{path}:2: {message}"):
-      run_classifier.get_processor("goemotions").get_dev_examples(str(data))
+      classifier_tasks.get_processor("goemotions").get_dev_examples(str(data))
 
   # tsv with --multi_label: labels separated by --label_delimiter, an empty field is no label.
   data = tmp_path / "tags"
   _write(data / "train.tsv", "text\ttags\nred apple\tfruit|red\nsky\t\nbanana\tfruit\n")
-  processor = run_classifier.get_processor("tsv", delimited_options=dict(
+  processor = classifier_tasks.get_processor("tsv", delimited_options=dict(
       text_a_column="text", label_column="tags", multi_label=True, label_delimiter="|"))
   train = processor.get_train_examples(str(data))
   assert processor.get_labels() == ["fruit", "red"]
@@ -523,7 +524,7 @@ def test_multi_label_files_errors_name_file_and_line(tmp_path):
   with pytest.raises(fileio.InputError, match=f"{path}:2: unknown label 'purple'"):
     processor.get_dev_examples(str(data))
   with pytest.raises(fileio.InputError, match="exclude each other"):
-    run_classifier.get_processor("tsv", delimited_options=dict(
+    classifier_tasks.get_processor("tsv", delimited_options=dict(
         text_a_column="text", label_column="tags", multi_label=True, is_regression=True))
 
 
@@ -560,7 +561,7 @@ def test_multi_label_fine_tuning_eval_predict_and_export(tokenizer, tmp_path):
   run_ok(common + [f"--bert_config_file={config}", "--do_train", "--do_eval", "--do_predict",
                    "--tune_thresholds", "--train_batch_size=16", "--num_train_epochs=3",
                    "--learning_rate=3e-3"])
-  processor = run_classifier.get_processor("goemotions")
+  processor = classifier_tasks.get_processor("goemotions")
   labels = processor.get_labels(str(data))
   task = fine_tuning.task_record(str(out), None, False)
   assert task["multi_label"] and task["labels"] == labels
@@ -734,7 +735,7 @@ def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
   run_ok(common + ["--do_predict"])  # (no flag: the training run's pooling)
   rows = np.loadtxt(out / "test_results.tsv", delimiter="\t", ndmin=2)
 
-  processor = run_classifier.get_processor("sst-2")
+  processor = classifier_tasks.get_processor("sst-2")
   tokenizer = tokenization.FullTokenizer(VOCAB)
   features = run_classifier.convert_examples_to_features(
       processor.get_test_examples(str(data)), ["0", "1"], 32, tokenizer)

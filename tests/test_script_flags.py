@@ -1,124 +1,35 @@
-"""script_flags' values built from the machine: bf16 where the CPU would emulate it is warned
-about (issue: a user on an AVX2-only CPU ran bf16 slower than fp32 without a word); the
-console a script starts with (TensorFlow's start-up notices kept off it)."""
+"""script_flags: a settings record is the flags' values by field name, in one line; a field whose
+flag the script lacks keeps its default; `given` names the flags set on the command line."""
 
-import os
-import platform
+import json
 import subprocess
+import sys
 
-from conftest import PYTHON, ROOT, TINY, requires_shared
-
-from bert_tf2 import script_flags
-
-
-def test_bf16_is_emulated_without_bf16_instructions_or_with_onednn_held_below_them():
-  zen3 = {"avx2", "fma", "f16c"}  # an AVX2-only EPYC
-  zen5 = {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}
-  sapphire_rapids = {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
-  assert script_flags.bf16_is_emulated(zen3, None, accelerated=False)
-  assert not script_flags.bf16_is_emulated(zen5, None, accelerated=False)
-  assert not script_flags.bf16_is_emulated(sapphire_rapids, None, accelerated=False)
-  assert not script_flags.bf16_is_emulated({"avx512f", "amx_bf16"}, None, accelerated=False)
-  # ONEDNN_MAX_CPU_ISA=AVX2 (how the benchmarks see an AVX2 machine on an AVX-512 one).
-  assert script_flags.bf16_is_emulated(zen5, "AVX2", accelerated=False)
-  assert script_flags.bf16_is_emulated(zen5, "avx512_core", accelerated=False)
-  assert not script_flags.bf16_is_emulated(zen5, "AVX512_CORE_BF16", accelerated=False)
-  assert not script_flags.bf16_is_emulated(zen5, "ALL", accelerated=False)
-  # A GPU or TPU does the matrix work; unreadable CPU flags say nothing.
-  assert not script_flags.bf16_is_emulated(zen3, None, accelerated=True)
-  assert not script_flags.bf16_is_emulated(None, "AVX2", accelerated=False)
+from conftest import ENV, ROOT
 
 
-def test_cpu_flags_read_from_cpuinfo(tmp_path):
-  cpuinfo = tmp_path / "cpuinfo"
-  cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
-                     "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n\nprocessor\t: 1\n")
-  assert script_flags.cpu_flags(str(cpuinfo)) == {"fpu", "sse2", "avx2", "fma", "avx512f",
-                                                  "avx512_bf16"}
-  assert script_flags.cpu_flags(str(tmp_path / "missing")) is None
-  assert script_flags.cpu_flags() is None or "sse2" in script_flags.cpu_flags()
-
-
-@requires_shared
-def test_tensorflows_start_up_notices_are_kept_off_the_console(tmp_path):
-  """TensorFlow's C++ libraries print an absl notice, "oneDNN custom operations are on" (twice)
-  and a CPU-feature note while they load, whatever TF_CPP_MIN_LOG_LEVEL says: a script's console
-  starts with its own lines instead. TF_CPP_MIN_LOG_LEVEL=0 keeps them (for debugging)."""
-  words = tmp_path / "words.txt"
-  words.write_text("all work and no play\n")
-  args = [PYTHON, "extract_features.py", f"--input_file={words}",
-          f"--output_file={tmp_path}/f.jsonl", f"--init_checkpoint={TINY}/bert_model.ckpt",
-          f"--vocab_file={TINY}/vocab.txt", "--max_seq_length=16", "--layers=-1"]
-  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-  quiet = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert quiet.returncode == 0, quiet.stderr[-2000:]
-  for noise in ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard"):
-    assert noise not in quiet.stderr, quiet.stderr[:2000]
-  assert "Wrote the features of 1 lines" in quiet.stderr
-  loud = subprocess.run(args, cwd=ROOT, env=dict(env, TF_CPP_MIN_LOG_LEVEL="0"),
-                        capture_output=True, text=True, timeout=300)
-  assert loud.returncode == 0, loud.stderr[-2000:]
-  if platform.machine() == "x86_64":  # oneDNN's notice: TensorFlow's x86 builds
-    assert "oneDNN custom operations" in loud.stderr, loud.stderr[:2000]
-
-
-def test_native_bf16_is_what_auto_precision_picks():
-  zen3 = {"avx2", "fma", "f16c"}
-  zen5 = {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}
-  assert script_flags.native_bf16(zen5, None)
-  assert script_flags.native_bf16({"avx512f", "amx_bf16"}, None)
-  assert not script_flags.native_bf16(zen3, None)
-  assert not script_flags.native_bf16(zen5, "AVX2")  # oneDNN held below bf16
-  assert not script_flags.native_bf16(None, None)  # unknown CPU: float32, the safe choice
-  # Accelerators: a TPU; GPUs from Ampere (8.0) on, every one of them; the CPU then says nothing.
-  assert script_flags.native_bf16(zen3, None, tpu=True)
-  assert script_flags.native_bf16(zen3, None, gpu_capabilities=[(9, 0)])
-  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[(7, 5)])
-  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[(9, 0), (7, 0)])
-  assert not script_flags.native_bf16(zen5, None, gpu_capabilities=[None])
-
-
-def test_float32_turns_tensorfloat32_off_and_the_fast_dtypes_leave_it():
-  """float32 is float32 on Ampere+ GPUs too (TensorFlow's default multiplies float32 matrices in
-  TF32 there); bf16 / fp16 leave the setting as it was."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  was = tf.config.experimental.tensor_float_32_execution_enabled()
-  try:
-    tf.config.experimental.enable_tensor_float_32_execution(True)
-    assert script_flags.float32_is_float32(tf.bfloat16) == tf.bfloat16
-    assert script_flags.float32_is_float32(tf.float16) == tf.float16
-    assert tf.config.experimental.tensor_float_32_execution_enabled()
-    assert script_flags.float32_is_float32(tf.float32) == tf.float32
-    assert not tf.config.experimental.tensor_float_32_execution_enabled()
-  finally:
-    tf.config.experimental.enable_tensor_float_32_execution(was)
-
-
-@requires_shared
-def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
-  """--mixed_precision=auto logs its choice for this machine and writes exactly the features of
-  that precision given by name; held to AVX2 (ONEDNN_MAX_CPU_ISA), it picks float32. The CPU's
-  choice: GPUs are hidden (with one, `auto` follows its compute capability instead)."""
-  words = tmp_path / "words.txt"
-  words.write_text("all work and no play\nmakes jack a dull boy\n")
-
-  def run(precision, name, **env):
-    out = tmp_path / f"{name}.jsonl"
-    result = subprocess.run(
-        [PYTHON, "extract_features.py", f"--input_file={words}", f"--output_file={out}",
-         f"--init_checkpoint={TINY}/bert_model.ckpt", f"--vocab_file={TINY}/vocab.txt",
-         "--max_seq_length=16", "--layers=-1", f"--mixed_precision={precision}"],
-        cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env}, capture_output=True,
-        text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out.read_text(), result.stderr
-
-  expected = ("bf16" if script_flags.native_bf16(script_flags.cpu_flags(),
-                                                 os.environ.get("ONEDNN_MAX_CPU_ISA"))
-              else "none")
-  auto, log = run("auto", "auto")
-  assert f"--mixed_precision=auto: {expected} on this machine" in log, log[-2000:]
-  assert auto == run(expected, "named")[0]
-  held, log = run("auto", "held", ONEDNN_MAX_CPU_ISA="AVX2")
-  assert "--mixed_precision=auto: none on this machine" in log, log[-2000:]
-  assert (held == auto) == (expected == "none")  # float32's features, or not bf16's
+def test_settings_are_the_flags_values_by_field_name():
+  code = """
+import json
+from absl import flags
+from bert_tf2 import fine_tuning, run_squad, script_flags, training
+run_squad.define_flags()
+flags.FLAGS(["run_squad", "--learning_rate=3e-5", "--do_train", "--output_dir=/tmp/x"])
+s = script_flags.settings(fine_tuning.Settings)
+t = script_flags.settings(training.Settings)
+print(json.dumps({"lr": s.learning_rate, "do_train": s.do_train, "do_eval": s.do_eval,
+                  "max_seq_length": s.max_seq_length, "lr_schedule": s.lr_schedule,
+                  "output_dir": s.output_dir, "given": sorted(s.given),
+                  "training_lr": t.learning_rate, "training_fields": len(vars(t))}))
+"""
+  done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  got = json.loads(done.stdout.strip().splitlines()[-1])
+  assert got["lr"] == got["training_lr"] == 3e-5
+  assert got["do_train"] is True and got["output_dir"] == "/tmp/x"
+  # run_squad has no --do_eval: the field keeps its default.
+  assert got["do_eval"] is False
+  assert got["max_seq_length"] == 384 and got["lr_schedule"] == "decay_after_warmup"
+  assert got["given"] == ["do_train", "learning_rate", "output_dir"]
+  assert got["training_fields"] > 10

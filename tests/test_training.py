@@ -10,6 +10,8 @@ import pytest
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import classifier_tasks
+from bert_tf2 import devices
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
@@ -88,9 +90,9 @@ def test_a_loop_of_steps_holds_the_step_once_and_equals_steps_one_at_a_time():
   def trainer():
     tf.random.set_seed(5)
     model = modeling.BertPretrainer(_config(), tf.float32)
-    model.bert.gradient_checkpointing = True
     return model, training.Trainer(tf.distribute.get_strategy(), model, _next_sentence_only,
-                                   optimization.create_optimizer(1e-3, 100, 0))
+                                   optimization.create_optimizer(1e-3, 100, 0),
+                                   gradient_checkpointing=True)
 
   model, looped = trainer()
   iterator = iter(looped.distribute(_records(8)))
@@ -185,7 +187,7 @@ def _mrpc_records(tmp_path, count=64):
   from conftest import import_script  # pylint: disable=g-import-not-at-top
   from bert_tf2 import tokenization  # pylint: disable=g-import-not-at-top
   run_classifier = import_script("run_classifier")
-  processor = run_classifier.get_processor("mrpc")
+  processor = classifier_tasks.get_processor("mrpc")
   examples = processor.get_train_examples(os.path.join(SHARED, "data", "glue", "MRPC"))[:count]
   tokenizer = tokenization.FullTokenizer(
       os.path.join(SHARED, "reference", "pretraining", "vocab_uncased.txt"), True)
@@ -430,15 +432,15 @@ def test_prediction_streams_only_where_one_replica_runs_on_a_cpu_of_several_core
   cores = len(os.sched_getaffinity(0))
   default = tf.distribute.get_strategy()
   if tf.config.list_logical_devices("GPU"):
-    assert training.prediction_streams(default) == 1
+    assert devices.prediction_streams(default) == 1
   else:
-    assert training.prediction_streams(default) == (2 if cores >= 2 else 1)
+    assert devices.prediction_streams(default) == (2 if cores >= 2 else 1)
   assert training.Trainer(default, modeling.BertModel(_config()), None).predict_streams == (
-      training.prediction_streams(default))
+      devices.prediction_streams(default))
 
   class TwoReplicas:  # mirrored over two devices: they already run side by side
     num_replicas_in_sync = 2
-  assert training.prediction_streams(TwoReplicas()) == 1
+  assert devices.prediction_streams(TwoReplicas()) == 1
 
 
 def test_progress_comes_at_the_first_step_and_then_by_the_clock():

@@ -1,0 +1,162 @@
+"""Machine facts in one place: what the CPU can do, which precision the matrix work runs in, the
+tf.distribute strategy and how the CPU is split for it, how many streams a prediction batch runs
+in, and whether batches may be cut to their longest sequence.
+
+Plain values in, plain values out: the scripts pass their flags' values (script_flags.strategy
+and script_flags.compute_dtype are one-line calls into here), the benchmarks call it directly.
+"""
+
+import os
+
+from absl import logging
+import tensorflow as tf
+
+from bert_tf2 import fileio
+
+# --mixed_precision's values: the dtype of the model's matrix work (BertModel's compute_dtype).
+COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
+
+# oneDNN's ISA levels (ONEDNN_MAX_CPU_ISA) below the first with bf16 dot products.
+_NO_BF16_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                 "AVX512_CORE_VNNI")
+
+
+# --- the CPU -----------------------------------------------------------------------------------
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+  """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return None
+
+
+def bf16_is_emulated(flags_of_cpu, onednn_max_isa, accelerated):
+  """Whether bf16 matrix work runs emulated: no accelerator, and a CPU without AVX512_BF16 or
+  AMX-BF16, or oneDNN held below them. Unknown flags (not Linux): not said to be."""
+  if accelerated or flags_of_cpu is None:
+    return False
+  if onednn_max_isa and onednn_max_isa.upper() in _NO_BF16_ISAS:
+    return True
+  return not flags_of_cpu & {"avx512_bf16", "amx_bf16"}
+
+
+def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
+  """Whether this machine computes bf16 matrix work natively (--mixed_precision=auto's bf16): a
+  TPU; GPUs all of compute capability 8.0 or more (Ampere on; unknown: no); else a CPU whose
+  flags are known to have AVX512_BF16 or AMX-BF16, oneDNN not held below them."""
+  if tpu:
+    return True
+  if gpu_capabilities:
+    return all(c is not None and tuple(c) >= (8, 0) for c in gpu_capabilities)
+  return flags_of_cpu is not None and not bf16_is_emulated(flags_of_cpu, onednn_max_isa, False)
+
+
+# --- precision ---------------------------------------------------------------------------------
+
+
+def compute_dtype(mixed_precision, tpu=False):
+  """--mixed_precision (none, bf16, fp16, auto) as the dtype of the model's matrix work. bf16
+  where it would be emulated (a CPU without bf16 instructions, no accelerator) is warned about;
+  `auto` picks bf16 where the hardware has it (native_bf16), float32 elsewhere, and logs its
+  choice. float32 is made true float32 on GPUs (float32_is_float32)."""
+  gpus = tf.config.list_physical_devices("GPU")
+  flags_of_cpu, onednn_max_isa = cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
+  if mixed_precision == "auto":
+    capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
+                    for gpu in gpus]
+    bf16 = native_bf16(flags_of_cpu, onednn_max_isa, tpu, capabilities)
+    logging.info("--mixed_precision=auto: %s on this machine (%s)", "bf16" if bf16 else "none",
+                 "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
+                 else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
+    return tf.bfloat16 if bf16 else float32_is_float32(tf.float32)
+  if mixed_precision == "bf16" and bf16_is_emulated(flags_of_cpu, onednn_max_isa,
+                                                    tpu or bool(gpus)):
+    logging.warning(
+        "--mixed_precision=bf16 on a CPU without bf16 instructions (AVX512_BF16 or AMX%s): its "
+        "bf16 matrix work is emulated and slower than float32; --mixed_precision=none is faster "
+        "here", ", or oneDNN held below them by ONEDNN_MAX_CPU_ISA"
+        if onednn_max_isa else "")
+  return float32_is_float32(COMPUTE_DTYPES[mixed_precision])
+
+
+def float32_is_float32(dtype):
+  """Returns `dtype`; when it is float32, first turns TensorFloat-32 off. TensorFlow multiplies
+  float32 matrices in TF32 (10-bit mantissas) by default on Ampere and later GPUs, which would
+  break --mixed_precision=none's promise of the checkpoint's float32 outputs (and torch keeps
+  TF32 off for matmuls by default); bf16 and fp16 are the fast paths there. No effect on CPUs."""
+  if dtype == tf.float32:
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+  return dtype
+
+
+# --- strategies ----------------------------------------------------------------------------------
+
+
+def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=None):
+  """The tf.distribute strategy `name` (default, one_device, mirrored, multi_worker_mirrored,
+  tpu). `mirrored` with no GPU splits the CPU into `num_cpu_devices` logical devices (if set);
+  `tpu` connects to the TPU `tpu` (name or grpc address). Call it before any TensorFlow op: the
+  CPU can be split only while the runtime is uninitialised."""
+  if name == "tpu":
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu, zone=tpu_zone, project=gcp_project)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+  if name == "multi_worker_mirrored":
+    if "TF_CONFIG" not in os.environ:
+      raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  gpus = tf.config.list_physical_devices("GPU")
+  if name == "mirrored":
+    if gpus:
+      return tf.distribute.MirroredStrategy()
+    devices = split_cpu(num_cpu_devices) if num_cpu_devices else ["/cpu:0"]
+    return tf.distribute.MirroredStrategy(devices)
+  if name == "one_device":
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+  return tf.distribute.get_strategy()
+
+
+def split_cpu(n):
+  """Splits the physical CPU into `n` logical devices (before TF initialises its runtime)."""
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  if len(tf.config.get_logical_device_configuration(cpu) or []) != n:
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+  return [f"/cpu:{i}" for i in range(n)]
+
+
+def is_tpu(strategy):
+  """Whether `strategy` runs on a TPU (whose programs need fixed shapes)."""
+  return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def dynamic_padding(requested, strategy):
+  """Whether batches are cut to their longest sequence: as `requested` (--dynamic_padding),
+  except on TPUs, whose programs need fixed shapes."""
+  return bool(requested) and not is_tpu(strategy)
+
+
+def prediction_streams(strategy):
+  """How many parts Trainer.predict and evaluate split a batch into: 2 where one replica
+  computes on a CPU of several cores, else 1.
+
+  Why: on CPUs the matrices of a prediction batch (a few sentences, or MiniLM's 384-wide layers
+  on sentences of ~25 tokens) are too small to keep two cores busy inside one op (each op's
+  threads meet at a barrier, and the LayerNorm and softmax pieces barely split), while two halves
+  of the batch, which depend on nothing of each other, run side by side on the runtime's two
+  inter-op threads: measured 5-15% more sentences/s (benchmarks/README.md). GPUs and TPUs take a
+  batch whole; several replicas already run side by side."""
+  if (strategy.num_replicas_in_sync > 1 or is_tpu(strategy)
+      or tf.config.list_logical_devices("GPU")):
+    return 1
+  affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+  cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+  return 2 if cores >= 2 else 1
