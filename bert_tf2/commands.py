@@ -12,14 +12,10 @@ required ones, its main through run_main). One script runs per process, so the s
 never meet.
 """
 
-import contextlib
 import importlib
 import math
-import os
 import re
-import signal
 import sys
-import tempfile
 import textwrap
 
 from absl import app
@@ -27,11 +23,7 @@ from absl import flags
 from absl import logging
 
 from bert_tf2 import fileio
-
-
-class Interrupted(BaseException):
-  """SIGTERM turned into an exception, so that `finally` blocks remove temporaries on the way out
-  (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""
+from bert_tf2 import processes
 
 
 # --- Every script's entry point -------------------------------------------------------------------
@@ -107,11 +99,6 @@ def _parse_flags(argv, positional=False, module_name=None):
   return argv
 
 
-def _raise_interrupted(signum, frame):
-  del frame
-  raise Interrupted(signal.Signals(signum).name)
-
-
 _STATUS_LINE = re.compile(r"[A-Z][A-Z_]+: \S")  # TensorFlow's "NOT_FOUND: ...", the detail
 
 
@@ -127,9 +114,6 @@ def _first_line(text):
   return lines[0]
 
 
-# The terminal's stderr while filtered_stderr holds fd 2 (None otherwise).
-_TERMINAL_FD = None
-
 # What TensorFlow's C++ libraries print while they load, whatever TF_CPP_MIN_LOG_LEVEL says (they
 # log through absl before its logging is set up): an absl notice, oneDNN's "custom operations
 # are on" (twice: two libraries) and the CPU-feature note with its second line.
@@ -137,68 +121,6 @@ _START_UP_NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|I\d{4} [\d:. ]+\d+ (port|cpu_feature_guard)\.cc:\d+\] "
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
-
-
-@contextlib.contextmanager
-def filtered_stderr(noise, drop_all_if_stopped=False):
-  """While the block runs, what is written to file descriptor 2 (this process' C++ libraries,
-  child processes that inherit it) is held in a temporary file; afterwards the lines that do not
-  match the regex `noise` come out as they were. With `drop_all_if_stopped`, a block ended by
-  Ctrl-C or SIGTERM drops everything held (worker processes' tracebacks as they are stopped):
-  the entry point's one line says what happened. TF_CPP_MIN_LOG_LEVEL=0 holds nothing back."""
-  global _TERMINAL_FD
-  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0" or _TERMINAL_FD is not None:
-    yield
-    return
-  sys.stderr.flush()
-  _TERMINAL_FD = os.dup(2)
-  capture = tempfile.TemporaryFile()
-  os.dup2(capture.fileno(), 2)
-  stopped = False
-  try:
-    yield
-  except (KeyboardInterrupt, Interrupted):
-    stopped = True
-    raise
-  finally:
-    sys.stderr.flush()
-    os.dup2(_TERMINAL_FD, 2)
-    os.close(_TERMINAL_FD)
-    _TERMINAL_FD = None
-    capture.seek(0)
-    text = capture.read().decode("utf-8", errors="replace")
-    capture.close()
-    kept = [] if stopped and drop_all_if_stopped else [
-        line for line in text.splitlines(keepends=True) if not noise.match(line)]
-    if kept:
-      sys.stderr.write("".join(kept))
-      sys.stderr.flush()
-
-
-def _early_signal(signum, frame):
-  del frame
-  name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
-  message = f"error: stopped by {name} while starting; nothing was written\n"
-  os.write(2 if _TERMINAL_FD is None else _TERMINAL_FD, message.encode())
-  os._exit(130 if signum == signal.SIGINT else 143)  # pylint: disable=protected-access
-
-
-def stop_quietly_while_starting():
-  """Until run_main takes over, Ctrl-C or SIGTERM ends the process with one line (exit 130 /
-  143) instead of a KeyboardInterrupt traceback from inside the slow imports (TensorFlow): a
-  script imports this module before them. Nothing has been written then, so nothing to clean."""
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
-      signal.signal(signum, _early_signal)
-
-
-def raise_on_stop_signals():
-  """From here on Ctrl-C raises KeyboardInterrupt and SIGTERM `Interrupted`, so `finally`
-  blocks remove temporaries on the way out (handlers a caller set itself are kept)."""
-  if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, _early_signal):
-    signal.signal(signal.SIGTERM, _raise_interrupted)
-  if signal.getsignal(signal.SIGINT) is _early_signal:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_main(main, positional=False):
@@ -212,7 +134,7 @@ def run_main(main, positional=False):
   """
 
   def guarded(argv):
-    raise_on_stop_signals()
+    processes.raise_on_stop_signals()
     try:
       return main(argv)
     except fileio.ReportedError as e:
@@ -220,7 +142,7 @@ def run_main(main, positional=False):
     except OSError as e:
       where = e.filename or ""
       _report(f"{where}: {e.strerror or e}" if where else (e.strerror or str(e)), 2, e)
-    except (KeyboardInterrupt, Interrupted) as e:
+    except (KeyboardInterrupt, processes.Interrupted) as e:
       name = "SIGINT (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else str(e)
       _report(f"stopped by {name}; no incomplete output was left under its final name",
               130 if isinstance(e, KeyboardInterrupt) else 143)
@@ -255,8 +177,8 @@ def run_script(name):
   """Runs the script bert_tf2/NAME.py: what `python NAME.py` (the checkout's entry point), the
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
   package name (never as __main__, so no module is loaded twice) and its cli() runs."""
-  stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
-  with filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
+  processes.stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
+  with processes.filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()
 

@@ -40,7 +40,7 @@ import time
 from absl import logging
 import numpy as np
 
-from bert_tf2 import commands
+from bert_tf2 import processes
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 from bert_tf2 import tfrecord_io
@@ -481,7 +481,7 @@ def run_beam(options):
       # each) and, when stopped, tracebacks to the stderr they inherit: held back while the job
       # runs here (a remote runner's job is polled with progress lines, which must come as they
       # come).
-      quiet = (commands.filtered_stderr(_LOCAL_WORKER_NOISE, drop_all_if_stopped=True)
+      quiet = (processes.filtered_stderr(_LOCAL_WORKER_NOISE, drop_all_if_stopped=True)
                if runner in _LOCAL_RUNNERS else contextlib.nullcontext())
       # The temporaries and pieces are removed inside, so that a directory the job made is empty.
       with fileio.no_new_empty_directories(*map(os.path.dirname, local_outputs)), quiet:

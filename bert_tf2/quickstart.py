@@ -36,8 +36,8 @@ import sys
 import sysconfig
 import time
 
-from bert_tf2 import commands
 from bert_tf2 import fileio
+from bert_tf2 import processes
 from bert_tf2 import tokenization
 
 # The folder that holds the package bert_tf2 (the checkout, or site-packages when installed): on
@@ -293,10 +293,10 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 def main(argv=None):
   """Runs the quick start; Ctrl-C or SIGTERM stops it (and its running step) with one line."""
-  commands.raise_on_stop_signals()
+  processes.raise_on_stop_signals()
   try:
     return _main(argv)
-  except (KeyboardInterrupt, commands.Interrupted) as e:
+  except (KeyboardInterrupt, processes.Interrupted) as e:
     sigint = isinstance(e, KeyboardInterrupt)
     print(f"error: stopped by {'SIGINT (Ctrl-C)' if sigint else e}", file=sys.stderr)
     return 130 if sigint else 143

@@ -280,7 +280,7 @@ def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
 def test_a_signal_while_a_step_is_being_started_stops_that_step_too(tmp_path, monkeypatch):
   """SIGTERM inside Popen(), after the fork (the window the test above can hit on a loaded
   machine): the step must still get the signal and be waited for, not be left running alone."""
-  from bert_tf2 import commands  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import processes  # pylint: disable=g-import-not-at-top
   started = []
 
   class SignalledWhileStarting(subprocess.Popen):
@@ -294,11 +294,11 @@ def test_a_signal_while_a_step_is_being_started_stops_that_step_too(tmp_path, mo
 
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("one sentence here.\nanother sentence there.\n\nand a second document.\n")
-  previous = signal.signal(signal.SIGTERM, commands._raise_interrupted)  # as run_main sets it
+  previous = signal.signal(signal.SIGTERM, processes._raise_interrupted)  # as run_main sets it
   monkeypatch.setattr(subprocess, "Popen", SignalledWhileStarting)
   try:
     runner = quickstart.Runner(str(tmp_path / "out"))
-    with pytest.raises(commands.Interrupted):
+    with pytest.raises(processes.Interrupted):
       runner("vocab", "build_vocab.py", input_file=str(corpus),
              output_dir=str(tmp_path / "out" / "vocab"), vocab_size=40)
   finally:

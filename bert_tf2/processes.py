@@ -1,0 +1,89 @@
+"""What a process does with its stop signals and its stderr: Ctrl-C and SIGTERM as one line while
+a script starts and as exceptions once it runs (so `finally` blocks remove temporaries), and
+stderr held back and filtered while noisy libraries load or worker processes run.
+
+Apart from commands.py (the scripts' entry point), so that what only needs these, such as the
+Beam job's local workers (pretraining_data_beam.py), does not import the command runner.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+
+
+class Interrupted(BaseException):
+  """SIGTERM turned into an exception, so that `finally` blocks remove temporaries on the way out
+  (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""
+
+
+def _raise_interrupted(signum, frame):
+  del frame
+  raise Interrupted(signal.Signals(signum).name)
+
+
+# The terminal's stderr while filtered_stderr holds fd 2 (None otherwise).
+_TERMINAL_FD = None
+
+
+@contextlib.contextmanager
+def filtered_stderr(noise, drop_all_if_stopped=False):
+  """While the block runs, what is written to file descriptor 2 (this process' C++ libraries,
+  child processes that inherit it) is held in a temporary file; afterwards the lines that do not
+  match the regex `noise` come out as they were. With `drop_all_if_stopped`, a block ended by
+  Ctrl-C or SIGTERM drops everything held (worker processes' tracebacks as they are stopped):
+  the entry point's one line says what happened. TF_CPP_MIN_LOG_LEVEL=0 holds nothing back."""
+  global _TERMINAL_FD
+  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0" or _TERMINAL_FD is not None:
+    yield
+    return
+  sys.stderr.flush()
+  _TERMINAL_FD = os.dup(2)
+  capture = tempfile.TemporaryFile()
+  os.dup2(capture.fileno(), 2)
+  stopped = False
+  try:
+    yield
+  except (KeyboardInterrupt, Interrupted):
+    stopped = True
+    raise
+  finally:
+    sys.stderr.flush()
+    os.dup2(_TERMINAL_FD, 2)
+    os.close(_TERMINAL_FD)
+    _TERMINAL_FD = None
+    capture.seek(0)
+    text = capture.read().decode("utf-8", errors="replace")
+    capture.close()
+    kept = [] if stopped and drop_all_if_stopped else [
+        line for line in text.splitlines(keepends=True) if not noise.match(line)]
+    if kept:
+      sys.stderr.write("".join(kept))
+      sys.stderr.flush()
+
+
+def _early_signal(signum, frame):
+  del frame
+  name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+  message = f"error: stopped by {name} while starting; nothing was written\n"
+  os.write(2 if _TERMINAL_FD is None else _TERMINAL_FD, message.encode())
+  os._exit(130 if signum == signal.SIGINT else 143)  # pylint: disable=protected-access
+
+
+def stop_quietly_while_starting():
+  """Until run_main takes over, Ctrl-C or SIGTERM ends the process with one line (exit 130 /
+  143) instead of a KeyboardInterrupt traceback from inside the slow imports (TensorFlow): a
+  script's entry point (commands.run_script) calls it before them. Nothing has been written then, so nothing to clean."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
+      signal.signal(signum, _early_signal)
+
+
+def raise_on_stop_signals():
+  """From here on Ctrl-C raises KeyboardInterrupt and SIGTERM `Interrupted`, so `finally`
+  blocks remove temporaries on the way out (handlers a caller set itself are kept)."""
+  if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, _early_signal):
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+  if signal.getsignal(signal.SIGINT) is _early_signal:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
