@@ -211,7 +211,7 @@ def tensorflow_env(base):
   named by $BENCH_TF_ENV exports, when it is set. That is how a GPU machine whose Python holds
   torch but no TensorFlow runs both sides: a TensorFlow GPU bundle's `.bundle/env.sh`
   (../shared/gpu) puts TensorFlow and its CUDA 12 libraries on the paths of our children only,
-  since torch would load those libraries in place of its own. See benchmarks/gpu_session.sh."""
+  since torch would load those libraries in place of its own. See tools/gpu_session.sh."""
   path = base.get("BENCH_TF_ENV")
   if not path:
     return base
@@ -727,6 +727,59 @@ def hf_config(transformers, **kwargs):
   return transformers.BertConfig(**model_dims(), hidden_act="gelu", **kwargs)
 
 
+# --- the matmul peak -----------------------------------------------------------------------------
+# The yardstick of model FLOPs utilisation: matmul_peak.py prints it, and the model benchmarks
+# measure it in their own child processes (--side=peak_ours / peak_peer, run_model_benchmark).
+
+
+def _matmul_gflops(timing):
+  n = FLAGS.matmul_size
+  return round(2 * n ** 3 / timing["median_s"] / 1e9, 1)
+
+
+def tf_matmul_peaks(variant=None):
+  """TensorFlow matmul GFLOP/s, fp32 and bf16 (oneDNN on CPU)."""
+  del variant
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  n = FLAGS.matmul_size
+  compute_dtype("fp32")  # fp32 is float32 on a GPU too (TF32 off), as torch's
+
+  # The inputs are arguments, not captured constants, so nothing can be folded at trace time;
+  # the sum makes the call wait for the whole product at the cost of n^2 additions.
+  @tf.function
+  def multiply(a, b):
+    return tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32))
+
+  def rate(dtype):
+    a = tf.cast(tf.random.normal([n, n], seed=1), dtype)
+    b = tf.cast(tf.random.normal([n, n], seed=2), dtype)
+    return _matmul_gflops(timed(lambda: multiply(a, b).numpy()))
+
+  return {"tf_fp32": rate(tf.float32), "tf_bf16": rate(tf.bfloat16), **tensorflow_facts(tf)}
+
+
+def peer_matmul_peaks(variant=None):
+  """numpy fp32 (its BLAS) and, when installed, torch fp32 / bf16 GFLOP/s."""
+  del variant
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  n = FLAGS.matmul_size
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+  c = np.empty((n, n), np.float32)
+  out = {"numpy_fp32": _matmul_gflops(timed(lambda: np.matmul(a, b, out=c)))}
+  if not missing(["torch"]):
+    import torch  # pylint: disable=g-import-not-at-top
+    device = torch_device()
+
+    def rate(dtype):
+      ta, tb = (torch.from_numpy(x).to(device=device, dtype=dtype) for x in (a, b))
+      return _matmul_gflops(timed(lambda: (torch.matmul(ta, tb), torch_sync())))
+
+    out.update(torch_fp32=rate(torch.float32), torch_bf16=rate(torch.bfloat16),
+               torch_threads=torch.get_num_threads(), torch_device=device)
+  return out
+
+
 # --- the model benchmarks' main ------------------------------------------------------------------
 
 
@@ -767,8 +820,7 @@ def run_model_benchmark(benchmark, groups, sides, settings, peer_name, peer_modu
   this runs the one measurement asked for and returns. With `geometric_head` (a name, and the
   target ratio), the first figure is the geometric mean over the groups of ours / peer.
   """
-  import matmul_peak  # pylint: disable=g-import-not-at-top
-  sides = dict(sides, peak_ours=matmul_peak.tf_peaks, peak_peer=matmul_peak.peer_peaks)
+  sides = dict(sides, peak_ours=tf_matmul_peaks, peak_peer=peer_matmul_peaks)
   if dispatch(sides):
     return
   missing_note = peer_missing_note(peer_modules)

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_session.sh, the lent GPU machine's session scripted ahead: a bundle packed into
+"""tools/gpu_session.sh, the lent GPU machine's session scripted ahead: a bundle packed into
 carry folders that fit one device call each, staged part by part, installed, and the one-line
 errors, on a small bundle in ../shared/gpu's format (the real one is 775 MiB). A mistake here
 would only show on a GPU session, whose minutes are few. Also the benchmarks' TensorFlow
@@ -10,16 +10,15 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import tarfile
 import zipfile
 
 import pytest
 
-from conftest import PYTHON, ROOT, SHARED
+from conftest import PYTHON, ROOT, SHARED, run_process
 
 INSTALLER = os.path.join(SHARED, "gpu", "install_bundle.sh")
-SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_session.sh")
+SCRIPT = os.path.join(ROOT, "tools", "gpu_session.sh")
 pytestmark = [
     pytest.mark.skipif(not os.path.isfile(INSTALLER),
                        reason="../shared/gpu/install_bundle.sh (the bundle's installer) is absent"),
@@ -48,8 +47,8 @@ def _bundle(path):
       info = tarfile.TarInfo("./" + name)
       info.size = len(data)
       tar.addfile(info, io.BytesIO(data))
-  archive = subprocess.run(["zstd", "-q", "-3", "--long=27", "-c"], input=raw.getvalue(),
-                           capture_output=True, check=True).stdout
+  archive = run_process(["zstd", "-q", "-3", "--long=27", "-c"], input=raw.getvalue(),
+                        check=True, cwd=None, env=None, timeout=None, text=False).stdout
   path.mkdir()
   cut = 1 << 20
   parts = [archive[i:i + cut] for i in range(0, len(archive), cut)]
@@ -83,18 +82,18 @@ def _wheel(path):
 
 def _checkout(path):
   """A git checkout holding the script, with .gpu ignored as in the project."""
-  (path / "benchmarks").mkdir(parents=True)
-  shutil.copy(SCRIPT, path / "benchmarks" / "gpu_session.sh")
+  (path / "tools").mkdir(parents=True)
+  shutil.copy(SCRIPT, path / "tools" / "gpu_session.sh")
   (path / ".gitignore").write_text("/.gpu/\n/gpu_results/\n")
   (path / "README").write_bytes(b"x" * 100_000)  # a working tree that travels with every call
-  subprocess.run(["git", "init", "-q", str(path)], check=True)
+  run_process(["git", "init", "-q", str(path)], check=True, cwd=None, env=None, timeout=None,
+              text=False, capture_output=False)
   return path
 
 
 def _run(checkout, *args, **env):
-  return subprocess.run(["bash", "benchmarks/gpu_session.sh", *args], cwd=checkout,
-                        env={**os.environ, "PYTHON": PYTHON, **env}, capture_output=True,
-                        text=True, timeout=300, check=False)
+  return run_process(["bash", "tools/gpu_session.sh", *args], cwd=checkout,
+                     env={**os.environ, "PYTHON": PYTHON, **env}, timeout=300, check=False)
 
 
 def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
@@ -110,8 +109,8 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   folders = sorted((checkout / ".gpu").iterdir())
   assert len(folders) >= 4  # 3 MiB of random bytes in calls of 1 MiB
   assert [f.name for f in folders] == [f"p{i:02d}" for i in range(len(folders))]
-  listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                          cwd=checkout, capture_output=True, text=True, check=True).stdout
+  listed = run_process(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                       cwd=checkout, env=None, timeout=None, check=True).stdout
   tree = sum((checkout / name).stat().st_size for name in listed.split())
   assert tree > 100_000  # README and the script: what travels with every call
   for folder in folders:
@@ -122,8 +121,8 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   assert (folders[-1] / wheel.name).exists()
   assert packed.stdout.count("run(carry=") == len(folders)
   assert "stage .gpu/p00" in packed.stdout and "install" in packed.stdout
-  status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
-                          cwd=checkout, capture_output=True, text=True, check=True).stdout
+  status = run_process(["git", "status", "--porcelain", "--untracked-files=all"],
+                       cwd=checkout, env=None, timeout=None, check=True).stdout
   assert ".gpu" not in status  # the carry folders never travel with the tree
   assert "every carry folder fits" in _run(checkout, "fits", **env).stdout
   (checkout / "grown.txt").write_bytes(b"y" * 80_000)  # a commit after pack, over the reserve
@@ -189,8 +188,8 @@ def test_tensorflow_env_reaches_tensorflow_children_only(tmp_path):
           "print(json.dumps(common.tensorflow_env(dict(json.loads(sys.argv[1])))))")
 
   def tf_env(base):
-    result = subprocess.run([PYTHON, "-c", code, json.dumps(base)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = run_process([PYTHON, "-c", code, json.dumps(base)], cwd=ROOT, env=None,
+                         timeout=120, check=False)
     return result
 
   base = {"PATH": os.environ["PATH"], "PYTHONPATH": "/mine"}

@@ -3,13 +3,13 @@
 # machine has torch but no TensorFlow and no network, and a call carries at most 64 MiB.
 #
 # usage:
-#   benchmarks/gpu_session.sh pack BUNDLE_DIR [WHEEL...]   here: carry folders .gpu/p00, p01, ...
-#   benchmarks/gpu_session.sh fits                         here: each folder still fits one call
-#   benchmarks/gpu_session.sh stage .gpu/pNN               there: keep one carried part in /tmp
-#   benchmarks/gpu_session.sh install                      there: unpack TensorFlow into /tmp/tf
-#   benchmarks/gpu_session.sh check                        there: TensorFlow sees the GPU, XLA runs
-#   benchmarks/gpu_session.sh test [PYTEST ARGS]           there: the GPU-relevant tests
-#   benchmarks/gpu_session.sh bench [smoke|quick|full]     there: the GPU benchmarks, both sides
+#   tools/gpu_session.sh pack BUNDLE_DIR [WHEEL...]        here: carry folders .gpu/p00, p01, ...
+#   tools/gpu_session.sh fits                              here: each folder still fits one call
+#   tools/gpu_session.sh stage .gpu/pNN                    there: keep one carried part in /tmp
+#   tools/gpu_session.sh install                           there: unpack TensorFlow into /tmp/tf
+#   tools/gpu_session.sh check                             there: TensorFlow sees the GPU, XLA runs
+#   tools/gpu_session.sh test [PYTEST ARGS]                there: the GPU-relevant tests
+#   tools/gpu_session.sh bench [smoke|quick|full]          there: the GPU benchmarks, both sides
 #
 # BUNDLE_DIR is what ../shared/gpu/make_bundle.sh wrote for the device's Python (3.12 there);
 # WHEELs are the project's own wheels the device lacks: tf-keras and tensorflow-hub (`pip download
@@ -133,15 +133,15 @@ pack() {
   trap - EXIT
   echo "$i carry folders in .gpu ($((archive_bytes / 1048576)) MiB; the largest call" \
     "$(((worst + tree) / 1048576)) MiB with the $((tree / 1024)) KiB tree)."
-  echo "Just before the session: bash benchmarks/gpu_session.sh fits"
+  echo "Just before the session: bash tools/gpu_session.sh fits"
   echo "On the device, one call a folder, no pauses:"
   for ((j = 0; j < i; j++)); do
     printf '  run(carry=[".gpu/p%02d"], command="%s stage .gpu/p%02d")\n' "$j" \
-      "bash benchmarks/gpu_session.sh" "$j"
+      "bash tools/gpu_session.sh" "$j"
   done
   echo "then, in the call after the last part (or in it, after stage):"
-  echo "  bash benchmarks/gpu_session.sh install && bash benchmarks/gpu_session.sh check &&" \
-    "bash benchmarks/gpu_session.sh bench quick"
+  echo "  bash tools/gpu_session.sh install && bash tools/gpu_session.sh check &&" \
+    "bash tools/gpu_session.sh bench quick"
 }
 
 stage() {
