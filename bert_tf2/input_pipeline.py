@@ -157,17 +157,23 @@ class DynamicMasking:
     masked_lm_ids and masked_lm_weights, without token_kinds and mask_token_id."""
     seed = tf.cast(seed, tf.int64)
     ids, kinds = batch["input_ids"], batch["token_kinds"]
+    # An unpacked record is one instance: its input_mask (1 on its tokens, 0 on padding) serves
+    # as instance ids.
     instances = batch.get("instance_ids", batch["input_mask"])
     slots = batch["next_sentence_labels"].shape[-1]
     preds = self.max_predictions_per_seq
     n, seq = tf.shape(ids)[0], tf.shape(ids)[1]
     candidate = kinds > 0
+    # Padding (id 0) becomes -1 here, whose one-hot row is all zeros: in no instance.
     in_instance = tf.one_hot(instances - 1, slots, dtype=tf.int32)  # [n, seq, slots]
     lengths = tf.reduce_sum(in_instance, axis=1)
     available = tf.reduce_sum(in_instance * tf.cast(candidate, tf.int32)[..., None], axis=1)
     # tf.round rounds half to even, as Python's round() in the generator, on the float64 product.
     counts = tf.cast(tf.round(tf.cast(lengths, tf.float64) * self.masked_lm_prob), tf.int32)
     counts = tf.minimum(tf.minimum(preds, tf.maximum(1, counts)), available)
+    # fold_in(seed, 0 / 1 / 2): independent streams for the positions, the 80/10/10 draw and the
+    # random ids, each a function of the batch's seed alone. float64 keys: they are sorted added
+    # to instance ids (choose_masked_positions), where float32 would round off their low bits.
     keys = tf.random.stateless_uniform([n, seq], tf.random.experimental.stateless_fold_in(seed, 0),
                                        dtype=tf.float64)
     selected = choose_masked_positions(instances, kinds, counts, keys, self.whole_word_mask)
@@ -177,6 +183,7 @@ class DynamicMasking:
     # original's per-instance cap) nor in a packed one within the budget it was packed for.
     positions = tf.sort(tf.where(selected, columns, seq), axis=1)[:, :preds]
     valid = positions < seq
+    # Unused slots hold position 0 and label 0 with weight 0, as the original's records pad them.
     positions = tf.where(valid, positions, 0)
     labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
     draw = tf.random.stateless_uniform([n, preds],
@@ -184,8 +191,12 @@ class DynamicMasking:
     random_ids = tf.random.stateless_uniform(
         [n, preds], tf.random.experimental.stateless_fold_in(seed, 2), minval=0,
         maxval=self.vocab_size, dtype=tf.int32)
+    # 80% [MASK], 10% a random id, 10% unchanged, as the original: [MASK] never occurs in
+    # fine-tuning, so the model also sees real tokens at predicted positions (random ones, and
+    # unchanged ones, which keep the representation tied to the observed word).
     replacement = tf.where(draw < 0.8, batch["mask_token_id"][:, :1],
                            tf.where(draw < 0.9, random_ids, labels))
+    # Only the valid slots are written back: an unused slot's position 0 is [CLS]'s.
     chosen = tf.where(valid)  # [predictions, 2]: (row, slot)
     targets = tf.stack([chosen[:, 0], tf.cast(tf.gather_nd(positions, chosen), tf.int64)], 1)
     masked = {k: v for k, v in batch.items() if k not in ("token_kinds", "mask_token_id")}
@@ -213,6 +224,8 @@ def choose_masked_positions(instances, kinds, counts, keys, whole_word):
       tf.cast(candidate, tf.int32), segments, n * seq), [n, seq])  # by unit index
 
   # The units' first tokens grouped by instance, in order of key within each.
+  # One sort for every instance at once: instance id + key (key in [0, 1)) orders the units by
+  # instance, then at random within it; tokens that start no unit (slots + 2) go last.
   order = tf.argsort(tf.where(starts, tf.cast(instances, tf.float64) + keys, slots + 2.0),
                      axis=1, stable=True)
   sorted_instance = tf.gather(instances, order, batch_dims=1)
@@ -247,6 +260,8 @@ def choose_masked_positions(instances, kinds, counts, keys, whole_word):
     sorted_taken = in_sorted & tf.gather_nd(
         taken, tf.stack([rows, instance_slot, tf.minimum(rank, steps)], axis=-1))
   else:
+    # Single tokens always fit: the first `count` of the instance's random order, as the
+    # generator's shuffle then slice.
     sorted_taken = in_sorted & (rank < tf.gather(counts, instance_slot, batch_dims=1))
   # Back from sorted order to the units' first tokens, then to every token of a taken unit.
   start_taken = tf.gather(sorted_taken, tf.argsort(order, axis=1), batch_dims=1) & starts
@@ -269,6 +284,8 @@ def _decode(record, name_to_features, value_limits=None):
   checks = [tf.debugging.Assert(tf.reduce_all((example[k] >= 0) & (example[k] < bound)),
                                 [_OUT_OF_RANGE, k])
             for k, (bound, _) in value_limits.items() if k in example]
+  # The features pass through an identity behind the checks: none exists until its record's
+  # checks have passed, so the pipeline fails at the bad record rather than in the model.
   with tf.control_dependencies(checks):
     return {k: tf.identity(v) for k, v in example.items()}
 
@@ -437,6 +454,8 @@ def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, inp
   files = tf.data.Dataset.from_tensor_slices(list(input_files))
   if input_context and input_context.num_input_pipelines > 1:
     if len(input_files) >= input_context.num_input_pipelines:
+      # By file when every pipeline gets one; else (below) every pipeline reads every file and
+      # keeps every num_input_pipelines-th record: still disjoint shares, at more reading.
       files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
       sharded_by_file = True
     else:
@@ -445,6 +464,8 @@ def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, inp
     sharded_by_file = True
   if is_training:
     files = files.shuffle(len(input_files), seed=seed, reshuffle_each_iteration=False).repeat()
+    # deterministic=True here and in the maps: the order is a function of the seed alone, which
+    # resuming by skipping the batches already seen relies on.
     ds = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(input_files), 8),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   else:
@@ -455,6 +476,8 @@ def tfrecord_dataset(input_files, name_to_features, batch_size, is_training, inp
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
   ds = ds.map(lambda r: _decode(r, name_to_features, value_limits),
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  # drop_remainder also gives the batch dimension a static size (repeated training data has no
+  # last batch to drop).
   ds = ds.batch(batch_size, drop_remainder=is_training if drop_remainder is None
                 else drop_remainder)
   if pad_to_longest:
@@ -478,6 +501,8 @@ def pretraining_dataset(input_files, name_to_features, batch_size, is_training, 
     return ds
   pipeline = input_context.input_pipeline_id if input_context else 0
   base = tf.constant([seed or 0, pipeline], tf.int64)
+  # Indices counted before training.Trainer's skip(): a resumed run's batches keep their
+  # indices, hence their seeds and masks.
   return ds.enumerate().map(
       lambda index, batch: masking(batch, tf.random.experimental.stateless_fold_in(base, index)),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

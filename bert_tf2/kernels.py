@@ -11,6 +11,9 @@ import math
 import tensorflow as tf
 
 
+# GELU(x) = x * Phi(x) (Phi, phi: the standard normal CDF and density), so its derivative is
+# Phi(x) + x * phi(x); the tanh form's is the chain rule through 0.5 * x * (1 + tanh(u(x))).
+# In float32 whatever x's dtype: the result is rounded once, in _gelu_grad.
 def _gelu_derivative(x, approximate):
   x = tf.cast(x, tf.float32)
   if approximate:
@@ -21,6 +24,7 @@ def _gelu_derivative(x, approximate):
       -0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
 
 
+# `approximate` is a Python bool, fixed when traced: one trace per GELU form.
 @tf.function(jit_compile=True)
 def _gelu_grad(x, dy, approximate):
   return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(x, approximate), dy.dtype)
@@ -34,6 +38,8 @@ def gelu_for_training(approximate):
 
   @tf.custom_gradient
   def gelu(x):
+    # Only x is kept for the backward pass, which recomputes the derivative from it: none of
+    # the forward's intermediates (the erf / tanh terms) is held in memory in between.
     return tf.nn.gelu(x, approximate=approximate), lambda dy: _gelu_grad(x, dy, approximate)
 
   return gelu
@@ -54,10 +60,15 @@ def dropout(x, rate, training, seed):
   if seed is None:
     return tf.nn.dropout(x, rate=rate)
   size = tf.size(x)
+  # One uint32 draw per two elements, split into its two 16-bit halves by the bitcast; the slice
+  # drops the spare half of an odd size.
   bits = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
                                      dtype=tf.uint32)
   bits = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+  # P(bits >= k) = (65536 - k) / 65536 with k = round(rate * 65536): 1 - rate, to 1/65536.
   keep = tf.reshape(bits, tf.shape(x)) >= tf.constant(round(rate * 65536), tf.uint16)
+  # Inverted dropout: the kept values scaled by 1 / (1 - rate) keep each activation's expected
+  # value, so inference (which drops nothing) needs no rescaling.
   return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
 
 
@@ -75,6 +86,8 @@ def _bias_add_bf16(y, bias):
   """
 
   def grad(dy):
+    # y's gradient is dy itself; the bias's is the sum of dy over every row (batch and positions),
+    # taken as ones @ rows so that it accumulates in float32.
     rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
     return dy, tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
 
@@ -83,6 +96,8 @@ def _bias_add_bf16(y, bias):
 
 def bias_add(y, bias, training):
   """y + bias as BiasAdd (see `_bias_add_bf16` for bfloat16 training)."""
+  # Only the backward pass differs: inference keeps the plain op, which grappler fuses with the
+  # matmul before it.
   if training and y.dtype == tf.bfloat16:
     return _bias_add_bf16(y, bias)
   return tf.nn.bias_add(y, bias)
@@ -103,7 +118,10 @@ def layer_norm(x, gamma, beta, eps, training=False):
 def _layer_norm_forward(x, gamma, beta, eps):
   x32 = tf.cast(x, tf.float32)
   centred = x32 - tf.reduce_mean(x32, -1, keepdims=True)
+  # Two passes (the mean, then the mean squared deviation) rather than E[x^2] - E[x]^2, which
+  # cancels catastrophically when a row's mean is large against its spread.
   rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, -1, keepdims=True) + eps)
+  # rstd, one float32 per row, is all the backward pass needs besides x.
   return tf.cast(centred * rstd * gamma + beta, x.dtype), rstd
 
 
@@ -111,11 +129,17 @@ def _layer_norm_forward(x, gamma, beta, eps):
 def _layer_norm_backward(x, gamma, rstd, dy):
   """(dx, dgamma, dbeta) of LayerNorm, from its input and 1 / standard deviation."""
   x32, dy = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
+  # normed is recomputed from x rather than saved by the forward pass: one float32 tensor of
+  # x's size less to hold between the two passes.
   normed = (x32 - tf.reduce_mean(x32, -1, keepdims=True)) * rstd
   dnormed = dy * gamma
+  # With g = dy * gamma: dx = rstd * (g - mean(g) - normed * mean(g * normed)), the two means
+  # being the gradient's paths through the row's mean and through its variance.
   dx = rstd * (dnormed - tf.reduce_mean(dnormed, -1, keepdims=True)
                - normed * tf.reduce_mean(dnormed * normed, -1, keepdims=True))
   rows = lambda t: tf.reshape(t, [-1, tf.shape(t)[-1]])
+  # gamma and beta serve every row: their gradients are sums over all rows, in float32, the
+  # variables' dtype.
   return tf.cast(dx, x.dtype), tf.reduce_sum(rows(dy * normed), 0), tf.reduce_sum(rows(dy), 0)
 
 
@@ -146,5 +170,7 @@ def masked_softmax(scores, mask_adder, bf16_softmax=False):
   (probabilities 4% off).
   """
   if bf16_softmax and scores.dtype == tf.bfloat16:
+    # In bfloat16 the adder is 0 or -9984 (-10000 rounded): a masked key's exp still underflows
+    # to exactly 0.
     return tf.nn.softmax(scores + tf.cast(mask_adder, scores.dtype))
   return tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder)

@@ -10,6 +10,12 @@ matrix work: weights are cast at use, while LayerNorm, softmax and the losses st
 mixed precision changes speed, not the numerics that matter. The blocks' numerical kernels
 (GELU's gradient, seeded dropout, LayerNorm's passes, ...) are kernels.py's; inference's weights
 cast once reach the blocks as an argument (`InferenceWeights`).
+
+Over the project's 1,000 lines, as one file on purpose: it is the model read top to bottom
+(config, blocks, BertModel, heads and their losses), one small class per block, and the checkpoint
+names fall out of how those classes nest; split, the name scopes would be spread over modules
+that must agree on them. If it grows further, the fine-tuning heads and losses (OutputLayer
+onwards) would become a module of their own, then BertConfig and its checks.
 """
 
 import contextlib
@@ -120,6 +126,8 @@ class BertConfig:
       raise fileio.InputError(f"{source}: hidden_size {self.hidden_size} is not a multiple of "
                               f"num_attention_heads {self.num_attention_heads}")
     h, layers = self.hidden_size, self.num_hidden_layers
+    # The embedding tables, per layer 4 h^2 (query, key, value, output) and 2 h * intermediate
+    # (feed-forward), and the pooler; biases and LayerNorms are too few to matter for a bound.
     parameters = ((self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
                   + layers * (4 * h * h + 2 * h * self.intermediate_size) + h * h)
     if parameters > _MAX_PARAMETERS:
@@ -146,6 +154,7 @@ class BertConfig:
     if d.get("position_embedding_type", "absolute") != "absolute":
       logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
                       "position embeddings", source, d["position_embedding_type"])
+    # Not through __init__, whose validate() would name no file: validated below with `source`.
     config = cls.__new__(cls)
     for name in names:
       setattr(config, name, d[name] if name in d else signature[name].default)
@@ -186,6 +195,7 @@ class BertConfig:
 
   def to_hf_dict(self):
     d = self.to_dict()
+    # Back to HF's names: the original's (tanh) "gelu" is HF's "gelu_new", HF's "gelu" the exact.
     inverse = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_tanh": "gelu_pytorch_tanh",
                "gelu_exact": "gelu"}
     d["hidden_act"] = inverse.get(self.hidden_act, self.hidden_act)
@@ -203,6 +213,7 @@ def _is_number(value):
 
 def _initializer(config):
   stddev = config.initializer_range
+  # The original's initializer: a normal cut at two standard deviations, no outlying weight.
   return lambda shape: tf.random.truncated_normal(shape, stddev=stddev)
 
 
@@ -233,6 +244,8 @@ def _weight_groups(module):
     dtype = bert.compute_dtype
     for layer in bert.submodules:
       for variables, axis in getattr(layer, "weight_groups", lambda: ())():
+        # Only what a call would otherwise cast or concatenate: a float32 model reads a single
+        # float32 weight as it is.
         if len(variables) > 1 or variables[0].dtype != dtype:
           groups.append((variables, axis, dtype))
   return groups
@@ -363,6 +376,7 @@ class SelfAttention(tf.Module):
     bias = _weight([d.bias for d in dense], x.dtype, inference_weights)
     projected = kernels.bias_add(tf.matmul(x, kernel), bias, training)
     projected = tf.reshape(projected, [batch, seq, len(dense), self.num_heads, self.head_size])
+    # -> q, k, v, each [batch, heads, seq, head_size], the layout of the batched matmuls below.
     projected = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))
     if queries is None:
       q, k, v = projected
@@ -370,6 +384,7 @@ class SelfAttention(tf.Module):
     else:
       (k, v), (query_rows, positions) = projected, queries
       rows = tf.shape(positions)[1]
+      # Queries at the selected rows only: the scores are [n x seq] per head instead of [seq x seq].
       q = tf.transpose(tf.reshape(
           self.query(tf.gather(x, query_rows), inference_weights=inference_weights),
           [batch, rows, self.num_heads, self.head_size]), [0, 2, 1, 3])
@@ -379,6 +394,8 @@ class SelfAttention(tf.Module):
     scores = tf.matmul(q * tf.cast(1.0 / math.sqrt(self.head_size), q.dtype), k, transpose_b=True)
     bf16_softmax = not training and inference_weights is not None and inference_weights.bf16_softmax
     probs = kernels.masked_softmax(scores, mask_adder, bf16_softmax)
+    # As the original (from the Transformer paper): this drops whole keys, a random subset of the
+    # tokens each query may attend to, rather than units of a hidden vector.
     probs = kernels.dropout(probs, self.dropout_prob, training, seed)
     context = tf.matmul(tf.cast(probs, v.dtype), v)
     # No -1 in the shape: a batch of 0 rows (a multi-worker job's exhausted worker) must work.
@@ -419,6 +436,7 @@ class Attention(tf.Module):
                inference_weights=None):
     context = self.self_attention(x, batch, seq, mask_adder, training, seeds[0], queries,
                                   inference_weights)
+    # With queries the layer's output exists at those rows only: the residual is taken there too.
     residual = x if queries is None else tf.gather(x, queries[0])
     return self.output(context, residual, training, seeds[1], inference_weights)
 
@@ -430,6 +448,8 @@ class Intermediate(tf.Module):
     with self.name_scope:
       self.dense = Dense(config.hidden_size, config.intermediate_size, config,
                          activation=ACTIVATIONS[config.hidden_act])
+    # Training's GELU has a one-pass gradient; inference keeps the layer's own, which oneDNN fuses
+    # with the matmul and bias (kernels.gelu_for_training).
     self.training_activation = TRAINING_ACTIVATIONS.get(config.hidden_act)
 
   def __call__(self, x, training=False, inference_weights=None):
@@ -522,6 +542,7 @@ def _dropout_seeds(seed, count):
   if seed is None:
     return [None] * count
   seed = tf.cast(seed, tf.int64)
+  # fold_in gives each dropout site its own independent stream, all from the step's one seed.
   return [tf.random.experimental.stateless_fold_in(seed, i) for i in range(count)]
 
 
@@ -578,8 +599,11 @@ class BertModel(tf.Module):
     if segment_ids is None:
       segment_ids = tf.zeros_like(input_ids)
     batch, seq = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    # The embeddings' dropout, then three per layer: attention probabilities, attention output,
+    # feed-forward output.
     seeds = _dropout_seeds(dropout_seed, 1 + 3 * self.config.num_hidden_layers)
 
+    # The embeddings (their gathers, sum and LayerNorm) in float32; the encoder in compute_dtype.
     x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0], position_ids),
                 self.compute_dtype)
     embedding_output = x
@@ -592,12 +616,15 @@ class BertModel(tf.Module):
     else:  # [batch, 1, seq, seq]: keys of the query's own instance only
       same = tf.equal(instance_ids[:, :, tf.newaxis], instance_ids[:, tf.newaxis, :]) & (
           instance_ids[:, tf.newaxis, :] > 0)
+      # (A padding query, id 0, has every key masked alike, so its softmax is over all keys:
+      # harmless, as no loss reads a padding position.)
       mask_adder = (1.0 - tf.cast(same, tf.float32)[:, tf.newaxis]) * -10000.0
     # The encoder works on [batch*seq, hidden] matrices: one big matmul per dense layer.
     x = tf.reshape(x, [batch * seq, self.config.hidden_size])
     queries = None
     if output_positions is not None:
       output_positions = tf.cast(output_positions, tf.int32)
+      # Rows of the flattened x: position p of sequence b is row b * seq + p.
       queries = (tf.reshape(output_positions + tf.range(batch)[:, tf.newaxis] * seq, [-1]),
                  output_positions)
     encoder_outputs = []
@@ -606,6 +633,8 @@ class BertModel(tf.Module):
         self.config.attention_probs_dropout_prob) > 0:
       raise ValueError("gradient checkpointing recomputes dropout: it needs a dropout_seed")
     for i, layer in enumerate(self.encoder.layers):
+      # Only the last layer can run at output_positions alone: every earlier layer's output is
+      # the next one's keys and values, needed at every position.
       last = i == len(self.encoder.layers) - 1 and queries is not None
       layer_seeds = seeds[1 + 3 * i:4 + 3 * i]
       if checkpointed:
@@ -645,15 +674,22 @@ def _recomputed(layer, batch, seq, mask_adder, seeds, queries):
   def checkpointed(x):
 
     def grad(dy, variables=None):
+      # x_again cannot exist before dy, i.e. before the backward pass reaches this layer: the
+      # recomputation is scheduled there, and grappler cannot merge it with the forward pass as a
+      # common subexpression (which would keep every activation alive again).
       with tf.control_dependencies([dy]):
         x_again = tf.identity(x)
       with tf.GradientTape() as tape:
         tape.watch(x_again)
         y = run(x_again)
+      # The same seeds draw the same dropout masks, so this y is the forward pass's y and these
+      # are the gradients plain autodiff would give (tests/test_modeling.py checks it).
       grads = tape.gradient(y, [x_again, *variables], output_gradients=dy,
                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
       return grads[0], grads[1:]
 
+    # The backward pass reads only x and dy (grad recomputes the rest), so in the traced step
+    # the layer's intermediate activations are freed as soon as its output is computed.
     return run(x), grad
 
   return checkpointed
@@ -681,6 +717,8 @@ def instance_starts(instance_ids, num_instances):
   slots = tf.range(1, num_instances + 1)
   in_slot = tf.equal(instance_ids[:, tf.newaxis, :], slots[tf.newaxis, :, tf.newaxis])
   first = tf.reduce_min(tf.where(in_slot, tf.range(seq), seq), axis=-1)
+  # A missing instance points at position 0: a valid row to read, and its next-sentence
+  # weight is 0.
   return tf.where(first < seq, first, 0)
 
 
@@ -704,6 +742,8 @@ class MaskedLMHead(tf.Module):
     """The last layer at the masked positions [batch * n, hidden] -> float32 log-probabilities
     [batch * n, vocab]."""
     x = self.layer_norm(self.dense(x, training=training))
+    # Output weights tied to the input embeddings, as the original: no second vocab x hidden
+    # matrix to learn and store.
     logits = tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
     return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
 
@@ -744,6 +784,7 @@ class BertPretrainer(tf.Module):
     instance_ids = features.get("instance_ids")
     if instance_ids is None:
       k, packing = 1, {}
+      # One instance, whose [CLS] is position 0.
       starts = tf.zeros_like(masked[:, :1])
     else:
       instance_ids = tf.cast(instance_ids, tf.int32)
@@ -756,6 +797,7 @@ class BertPretrainer(tf.Module):
                         inference_weights=inference_weights, **packing)
     selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
     hidden = self.bert.config.hidden_size
+    # The pooler over every instance's [CLS], not outputs' pooled_output (the first one's only).
     pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]), training=training,
                                     inference_weights=inference_weights)
     outputs["masked_lm_log_probs"] = self.masked_lm(tf.reshape(selected[:, k:], [-1, hidden]),
@@ -820,6 +862,8 @@ def _head_seed(dropout_seed):
   """A dropout seed for the output layer distinct from every encoder dropout seed."""
   if dropout_seed is None:
     return None
+  # 1 << 20 is past every index _dropout_seeds folds in (1 + 3 * num_hidden_layers, at most
+  # 3073 within the config's bounds).
   return tf.random.experimental.stateless_fold_in(tf.cast(dropout_seed, tf.int64), 1 << 20)
 
 
@@ -915,6 +959,8 @@ class BertMultipleChoice(_FineTuningModel):
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     num_choices = features["input_ids"].shape[1]
+    # The choices folded into the batch: [batch * num_choices, seq] through the encoder, then one
+    # score each, back to [batch, num_choices].
     outputs = self._encode(features, training, dropout_seed, inference_weights,
                            input_shape=[-1, tf.shape(features["input_ids"])[2]], pooled_only=True)
     logits = self._logits(outputs["pooled_output"], training, dropout_seed)
@@ -926,6 +972,7 @@ def softmax_cross_entropy(logits, labels, weights):
   """(sum of weighted negative log-likelihoods, sum of weights, weighted correct count)."""
   labels = tf.cast(labels, tf.int32)
   weights = tf.cast(weights, tf.float32)
+  # batch_dims over every axis of the labels: [batch] (a class each) or [batch, seq] (tagging).
   nll = -tf.gather(tf.nn.log_softmax(logits), labels, batch_dims=len(labels.shape))
   correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
   return tf.reduce_sum(nll * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
@@ -973,6 +1020,7 @@ def squad_losses(features, outputs):
   end_nll, _, end_correct = softmax_cross_entropy(
       outputs["end_logits"], features["end_positions"], weights)
   return {
+      # Halves: the training loss adds them up into the original's (start + end) / 2.
       "start_loss": (start_nll / 2.0, count),
       "end_loss": (end_nll / 2.0, count),
       "start_accuracy": (start_correct, count),

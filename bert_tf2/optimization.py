@@ -31,6 +31,9 @@ import re
 
 import tensorflow as tf
 
+# The original's exclusions: LayerNorm's gamma / beta and the biases are per-feature scales
+# and offsets, not the matrices whose size decay is meant to limit; decaying gamma
+# (initialised at 1) would pull its feature towards 0.
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
@@ -47,8 +50,11 @@ class LinearWarmupLinearDecay:
     step = tf.cast(step, tf.float32)
     start = float(self.num_warmup_steps) if self.decay_after_warmup else 0.0
     decay_steps = float(max(self.num_train_steps - start, 1))
+    # The original's polynomial_decay (power 1, end 0): the clip holds the rate at 0 from the
+    # last step on.
     lr = self.init_lr * (1.0 - tf.clip_by_value(step - start, 0.0, decay_steps) / decay_steps)
     if self.num_warmup_steps:
+      # The ramp starts at 0, as the original's: step 0's update changes only m and v.
       warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
       lr = tf.where(step < self.num_warmup_steps, warmup_lr, lr)
     return lr
@@ -67,6 +73,8 @@ class DynamicLossScale(tf.Module):
 
   def update(self, finite):
     grow = tf.logical_and(finite, self.good_steps + 1 >= self.growth_interval)
+    # Halved on overflow (that step is skipped), never below 1; doubled after growth_interval
+    # finite steps: kept as large as fp16 allows, so that small gradients do not underflow.
     new_scale = tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
                          tf.maximum(self.scale / 2.0, 1.0))
     self.scale.assign(new_scale)
@@ -75,6 +83,8 @@ class DynamicLossScale(tf.Module):
 
 
 def _matches_any(name, patterns):
+  # re.search: a pattern matches anywhere in the name, so "bias" also excludes
+  # cls/predictions/output_bias.
   return any(re.search(p, name) for p in patterns)
 
 
@@ -131,6 +141,7 @@ class _Optimizer(tf.Module):
       factor *= self.clip_norm / tf.maximum(global_norm, self.clip_norm)
     # A zero guard keeps a non-finite norm from spreading NaN into the discarded update.
     factor = tf.where(finite, factor, 0.0)
+    # By applied steps: a skipped step does not advance the schedule.
     lr = self.learning_rate(self.iterations)
     tf.distribute.get_replica_context().merge_call(
         self._distributed_apply, args=(gradients, variables, lr, factor, finite))
@@ -150,6 +161,8 @@ class _Optimizer(tf.Module):
                              lambda it, f: it.assign_add(tf.cast(f, tf.int64)),
                              args=(finite,), group=False)
     if self.loss_scale is not None:
+      # `finite` is the same on every replica (the norm is of gradients already summed across
+      # them): the first replica's stands for all.
       self.loss_scale.update(strategy.experimental_local_results(finite)[0])
 
   def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
@@ -167,13 +180,21 @@ class AdamWeightDecay(_Optimizer):
     new_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
     new_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
     m_hat, v_hat = new_m, new_v
+    # m and v start at 0, so early on they are biased towards 0 by a factor 1 - beta^t; dividing
+    # by it removes the bias. t = iterations + 1: the first applied update is t = 1 (iterations
+    # counts applied steps only, so t follows the moments' updates actually made).
     if self.bias_correction:
       step = tf.cast(self.iterations + 1, tf.float32)
       m_hat = new_m / (1.0 - tf.pow(self.beta_1, step))
       v_hat = new_v / (1.0 - tf.pow(self.beta_2, step))
     update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
     if decay:
+      # Decoupled: added after Adam's normalisation, so every decayed weight shrinks by
+      # lr * rate * w whatever its gradients' history (in the loss, the decay's gradient would be
+      # divided by sqrt(v) like any other).
       update += self.weight_decay_rate * var
+    # A select rather than a tf.cond: the same ops run every step (fused into one kernel under
+    # XLA), and a non-finite step writes the old values back.
     m.assign(tf.where(finite, new_m, m))
     v.assign(tf.where(finite, new_v, v))
     var.assign(tf.where(finite, var - lr * update, var))
@@ -206,7 +227,12 @@ class Lamb(_Optimizer):
     if decay:
       update += self.weight_decay_rate * var
       # Layer adaptation follows weight decay: LayerNorm and bias variables take plain Adam steps.
+      # Trust ratio ||w|| / ||update||, per variable (the query, key and value kernels each have
+      # their own): every such variable then moves by lr times its own norm, whatever the scale
+      # of its gradients.
       w_norm, u_norm = tf.norm(var), tf.norm(update)
+      # Ratio 1 (a plain step) when either norm is 0: a weight initialised at 0 would otherwise
+      # never move. (The maximum only keeps the branch not taken from dividing by 0.)
       ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / tf.maximum(u_norm, 1e-30), 1.0)
     m.assign(tf.where(finite, new_m, m))
     v.assign(tf.where(finite, new_v, v))

@@ -31,6 +31,12 @@ What it holds, in the order a run uses it:
   by name and make the same records of a chunk.
 
 What the two modes write and how they differ is told in the script's docstring.
+
+Over the project's 1,000 lines, as one file on purpose: one algorithm, read top to bottom in the
+order a run uses it, whose exact mode must make the original's random draws in the original's
+order, and which the script, the Beam job, the tests and the benchmarks all call by these names.
+If it grows further, the run's plumbing (Stats, Progress, the shard helpers, the worker and chunk
+functions) would move to a module of its own, then fast mode's numpy batch functions.
 """
 
 import bisect
@@ -181,6 +187,7 @@ class VocabIds:
     # vocab file is one key with its last id, so the draw is over keys, mapped to their ids.
     self.word_ids = [vocab[word] for word in vocab]
     self.word_ids_array = np.asarray(self.word_ids, dtype=np.int32)
+    # Not len(vocab): a token listed twice leaves its first id unused, a gap below the last.
     self.size = max(vocab.values()) + 1
     # Whole-word masking joins a "##" WordPiece to the word before it.
     self.is_subword = bytearray(self.size)
@@ -234,6 +241,8 @@ class ExactRandom:
       j = getrandbits(k)
       while j > i:
         j = getrandbits(k)
+      # Position i is final after this step and never read again: only the item moving to j
+      # needs writing.
       items[j] = items[i]
     for i, k in reversed(steps[1:keep]):
       j = getrandbits(k)
@@ -413,6 +422,7 @@ def truncate_seq_pair_fast(a_start, a_end, b_start, b_end, max_num_tokens, rng):
   else:
     cut_a, cut_b = 0, min(excess, b_length - a_length)
   rest = excess - cut_a - cut_b
+  # Then one each in turn, B first: B takes the odd one.
   cut_a += rest // 2
   cut_b += rest - rest // 2
   front_a = bin(rng.getrandbits(cut_a)).count("1") if cut_a else 0
@@ -438,6 +448,7 @@ def create_instances_from_document(documents, document_index, max_seq_length, sh
   """
   bounds = documents[document_index]
   num_sentences = len(bounds) - 1
+  # Room left by [CLS], [SEP] and [SEP].
   max_num_tokens = max_seq_length - 3
   # Mostly fill the whole sequence (padding is wasted computation), but sometimes aim shorter so
   # pre-training also sees the short inputs fine-tuning will give it.
@@ -455,6 +466,7 @@ def create_instances_from_document(documents, document_index, max_seq_length, sh
         a_sentences = rng.randint(1, chunk_size - 1)
       a_start, a_end = bounds[first], bounds[first + a_sentences]
 
+      # Short-circuit as the original's: a one-sentence chunk draws nothing here.
       is_random_next = chunk_size == 1 or rng.random() < 0.5
       if is_random_next:
         target_b_length = target_seq_length - (a_end - a_start)
@@ -464,6 +476,8 @@ def create_instances_from_document(documents, document_index, max_seq_length, sh
           if random_index != document_index:
             break
         other = documents[random_index]
+        # The original's random_start = randint(0, sentences - 1); j is the bound after it. Whole
+        # sentences are then added until B reaches its target length (at least one sentence).
         j = rng.randint(0, len(other) - 2) + 1
         b_start = other[j - 1]
         while other[j] - b_start < target_b_length and j < len(other) - 1:
@@ -485,6 +499,7 @@ def create_single_segment_instances(bounds, max_seq_length, short_seq_prob, rng)
   Consecutive sentences are packed up to the target length; tokens beyond max_seq_length - 2 are
   carried into the next instance instead of being thrown away.
   """
+  # Room left by [CLS] and [SEP].
   max_num_tokens = max_seq_length - 2
   target_seq_length = max_num_tokens
   if rng.random() < short_seq_prob:
@@ -492,6 +507,8 @@ def create_single_segment_instances(bounds, max_seq_length, short_seq_prob, rng)
   start = bounds[0]
   last = len(bounds) - 1
   for i in range(1, len(bounds)):
+    # A loop: text past max_num_tokens is cut off into further instances (or carried on, when
+    # shorter than the target).
     while bounds[i] > start and (bounds[i] - start >= target_seq_length or i == last):
       end = min(bounds[i], start + max_num_tokens)
       yield start, end, end, end, False
@@ -528,12 +545,14 @@ def assemble_batch(tokens, instances, max_seq_length, vocab_ids):
   a_start, a_end, b_start, b_end = spans.T
   a_length, b_length = a_end - a_start, b_end - b_start
   pair = b_length > 0
+  # [CLS] and A's [SEP], plus B's [SEP] for a pair.
   lengths = a_length + b_length + 2 + pair
   columns = np.arange(max_seq_length)[None, :]
   la, lb = a_length[:, None], b_length[:, None]
   in_a = (columns >= 1) & (columns <= la)
   in_b = (columns >= la + 2) & (columns < la + 2 + lb)
   source = np.where(in_a, a_start[:, None] + columns - 1, b_start[:, None] + columns - la - 2)
+  # The gather reads index 0 outside A and B (keeping it in bounds); the outer where zeroes it.
   ids = np.where(in_a | in_b, tokens[np.where(in_a | in_b, source, 0)], 0).astype(np.int32)
   rows = np.arange(len(instances))
   ids[:, 0] = vocab_ids.cls_id
@@ -578,6 +597,8 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     candidates = [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
   num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
   # Without whole words only the first num_to_predict shuffled candidates are used.
+  # A list of single indices takes the same draws as the original's list of one-index lists:
+  # a shuffle's draws depend on the length alone.
   rng.shuffle(candidates, keep=None if do_whole_word_mask else num_to_predict)
 
   if do_whole_word_mask:
@@ -585,6 +606,9 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     for word in candidates:
       if len(chosen) >= num_to_predict:
         break
+      # A word that would overflow is skipped, not cut, and later (shorter) words may still fit.
+      # The original also skipped words with an index already covered: candidates are disjoint,
+      # so that check never fires and is left out.
       if len(chosen) + len(word) <= num_to_predict:
         chosen.extend(word)
   else:
@@ -594,6 +618,9 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
   random_, randbelow = rng.random, rng.randbelow
   word_ids = vocab_ids.word_ids
   mask_id = vocab_ids.mask_id
+  # The original draws these while it selects; selecting draws nothing, so drawing afterwards
+  # in the same order consumes the stream identically. random() >= 0.5 is its random-word
+  # branch (randbelow(n) being its randint(0, n - 1)); below 0.5 it keeps the token.
   for index in chosen:
     if random_() < 0.8:
       output[index] = mask_id
@@ -614,6 +641,7 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
   preds = max_predictions_per_seq
   columns = np.arange(seq)
   candidate = _candidates(ids, lengths, vocab_ids)
+  # Capped at the candidates, as the original's loop is by running out of them.
   counts = np.minimum(num_to_predict(lengths, masked_lm_prob, preds), candidate.sum(axis=1))
   keys = np_rng.random((n, seq))
   if do_whole_word_mask:
@@ -629,6 +657,8 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
     chosen = np.take_along_axis(
         chosen, np.argsort(np.take_along_axis(keys, chosen, axis=1), axis=1), axis=1)
   valid = np.arange(preds) < counts[:, None]
+  # The chosen positions ascending (the original sorts its predictions), unused slots pushed
+  # past the end, then zeroed: the records' padding.
   positions = np.sort(np.where(valid, chosen, seq), axis=1)
   positions[~valid] = 0
   labels = np.take_along_axis(ids, positions, axis=1)
@@ -636,6 +666,7 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
 
   draw = np_rng.random((n, preds))
   random_words = vocab_ids.word_ids_array[np_rng.integers(0, len(vocab_ids.word_ids), (n, preds))]
+  # The original's 80% [MASK], 10% random word, 10% unchanged, with numpy's draws.
   replacement = np.where(draw < 0.8, vocab_ids.mask_id, np.where(draw < 0.9, random_words, labels))
   row_index = np.nonzero(valid)[0]
   ids[row_index, positions[valid]] = replacement[valid]
@@ -688,6 +719,7 @@ def _choose_whole_words(ids, candidate, counts, keys, vocab_ids):
     fits = (visit_length[:, rank] > 0) & (total + visit_length[:, rank] <= counts)
     taken[:, rank] = fits
     total += np.where(fits, visit_length[:, rank], 0)
+    # Every row full: no later rank can add a word.
     if (total >= counts).all():
       break
   # Back from visit ranks to words, then to positions.
@@ -741,9 +773,12 @@ def pack_instances(lengths, predictions, max_seq_length, max_predictions_per_seq
   open_by_room = collections.defaultdict(list)  # room left -> open sequences with that room
   rooms = []  # the sorted keys of open_by_room with an open sequence
   smallest = int(lengths.min(initial=max_seq_length))
+  # Longest first: the long instances open the sequences, the short ones fill what is left.
   for i in np.argsort(-lengths, kind="stable").tolist():
     length, count = int(lengths[i]), int(predictions[i])
     chosen = None
+    # Best fit: the open sequence with the least room that still holds the instance; one whose
+    # prediction budget it would overflow is passed over for the next.
     for room in rooms[bisect.bisect_left(rooms, length):]:
       for p in open_by_room[room]:
         if predicted[p] + count <= max_predictions_per_seq:
@@ -766,6 +801,8 @@ def pack_instances(lengths, predictions, max_seq_length, max_predictions_per_seq
     predicted[chosen] += count
     members[chosen] += 1
     room = max_seq_length - used[chosen]
+    # Open only while it could take another instance: room for the shortest, a free slot and a
+    # prediction to spare; a full sequence is never searched again.
     if (room >= smallest and members[chosen] < max_instances_per_pack and
         predicted[chosen] < max_predictions_per_seq):
       if room not in open_by_room:
@@ -806,6 +843,7 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
     out[token_rows, token_columns] = values[in_instance]
     return out
 
+  # 1-based: 0 stays padding (input_mask below, and the model's attention mask, read it so).
   instance_ids = packed(np.broadcast_to(packing.slot[:, None] + 1, (n, seq)))
   rows = [("input_ids", packed(ids), False), ("input_mask", instance_ids > 0, False),
           ("segment_ids", packed(segments), False), ("instance_ids", instance_ids, False)]
@@ -816,6 +854,8 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
     prediction_columns = (packing.prediction_offset[:, None] + np.arange(preds))[valid]
     packed_positions, packed_ids = np.zeros((m, preds), np.int64), np.zeros((m, preds), np.int64)
     weights = np.zeros((m, preds), np.float32)
+    # An instance's predictions follow those of the instances before it in its sequence, their
+    # positions shifted by its offset there.
     packed_positions[prediction_rows, prediction_columns] = (
         positions + packing.offset[:, None])[valid]
     packed_ids[prediction_rows, prediction_columns] = label_ids[valid]
@@ -830,6 +870,7 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
              ("max_predictions_per_seq", np.full((m, 1), preds), False),
              ("masked_lm_prob", np.full((m, 1), options.masked_lm_prob, np.float32), True)]
   sentence_labels, sentence_weights = np.zeros((m, k), np.int64), np.zeros((m, k), np.float32)
+  # A next-sentence slot per instance place; the unused ones weigh 0 in the loss.
   sentence_labels[packing.pack, packing.slot] = labels
   sentence_weights[packing.pack, packing.slot] = 1.0
   rows += [("next_sentence_labels", sentence_labels, False),
@@ -1020,6 +1061,8 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
   records = []
   progress = Progress("creating instances", options.dupe_factor * len(documents), "documents",
                       progress_seconds)
+  # dupe_factor passes over the documents, each drawing other splits and masks: with masks
+  # fixed in the records, the original's way of showing a sentence masked several ways.
   for dupe in range(options.dupe_factor):
     for document_index in range(len(documents)):
       for instance in create_unmasked_instances(documents, document_index, options, rng):
@@ -1037,6 +1080,8 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
           _log_example(masked, segment_a_length, is_random_next, positions, labels, tokenizer)
       progress.update(dupe * len(documents) + document_index + 1,
                       f"{len(records)} instances ({progress.per_second(len(records)):.0f}/s)")
+  # Records in place of the original's instances: a list of the same length takes the same
+  # draws, so the order is the original's.
   rng.shuffle(records)
   stats.instances = stats.records = len(records)
   stats.slots = len(records) * options.max_seq_length
@@ -1111,6 +1156,7 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
     return [], stats
   # A string seed is hashed with SHA-512 by random.Random: stable across runs and platforms.
   rng = ExactRandom(f"{options.random_seed}/chunk/{chunk_index}")
+  # numpy's generator seeded from the chunk's own stream: both a function of (seed, chunk).
   np_rng = np.random.default_rng(rng.randbelow(1 << 63))
   rng.shuffle(documents)
   flat = np.asarray(corpus.tokens, dtype=np.int32)
@@ -1150,6 +1196,7 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
         mask_and_encode()
   if pending:
     mask_and_encode()
+  # Mixed within the chunk here; shuffle_buffer then mixes consecutive chunks' records.
   records = [records[i] for i in np_rng.permutation(len(records)).tolist()]
   return records, stats
 
@@ -1177,6 +1224,8 @@ def iter_chunks(input_files, chunk_documents, max_chunk_bytes=_MAX_CHUNK_BYTES, 
                                                 opener=opener, spans=spans):
     if not spans:
       documents.append(lines)
+    # A document starting where the last span ends, in its file, extends that span: one span
+    # per run of consecutive documents.
     elif documents and documents[-1][0] == span[0][0] and documents[-1][3] == span[0][1]:
       documents[-1] = (*documents[-1][:3], span[0][3])
     else:

@@ -34,6 +34,7 @@ def spans(num_tokens, max_tokens, stride):
     result.append(Span(start, length))
     if start + length == num_tokens:
       break
+    # min: with a stride longer than the window, windows meet rather than skip tokens.
     start += min(length, stride)
   return result
 
@@ -53,6 +54,9 @@ def max_context(spans_, position):
     end = span.start + span.length - 1
     if not span.start <= position <= end:
       continue
+    # E.g. windows "to the store and bought" and "and bought a gallon of": "bought" has 4 tokens
+    # before it and 0 after in the first (score 0), 1 and 3 in the second (score 1), which wins:
+    # a token at a window's edge is read without the context on one side.
     score = min(position - span.start, end - position) + 0.01 * span.length
     if best_score is None or score > best_score:
       best_score = score
@@ -98,8 +102,10 @@ def sequence_windows(tokens_a, tokens_b, max_seq_length, doc_stride=None):
   tokenization.truncate_seq_pair(a, kept_b, budget)
   # The windows over b hold budget - len(a) >= len(kept_b) tokens: at least one while
   # truncate_seq_pair leaves b a token, which it does for any budget of 2 or more.
+  # One window: b fits beside a, or truncation left it no token for a window to read.
   if doc_stride is None or len(kept_b) == len(b) or not kept_b:
     return a, kept_b, [Span(0, len(kept_b) if kept_b else len(a))]
+  # a as truncate_seq_pair kept it; b whole, in windows of the room a leaves.
   return a, b, spans(len(b), budget - len(a), doc_stride)
 
 

@@ -314,6 +314,8 @@ class Trainer:
     grads, totals = None, None
     for i in range(self.accumulation):
       features = {k: v[i] for k, v in stack.items()}
+      # A dropout seed per (micro-batch, replica) from --seed and the step: a resumed run draws
+      # the masks an uninterrupted one would, and no two micro-batches or replicas share one.
       seed = tf.stack([self.seed + step * self.accumulation + i,
                        tf.cast(ctx.replica_id_in_sync_group, tf.int64)])
       forward = self._forward
@@ -325,15 +327,24 @@ class Trainer:
       with tf.GradientTape() as tape:
         stats = forward(features, seed)
         loss_names = sorted(k for k in stats if k.endswith("_loss"))
+        # Each loss's count summed over the replicas: every replica divides its sum by the same
+        # global count, so the gradients summed below are those of the global mean however the
+        # batch is split. (max(c, 1e-12): a loss with nothing to count adds 0, not NaN.)
         counts = ctx.all_reduce("SUM", [stats[k][1] for k in loss_names])
         loss = tf.add_n([stats[k][0] / tf.maximum(c, 1e-12) for k, c in zip(loss_names, counts)])
+        # Each micro-batch's mean weighs 1 / accumulation: its gradient is taken before the later
+        # micro-batches' counts are known. With counts that differ between micro-batches (masked-LM
+        # predictions) the step's loss is the mean of their means, not the mean over all of them.
         loss = self.optimizer.scale_loss(loss / self.accumulation)
       # Variables the loss does not reach (the pooler under a span head) get zero gradients.
+      # Dense tensors (an embedding's gather gives IndexedSlices), added up over micro-batches
+      # and all-reduced as they are.
       new = [tf.convert_to_tensor(g) for g in tape.gradient(
           loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
       grads = new if grads is None else [a + g for a, g in zip(grads, new)]
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
+    # A sum, not a mean: each replica's loss was already divided by the global count.
     grads = ctx.all_reduce("SUM", grads)
     applied, norm = self.optimizer.apply_gradients(grads, self.variables)
     # Every replica holds the same value; the sum over replicas divided by the count is that value.
@@ -354,6 +365,8 @@ class Trainer:
     # checkpointing, 150-250 MB more peak memory and a first call ~10 s longer.
     step = self._step.get_concrete_function(iterator.element_spec)
     totals = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), step.structured_outputs)
+    # A graph loop: one call runs num_steps steps without returning to Python, and num_steps is
+    # a tensor, so loops of every length share one trace.
     for _ in tf.range(num_steps):
       totals = {k: (totals[k][0] + s, totals[k][1] + c)
                 for k, (s, c) in self._step(next(iterator)).items()}
@@ -489,6 +502,7 @@ class Trainer:
         loop_start = time.time()
         stats = self._train_loop(iterator, tf.constant(n))
         step = int(self.optimizer.iterations.numpy())
+        # Summed over the loop's steps (each replica adding 1 / replicas): the steps applied.
         applied = int(round(float(stats.pop("applied_steps")[0])))
         metrics = metrics_from_stats(stats)
         metrics["learning_rate"] = float(self.optimizer.learning_rate(step))
@@ -676,6 +690,8 @@ class Trainer:
     batch = features["input_mask"].shape[0] if "input_mask" in features else None
     if streams <= 1 or batch is None or batch < streams:
       return None
+    # As even as can be (the first batch % streams parts one row more); tf.split wants the sizes
+    # when the step is traced, hence the static batch size above.
     sizes = [batch // streams + (i < batch % streams) for i in range(streams)]
     parts = {k: tf.split(v, sizes) for k, v in features.items()}
     return [{k: v[i] for k, v in parts.items()} for i in range(streams)]
@@ -688,6 +704,8 @@ class Trainer:
     if parts is None:
       outputs = self._predict_forward(features, weights)
       return {k: outputs[k] for k in output_keys}
+    # Each part is its own call of the traced forward pass, with no data passing between the
+    # calls: the executor may run them at once, on its inter-op threads.
     outputs = [self._predict_forward(part, weights) for part in parts]
     return {k: tf.concat([o[k] for o in outputs], 0) for k in output_keys}
 
@@ -698,6 +716,7 @@ class Trainer:
     if parts is None:
       return self.loss_fn(features, self._predict_forward(features, weights))
     stats = [self.loss_fn(part, self._predict_forward(part, weights)) for part in parts]
+    # Sums and counts add up over the parts; the means are taken once, by metrics_from_stats.
     return {k: tuple(tf.add_n([s[k][i] for s in stats]) for i in range(2)) for k in stats[0]}
 
   def predict(self, dataset_fn, output_keys):
