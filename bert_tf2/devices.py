@@ -6,6 +6,7 @@ Plain values in, plain values out: the scripts pass their flags' values (script_
 and script_flags.compute_dtype are one-line calls into here), the benchmarks call it directly.
 """
 
+import functools
 import os
 
 from absl import logging
@@ -55,6 +56,19 @@ def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
   if gpu_capabilities:
     return all(c is not None and tuple(c) >= (8, 0) for c in gpu_capabilities)
   return flags_of_cpu is not None and not bf16_is_emulated(flags_of_cpu, onednn_max_isa, False)
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_accumulates_in_float32():
+  """Whether TensorFlow's bfloat16 matmul and softmax kernels here compute in float32 and round
+  once: on a GPU (cuBLAS, cuDNN), and on a CPU with bf16 instructions (oneDNN's AVX512_BF16 and
+  AMX kernels; native_bf16). Where bf16 is emulated (an AVX2-only CPU, or oneDNN held below its
+  bf16 ISAs), TensorFlow's fallback kernels round partial results to bfloat16: measured on an
+  AVX2-only EPYC, a bias gradient summed as a matmul was 0.75% off and softmax probabilities
+  more than one rounding step off. kernels.py then takes its float32 paths."""
+  if tf.config.list_logical_devices("GPU"):
+    return True
+  return native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 
 # --- precision ---------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import math
 
 import tensorflow as tf
 
+from bert_tf2 import devices
+
 
 # GELU(x) = x * Phi(x) (Phi, phi: the standard normal CDF and density), so its derivative is
 # Phi(x) + x * phi(x); the tanh form's is the chain rule through 0.5 * x * (1 + tanh(u(x))).
@@ -89,6 +91,10 @@ def _bias_add_bf16(y, bias):
     # y's gradient is dy itself; the bias's is the sum of dy over every row (batch and positions),
     # taken as ones @ rows so that it accumulates in float32.
     rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
+    if not devices.bf16_accumulates_in_float32():
+      # Emulated bf16 (a CPU without bf16 instructions): its matmul rounds partial sums to
+      # bfloat16, so the sum is taken in float32 outright.
+      return dy, tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), 0), dy.dtype)
     return dy, tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
 
   return tf.nn.bias_add(y, bias), grad
@@ -167,7 +173,8 @@ def masked_softmax(scores, mask_adder, bf16_softmax=False):
   bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one rounding step
   at most), without the two casts, and oneDNN fuses the mask add into the scores' batch matmul:
   a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax accumulates in bfloat16
-  (probabilities 4% off).
+  (probabilities 4% off); nor where bf16 is emulated (devices.bf16_accumulates_in_float32: the
+  fallback kernel is more than one rounding step off). The Trainer makes that choice.
   """
   if bf16_softmax and scores.dtype == tf.bfloat16:
     # In bfloat16 the adder is 0 or -9984 (-10000 rounded): a masked key's exp still underflows

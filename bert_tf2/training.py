@@ -300,7 +300,8 @@ class Trainer:
     if not self._takes_inference_weights:
       return self.model(features, training=False)
     return self.model(features, training=False, inference_weights=modeling.InferenceWeights(
-        self.model, weights, bf16_softmax=not self._use_xla))
+        self.model, weights,
+        bf16_softmax=not self._use_xla and devices.bf16_accumulates_in_float32()))
 
   # --- one step ---------------------------------------------------------------------------
 

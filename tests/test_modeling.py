@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
+from bert_tf2 import devices
 from bert_tf2 import kernels
 from bert_tf2 import modeling
 from conftest import ROOT, SHARED, minilm_dir, requires_shared
@@ -184,7 +185,8 @@ def test_mixed_precision_is_close_to_float32(dtype):
 
 def test_bfloat16_training_sums_bias_gradients_in_float32():
   # TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: over 32k rows of small positive
-  # values it lost 96% of the sum. The training path's bias gradient is the float32 sum, rounded.
+  # values it lost 96% of the sum. The training path's bias gradient is the float32 sum, rounded,
+  # on every CPU (where bf16 is emulated, its matmul's partial sums are bf16: 0.75% off).
   rng = np.random.default_rng(0)
   dense = modeling.Dense(8, 64, _tiny_config())
   x = tf.constant(rng.normal(size=[32768, 8]), tf.bfloat16)
@@ -410,21 +412,27 @@ def test_a_batch_of_zero_rows_gives_empty_outputs():
 
 
 def test_bfloat16_softmax_is_the_float32_softmax_rounded():
-  """Inference's bf16 attention softmax (kernels.masked_softmax) relies on TensorFlow's bf16
-  softmax kernel computing in float32 and rounding once: its probabilities must be the float32
-  softmax's rounded to bf16, within one rounding step (XLA's CPU softmax, which accumulates in
-  bf16, is 4% off and would fail). Scores of a seq-384 attention with padded keys."""
+  """Inference's bf16 attention softmax (kernels.masked_softmax as the Trainer asks for it) is
+  taken in bf16 where TensorFlow's bf16 softmax kernel computes in float32 and rounds once
+  (devices.bf16_accumulates_in_float32: GPUs, CPUs with bf16 instructions), in float32 elsewhere:
+  either way its probabilities must be the float32 softmax's within one bf16 rounding step (XLA's
+  CPU softmax, which accumulates in bf16, is 4% off and would fail; so is TensorFlow's fallback
+  kernel on an AVX2-only CPU). Scores of a seq-384 attention with padded keys."""
   rng = np.random.default_rng(0)
   scores = tf.constant(rng.normal(0, 3, [2, 12, 384, 384]), tf.bfloat16)
   mask_adder = tf.constant((rng.random([2, 1, 1, 384]) < 0.2) * -10000.0, tf.float32)
   want = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_adder).numpy()
-  got = tf.cast(tf.nn.softmax(scores + tf.cast(mask_adder, tf.bfloat16)), tf.float32).numpy()
+  in_bf16 = devices.bf16_accumulates_in_float32()
+  probabilities = kernels.masked_softmax(scores, mask_adder, bf16_softmax=in_bf16)
+  assert probabilities.dtype == (tf.bfloat16 if in_bf16 else tf.float32)
+  got = tf.cast(probabilities, tf.float32).numpy()
   assert np.all(got[np.broadcast_to(mask_adder.numpy() < 0, got.shape)] == 0)
   big = want > 1e-6
   assert np.max(np.abs(got - want)[big] / want[big]) <= 2.0 ** -8
   assert np.max(np.abs(got.sum(-1) - 1)) < 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head", ["classifier", "pretrainer"])
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(head):
   """Recomputing each layer in the backward pass (dropout on, stateless seeds, inside a
