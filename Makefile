@@ -1,5 +1,6 @@
 # `make quickstart` sets up .venv and runs the whole system end to end on a small default.
-# `make test` sets up .venv with the test extras and runs every correctness test.
+# `make test` sets up .venv with the test extras and runs every correctness test (what CI runs);
+# `make test-fast` only those that start no process, in a few minutes.
 PY := .venv/bin/python
 
 .venv/.installed: requirements.txt requirements-beam.txt requirements-nodeps.txt
@@ -31,5 +32,9 @@ quickstart: .venv/.installed
 test: .venv/.installed-test
 	# Two test processes (pytest-xdist): most tests start scripts whose start-up is one core's work.
 	$(PY) -m pytest -q -n 2 --durations=15 tests
+# The quick loop: the tests that start no process (conftest marks those `process` at collection)
+# and are not marked `slow`. --process-guard fails a test that starts a process unmarked.
+test-fast: .venv/.installed-test
+	$(PY) -m pytest -q -n 2 --process-guard -m "not process and not slow" --durations=15 tests
 
-.PHONY: setup quickstart test model
+.PHONY: setup quickstart test test-fast model

@@ -1,5 +1,16 @@
-"""Shared test paths: the project root on sys.path, and ../shared (real data, references)."""
+"""Shared test paths: the project root on sys.path, and ../shared (real data, references); the
+only way a test starts a process (PROCESS_HELPERS), and the `process` marker it earns the test.
 
+Two tiers: a test that starts a process (a script, a worker, any command) is marked `process` at
+collection, by reading the test modules' source (ProcessScan): it names one of PROCESS_HELPERS,
+directly or through a function, class or fixture of its module, of conftest or of another test
+module. `make test-fast` deselects those (and the `slow` ones) and turns the guard on: a helper
+called by a test the scan did not mark fails that test at once, so a miss cannot go unnoticed.
+`make test` runs everything. Only this file imports subprocess (test_layout checks it).
+"""
+
+import ast
+import glob
 import importlib
 import importlib.util
 import json
@@ -46,24 +57,68 @@ TINY_CKPT = os.path.join(TINY, "bert_model.ckpt")
 TINY_VOCAB = os.path.join(TINY, "vocab.txt")
 
 
+def pytest_addoption(parser):
+  parser.addoption(
+      "--process-guard", action="store_true", default=False,
+      help="fail a test that starts a process but is not marked `process` (make test-fast sets it; "
+           "any run that deselects a process test turns it on too)")
+
+
 def pytest_configure(config):
-  """On a GPU machine, TF32 off in the test processes themselves too: XLA's own GEMM kernels may
-  not read NVIDIA_TF32_OVERRIDE. CPU machines (no nvidia-smi) are left alone."""
-  del config
+  """The markers; the process guard. On a GPU machine, TF32 off in the test processes themselves
+  too: XLA's own GEMM kernels may not read NVIDIA_TF32_OVERRIDE. CPU machines (no nvidia-smi) are
+  left alone."""
+  config.addinivalue_line(
+      "markers", "process: starts a process through conftest's helpers (set at collection by "
+                 "the static scan; `make test-fast` leaves these out)")
+  config.addinivalue_line(
+      "markers", "slow: an in-process test too heavy for `make test-fast` (set by hand)")
+  if config.getoption("process_guard", default=False):
+    _guard["on"] = True
   if shutil.which("nvidia-smi"):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
+# The process helpers ---------------------------------------------------------------------------
+# The only way a test starts a process: the scan below marks `process` every test that names one
+# of them (directly or through its module's, conftest's or another test module's functions,
+# classes and fixtures). What the tests need of the subprocess module comes from here too.
+PROCESS_HELPERS = ("run_script", "run_ok", "run_workers", "kill_at_checkpoint", "run_process",
+                   "popen", "intercept_popen")
+PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
+CompletedProcess = subprocess.CompletedProcess
+
+# on: process tests are deselected in this run (or --process-guard); item: the test running now.
+_guard = {"on": False, "item": None}
+
+
+def _may_start_a_process(helper):
+  """Fails the running test when the guard is on and the scan did not mark it `process`."""
+  if not _guard["on"]:
+    return
+  item = _guard["item"]
+  if item is not None and item.get_closest_marker("process"):
+    return
+  where = item.nodeid if item is not None else "code run outside any test"
+  pytest.fail(
+      f"this test starts a process but the static scan did not mark it: {where} called "
+      f"conftest.{helper}(). Name the helper (or a function, class or fixture that does) in the "
+      "test, its module or conftest, where conftest.ProcessScan reads it (not through getattr or "
+      "a variable of another module), or mark the test @pytest.mark.process.")
+
+
 def run_script(args, env=None, timeout=600, **kw):
   """`python ARGS` (a script of the checkout and its flags) in the project root, output
   captured: the CompletedProcess, whatever its exit status."""
+  _may_start_a_process("run_script")
   return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV if env is None else env,
                         capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def run_ok(args, env=None, timeout=600, **kw):
   """run_script that must succeed: a failure shows the end of the script's stderr."""
+  _may_start_a_process("run_ok")
   result = run_script(args, env=env, timeout=timeout, **kw)
   assert result.returncode == 0, result.stderr[-3000:]
   return result
@@ -73,6 +128,7 @@ def run_workers(args, count=2, timeout=600):
   """`python ARGS` as `count` workers of one multi_worker_mirrored cluster on this machine
   (TF_CONFIG with free local ports; "{index}" in an argument becomes the worker's index); every
   worker must succeed. Returns their stdout+stderr."""
+  _may_start_a_process("run_workers")
   import json  # pylint: disable=g-import-not-at-top
   import socket  # pylint: disable=g-import-not-at-top
   sockets = [socket.socket() for _ in range(count)]
@@ -104,6 +160,46 @@ def run_workers(args, count=2, timeout=600):
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]
   return outputs
+
+
+def run_process(cmd, **kw):
+  """subprocess.run(cmd) for any command (another Python, a shell tool, a venv's command): in the
+  project root with ENV, output captured as text, 600 s at most unless a keyword says otherwise
+  (each as subprocess.run takes it: env=None is this process's environment, timeout=None no
+  limit, input=..., check=True, stdout=... instead of capture_output)."""
+  _may_start_a_process("run_process")
+  kw.setdefault("cwd", ROOT)
+  kw.setdefault("env", ENV)
+  kw.setdefault("timeout", 600)
+  kw.setdefault("text", True)
+  if "stdout" not in kw and "stderr" not in kw:
+    kw.setdefault("capture_output", True)
+  return subprocess.run(cmd, **kw)
+
+
+def popen(cmd, **kw):
+  """subprocess.Popen(cmd), started and left to the caller (to signal, wait for, communicate
+  with): in the project root with ENV unless a keyword says otherwise (stdout=PIPE or DEVNULL,
+  text=True, ... as Popen takes them)."""
+  _may_start_a_process("popen")
+  kw.setdefault("cwd", ROOT)
+  kw.setdefault("env", ENV)
+  return subprocess.Popen(cmd, **kw)
+
+
+def intercept_popen(monkeypatch, after_start):
+  """For code under test that starts its own processes with subprocess.Popen (quickstart's
+  runner): for the rest of the test each Popen it makes calls `after_start(proc)` at the end of
+  its constructor, the child already started."""
+  _may_start_a_process("intercept_popen")
+
+  class Intercepted(subprocess.Popen):
+
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      after_start(self)
+
+  monkeypatch.setattr(subprocess, "Popen", Intercepted)
 
 
 def import_script(name):
@@ -160,6 +256,7 @@ def concurrently(calls, workers=2):
 def kill_at_checkpoint(args, directory, step, timeout=300):
   """Runs the training script `args` (as run_ok) and kills it with SIGKILL as soon as `directory`
   holds checkpoint `step`."""
+  _may_start_a_process("kill_at_checkpoint")
   proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
   deadline = time.time() + timeout
@@ -186,3 +283,214 @@ def assert_same_checkpoints(directory, other, atol=1e-5):
   assert a.keys() == b.keys() and len(a) > 46
   for k in a:
     np.testing.assert_allclose(a[k], b[k], atol=atol, err_msg=k)
+
+
+# The `process` marker: a static scan of the test modules -----------------------------------------
+
+
+def _fixture_name(node):
+  """The fixture name a def declares (its own, or name= of @pytest.fixture(...)), or None."""
+  for decorator in node.decorator_list:
+    call = decorator if isinstance(decorator, ast.Call) else None
+    target = call.func if call else decorator
+    if ((isinstance(target, ast.Attribute) and target.attr == "fixture")
+        or (isinstance(target, ast.Name) and target.id == "fixture")):
+      for keyword in call.keywords if call else ():
+        if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
+          return keyword.value.value
+      return node.name
+  return None
+
+
+class ProcessScan:
+  """Which tests start a process, read from the source of the test modules ({module name: source},
+  conftest among them). A unit (a module-level function, class, method or assignment) starts one
+  when it names one of conftest's PROCESS_HELPERS or a unit that starts one: by name, by a name
+  imported from conftest or another test module (`as` included), as `module.name`, as `self.name`
+  (the class and its bases), or, for a test or fixture, as a fixture it requests (by argument
+  name, usefixtures, getfixturevalue("name"): the class's, the module's, then conftest's). Naming
+  counts, not only calling (functools.partial(run_ok, ...), a lambda, a dict of functions): it can
+  only mark too much, never too little. What it cannot follow (getattr, a helper stored in another
+  module's variable) the guard catches at run time."""
+
+  def __init__(self, sources):
+    self.defs, self.imports, self.bases, self.fixtures = {}, {}, {}, {}
+    self.refs = {}  # (module, qualname): [reference]
+    for module, source in sources.items():
+      self._read(module, ast.parse(source))
+    self.starting = {("conftest", name) for name in PROCESS_HELPERS}
+    edges = {unit: {t for r in refs for t in [self._target(*r)] if t} for unit, refs in
+             self.refs.items()}
+    changed = True
+    while changed:
+      changed = False
+      for unit, targets in edges.items():
+        if unit not in self.starting and targets & self.starting:
+          self.starting.add(unit)
+          changed = True
+
+  def _read(self, module, tree):
+    defs = self.defs[module] = set()
+    imports = self.imports[module] = {}
+    self.fixtures[module] = {}
+    for node in ast.walk(tree):  # function-level imports bind a name too
+      if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+          imports[alias.asname or alias.name] = (node.module, alias.name)
+      elif isinstance(node, ast.Import):
+        for alias in node.names:
+          imports[alias.asname or alias.name.split(".")[0]] = (alias.name, None)
+    for node in tree.body:
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        self._function(module, None, node)
+      elif isinstance(node, ast.ClassDef):
+        defs.add(node.name)
+        self.bases[(module, node.name)] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+        members = []
+        for item in node.body:
+          if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._function(module, node.name, item)
+            members.append(("member", module, node.name, item.name))
+        # The class named (instantiated, subclassed): all its methods.
+        self.refs[(module, node.name)] = members + self._names(module, None, node.bases)
+      elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+          for name in ast.walk(target):
+            if isinstance(name, ast.Name):
+              defs.add(name.id)
+              self.refs.setdefault((module, name.id), []).extend(
+                  self._names(module, None, [node.value]))
+
+  def _function(self, module, cls, node):
+    qualname = f"{cls}.{node.name}" if cls else node.name
+    self.defs[module].add(qualname)
+    refs = self._names(module, cls, [node])
+    fixture = _fixture_name(node)
+    if fixture:
+      self.fixtures[module].setdefault(cls, {})[fixture] = qualname
+    if fixture or node.name.startswith("test"):
+      arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+      refs += [("fixture", module, cls, a.arg) for a in arguments
+               if a.arg not in ("self", "cls", "request")]
+    self.refs[(module, qualname)] = refs
+
+  def _names(self, module, cls, nodes):
+    refs = []
+    for root in nodes:
+      for node in ast.walk(root):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+          refs.append(("name", module, node.id))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+          owner = node.value.id
+          if owner in ("self", "cls") and cls:
+            refs.append(("member", module, cls, node.attr))
+          elif self.imports[module].get(owner, ("", ""))[1] is None:  # `import conftest`
+            refs.append(("name", self.imports[module][owner][0], node.attr))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("usefixtures", "getfixturevalue")):
+          refs += [("fixture", module, cls, a.value) for a in node.args
+                   if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return refs
+
+  def _target(self, kind, module, *rest):
+    if kind == "name":
+      return self.resolve(module, rest[0])
+    if kind == "member":
+      return self.member(module, *rest)
+    return self.fixture(module, *rest)
+
+  def resolve(self, module, name, depth=0):
+    """The unit a module-level name of `module` stands for, or None."""
+    if module == "conftest" and name in PROCESS_HELPERS:
+      return ("conftest", name)
+    if module not in self.defs or depth > 10:
+      return None
+    if name in self.defs[module]:
+      return (module, name)
+    source, imported = self.imports[module].get(name, (None, None))
+    return self.resolve(source, imported, depth + 1) if imported else None
+
+  def member(self, module, cls, attr, depth=0):
+    """The unit `cls.attr` stands for (a method of the class or of a base class), or None."""
+    if depth > 10 or module not in self.defs:
+      return None
+    if f"{cls}.{attr}" in self.defs[module]:
+      return (module, f"{cls}.{attr}")
+    for base in self.bases.get((module, cls), ()):
+      found = self.resolve(module, base)
+      if found and found[1] in self.defs.get(found[0], ()):
+        found = self.member(found[0], found[1], attr, depth + 1)
+        if found:
+          return found
+    return None
+
+  def fixture(self, module, cls, name, depth=0):
+    """The unit of the fixture `name` as a test of `module` (in class `cls`) gets it: the class's
+    (and its bases'), the module's (defined or imported), else conftest's; or None."""
+    if depth > 10 or module not in self.defs:
+      return None
+    while cls:
+      if name in self.fixtures[module].get(cls, {}):
+        return (module, self.fixtures[module][cls][name])
+      bases = [self.resolve(module, b) for b in self.bases.get((module, cls), ())]
+      bases = [b for b in bases if b]
+      if not bases:
+        break
+      if bases[0][0] != module:
+        return self.fixture(bases[0][0], bases[0][1], name, depth + 1)
+      cls = bases[0][1]
+    if name in self.fixtures[module].get(None, {}):
+      return (module, self.fixtures[module][None][name])
+    if name in self.imports[module]:
+      found = self.resolve(module, name)
+      if found and found[1] in self.fixtures.get(found[0], {}).get(None, {}).values():
+        return found
+    return self.fixture("conftest", None, name, depth + 1) if module != "conftest" else None
+
+  def starts_process(self, module, name, cls=None):
+    """Whether the test `name` of `module` (a method of `cls`) starts a process."""
+    unit = self.member(module, cls, name) if cls else self.resolve(module, name)
+    return unit in self.starting
+
+  def fixture_starts_process(self, module, name, cls=None):
+    return self.fixture(module, cls, name) in self.starting
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+  """Marks `process` each test the scan finds starting a process, by its own code or any fixture
+  pytest gives it (autouse ones included)."""
+  del config
+  here = os.path.dirname(os.path.abspath(__file__))
+  sources = {}
+  for path in glob.glob(os.path.join(here, "*.py")):
+    with open(path, encoding="utf-8") as f:
+      sources[os.path.basename(path)[:-3]] = f.read()
+  scan = ProcessScan(sources)
+  for item in items:
+    name = getattr(item, "originalname", None)
+    module = os.path.basename(str(item.path))[:-3]
+    if name is None or module not in sources or item.get_closest_marker("process"):
+      continue
+    cls = item.cls.__name__ if getattr(item, "cls", None) else None
+    if (scan.starts_process(module, name, cls)
+        or any(scan.fixture_starts_process(module, f, cls) for f in item.fixturenames)):
+      item.add_marker(pytest.mark.process)
+
+
+def pytest_deselected(items):
+  """A run that leaves process tests out (-m "not process") guards the rest."""
+  if any(item.get_closest_marker("process") for item in items):
+    _guard["on"] = True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """The running test, for the guard (its fixtures' set-up and teardown included)."""
+  del nextitem
+  _guard["item"] = item
+  try:
+    return (yield)
+  finally:
+    _guard["item"] = None

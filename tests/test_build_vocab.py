@@ -5,11 +5,10 @@ import collections
 import json
 import math
 import os
-import subprocess
 
 import pytest
 
-from conftest import ENV, PYTHON, ROOT, SHARED, requires_shared, run_ok
+from conftest import SHARED, requires_shared, run_ok, run_script
 from bert_tf2 import build_vocab
 from bert_tf2 import fileio
 from bert_tf2 import tokenization
@@ -152,10 +151,9 @@ def test_sentencepiece_model_from_build_vocab_runs_through_the_scripts(split, tm
   assert [f["token"] for f in rows[0]["features"]] == (
       ["[CLS]"] + tokenizer.tokenize("The lobster is a large crustacean .") + ["[SEP]"])
   assert np.isfinite(rows[1]["features"][0]["layers"][0]["values"]).all()
-  result = subprocess.run(
-      [PYTHON, "export_model.py", f"--init_checkpoint={out}", f"--vocab_file={spm_model}",
-       f"--bert_config_file={config}", f"--export_dir={tmp_path / 'export'}"],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, check=False)
+  result = run_script(
+      ["export_model.py", f"--init_checkpoint={out}", f"--vocab_file={spm_model}",
+       f"--bert_config_file={config}", f"--export_dir={tmp_path / 'export'}"], timeout=None)
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.strip().splitlines()[-1].startswith(
       f"error: --vocab_file={spm_model} is a SentencePiece model"), result.stderr[-2000:]
@@ -173,9 +171,8 @@ def test_bad_inputs(tmp_path):
   with pytest.raises(fileio.InputError, match="leaves no room"):
     build_vocab.learn_wordpiece({"a": 1}, 5)
   assert not os.path.exists(tmp_path / "v.txt")
-  result = subprocess.run([PYTHON, "build_vocab.py", f"--input_file={tmp_path}/missing*.txt",
-                           f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300)
+  result = run_script(["build_vocab.py", f"--input_file={tmp_path}/missing*.txt",
+                       f"--output_dir={tmp_path}"], timeout=300)
   assert result.returncode == 2 and "matches no file" in result.stderr
 
 
@@ -186,9 +183,8 @@ def test_a_corpus_with_no_usable_word_is_one_error_line(tmp_path):
   long_words.write_text(("x" * 60 + " " + "y" * 70 + "\n") * 5 + "\n" + "z" * 80 + "\n")
   with pytest.raises(fileio.InputError, match="no word to learn pieces from"):
     build_vocab.learn_wordpiece({"a" * 60: 3, "b" * 51: 1}, 100)
-  result = subprocess.run([PYTHON, "build_vocab.py", f"--input_file={long_words}",
-                           f"--output_dir={tmp_path / 'vocab'}", "--vocab_size=100"],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  result = run_script(["build_vocab.py", f"--input_file={long_words}",
+                       f"--output_dir={tmp_path / 'vocab'}", "--vocab_size=100"], timeout=300)
   assert result.returncode == 2, result.stderr[-2000:]
   assert "Traceback" not in result.stderr
   assert result.stderr.strip().splitlines()[-1] == (

@@ -3,13 +3,12 @@ with the config and vocab alongside."""
 
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, PYTHON, ROOT, TINY, requires_shared, run_ok
+from conftest import TINY, requires_shared, run_ok, run_script
 from bert_tf2 import checkpoints
 from bert_tf2 import convert_checkpoint
 from bert_tf2 import fileio
@@ -88,8 +87,7 @@ def test_bad_inputs(tmp_path):
     convert_checkpoint.convert(str(tmp_path / "nothing.ckpt"), str(tmp_path / "out"), "hf")
   with pytest.raises(fileio.InputError, match="output_format"):
     convert_checkpoint.convert(str(tmp_path), str(tmp_path / "out"), "onnx")
-  result = subprocess.run([PYTHON, "convert_checkpoint.py", "--output_format=hf"], cwd=ROOT,
-                          env=ENV, capture_output=True, text=True, timeout=300)
+  result = run_script(["convert_checkpoint.py", "--output_format=hf"], timeout=300)
   assert result.returncode == 2 and "--input and --output are required" in result.stderr
 
 

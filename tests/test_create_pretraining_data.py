@@ -2,14 +2,13 @@
 
 import os
 import random
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SHARED, VOCAB, requires_shared
+from conftest import ROOT, SHARED, VOCAB, requires_shared, run_process
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data as ptd
@@ -421,18 +420,18 @@ def test_command_line(tmp_path):
   common = [sys.executable, script, f"--vocab_file={VOCAB}", "--dupe_factor=1"]
   # -X importtime lists every module the parent imports: TensorFlow must not be one (its import
   # costs more than preparing a few MB of text).
-  done = subprocess.run(common[:1] + ["-X", "importtime"] + common[1:] + [
+  done = run_process(common[:1] + ["-X", "importtime"] + common[1:] + [
       f"--input_file={SAMPLE_TEXT}", f"--output_file={tmp_path}/a.tfrecord,{tmp_path}/b.tfrecord",
-      "--mode=fast", "--num_workers=2"], capture_output=True, text=True, check=False)
+      "--mode=fast", "--num_workers=2"], cwd=None, env=None, timeout=None)
   assert done.returncode == 0, done.stderr
   assert "instances from 3 documents" in done.stderr
   imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
               if line.startswith("import time:")]
   assert "numpy" in imported and "tensorflow" not in imported
   assert len(read_records(f"{tmp_path}/a.tfrecord", f"{tmp_path}/b.tfrecord")) > 5
-  done = subprocess.run(common + [f"--input_file={tmp_path}/missing.txt",
-                                  f"--output_file={tmp_path}/c.tfrecord"],
-                        capture_output=True, text=True, check=False)
+  done = run_process(common + [f"--input_file={tmp_path}/missing.txt",
+                               f"--output_file={tmp_path}/c.tfrecord"],
+                     cwd=None, env=None, timeout=None)
   assert done.returncode == 2
   assert done.stderr.strip().endswith(
       f"error: input file pattern matches no file: {tmp_path}/missing.txt")

@@ -10,14 +10,14 @@ import importlib.util
 import os
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 import pytest
 
-from conftest import ENV, ROOT, VOCAB, WIKITEXT, requires_shared, run_script
+from conftest import (DEVNULL, ENV, PIPE, ROOT, VOCAB, WIKITEXT, popen, requires_shared,
+                      run_process, run_script)
 from bert_tf2 import create_pretraining_data as cpd
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data as ptd
@@ -81,12 +81,12 @@ def test_without_beam_the_flag_is_a_clear_error(tmp_path, monkeypatch):
 def test_beam_job_on_two_workers_writes_the_local_fast_mode_records(tmp_path):
   local = cpd.run(options(tmp_path, "local/"))
   # From another directory, as a user would: the worker processes still import the project.
-  done = subprocess.run(
+  done = run_process(
       [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
        f"--input_file={WIKITEXT}", f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/beam/",
        f"--beam_pipeline_options={TWO_WORKERS}",
        *[f"--{name}={value}" for name, value in FAST.items()]],
-      cwd=str(tmp_path), env=ENV, capture_output=True, text=True, timeout=600, check=False)
+      cwd=str(tmp_path), env=ENV, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   names = [f"pretraining-{i:05d}-of-00003.tfrecord" for i in range(3)]
   assert sorted(os.listdir(tmp_path / "beam")) == names  # no temporaries left
@@ -250,16 +250,16 @@ def test_a_full_disk_in_a_worker_is_one_error_line_naming_the_output(tmp_path):
 
 @requires_shared
 @requires_beam
-def _start_two_worker_job(tmp_path, **popen):
+def _start_two_worker_job(tmp_path, **popen_args):
   """A Beam job on two workers over 10x WikiText, once both workers run: (process, workers)."""
   corpus = tmp_path / "corpus.txt"
   with open(WIKITEXT, "rb") as f:
     corpus.write_bytes(f.read() * 10)
-  proc = subprocess.Popen(
+  proc = popen(
       [sys.executable, os.path.join(ROOT, "create_pretraining_data.py"), f"--input_file={corpus}",
        f"--vocab_file={VOCAB}", f"--output_file={tmp_path}/out/", "--mode=fast",
        f"--beam_pipeline_options={TWO_WORKERS}"],
-      env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+      cwd=None, env=ENV, stdout=DEVNULL, stderr=PIPE, text=True, **popen_args)
   deadline = time.time() + 120
   while len(workers := _beam_workers(proc.pid)) < 2:  # the job is under way
     if proc.poll() is not None or time.time() > deadline:

@@ -4,9 +4,8 @@ without a word), what --mixed_precision=auto picks, TF32 off for float32, batche
 longest sequence except on TPUs."""
 
 import os
-import subprocess
 
-from conftest import PYTHON, ROOT, TINY, requires_shared
+from conftest import TINY, requires_shared, run_script
 
 from bert_tf2 import devices
 
@@ -81,12 +80,11 @@ def test_auto_precision_runs_as_the_precision_it_picks(tmp_path):
 
   def run(precision, name, **env):
     out = tmp_path / f"{name}.jsonl"
-    result = subprocess.run(
-        [PYTHON, "extract_features.py", f"--input_file={words}", f"--output_file={out}",
+    result = run_script(
+        ["extract_features.py", f"--input_file={words}", f"--output_file={out}",
          f"--init_checkpoint={TINY}/bert_model.ckpt", f"--vocab_file={TINY}/vocab.txt",
          "--max_seq_length=16", "--layers=-1", f"--mixed_precision={precision}"],
-        cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env}, capture_output=True,
-        text=True, timeout=300)
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **env}, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return out.read_text(), result.stderr
 

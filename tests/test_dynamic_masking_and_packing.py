@@ -282,6 +282,7 @@ def test_dynamic_masks_follow_the_generator_rules(tmp_path, tokenizer, packed, w
     assert pieces > 5000
 
 
+@pytest.mark.slow
 @requires_shared
 def test_dynamic_masks_are_reproducible_new_each_pass_and_resumable(tmp_path, tokenizer):
   path, _ = generate(tmp_path, "dynamic.tfrecord", dynamic_masking=True, pack_sequences=True,

@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, requires_shared, run_process
 
 from bert_tf2 import fileio
 from bert_tf2 import metrics
@@ -146,8 +145,8 @@ def test_v2_subset_answers_and_no_answers():
 
 
 def _cli(*args):
-  return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate_squad.py"), *args],
-                        capture_output=True, text=True, cwd=ROOT, timeout=120)
+  return run_process([sys.executable, os.path.join(ROOT, "evaluate_squad.py"), *args],
+                     env=None, cwd=ROOT, timeout=120)
 
 
 @requires_shared

@@ -6,7 +6,6 @@ import importlib
 import json
 import os
 import random
-import subprocess
 import sys
 import types
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (ENV, PYTHON, ROOT, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
+from conftest import (PYTHON, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
                       minilm_dir, requires_shared, run_ok, run_script)
 from bert_tf2 import checkpoints
 from bert_tf2 import classifier_tasks
@@ -117,6 +116,7 @@ def preprocessor_dir(tmp_path_factory):
 # --- preprocessing ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @requires_shared
 def test_preprocessing_savedmodel_equals_full_tokenizer_on_real_corpora(preprocessor_dir,
                                                                         uncased):
@@ -131,6 +131,7 @@ def test_preprocessing_savedmodel_equals_full_tokenizer_on_real_corpora(preproce
                               for w in ("hello", ",", "world", "!")]]
 
 
+@pytest.mark.slow
 @requires_shared
 def test_cased_and_random_text_preprocessing_equal_full_tokenizer():
   texts = _real_texts()[::3] + _random_texts(3000, seed=5)
@@ -156,6 +157,7 @@ def test_character_tables_follow_the_reference_rules():
   assert inside(ord("'"), tables.case_ignorable) and inside(0x301, tables.case_ignorable)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_packing_equals_run_classifier_features(preprocessor_dir, uncased, hub):
   run_classifier = import_script("run_classifier")
@@ -224,6 +226,7 @@ def _assert_same_tokens(got, want, real):
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("source", ["tiny_tf1", "minilm"])
 def test_encoder_reloads_through_hub_equal_to_in_process_model(source, hub, tmp_path):
@@ -293,6 +296,7 @@ def _features(features):
           "segment_ids": tf.constant([f.segment_ids for f in features])}
 
 
+@pytest.mark.slow
 @requires_shared
 def test_classifier_serves_raw_text_like_the_in_process_model(tmp_path, uncased, hub):
   run_classifier = import_script("run_classifier")
@@ -395,6 +399,7 @@ def test_squad_model_answers_as_run_squad_over_every_window(tmp_path, uncased):
       k: ([0], v.dtype) for k, v in got.items()}
 
 
+@pytest.mark.slow
 @requires_shared
 def test_final_text_is_run_squads_projection_on_the_context(uncased):
   """The in-graph get_final_text equals run_squad's span_text on 3,000 random spans of SQuAD dev
@@ -481,8 +486,7 @@ def test_run_classifier_fine_tunes_from_an_exported_encoder(tmp_path):
     np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-20)
   assert os.path.exists(out / "eval_results.txt")
   # A casing that contradicts the module's is refused before anything runs.
-  result = subprocess.run([PYTHON] + common + ["--nodo_lower_case"], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+  result = run_script(common + ["--nodo_lower_case"], timeout=300)
   assert result.returncode == 2 and "does not match the casing" in result.stderr
 
 
@@ -539,6 +543,7 @@ def test_every_fine_tuning_script_starts_from_an_exported_encoder(script, tmp_pa
 # --- errors and atomic outputs ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @requires_shared
 def test_export_replaces_atomically_and_reports_bad_inputs(tmp_path):
   target = str(tmp_path / "model")
@@ -656,6 +661,7 @@ def test_a_fine_tuning_run_exports_with_no_flag_repeated(tmp_path):
       "of run_squad: no --model_type=squad")
 
 
+@pytest.mark.slow
 def test_squad_max_context_reads_neighbouring_windows_only_as_run_squad():
   """The SQuAD model's in-graph max-context choice (each window against the windows that can share
   a token with it, not every window of its context) picks, for every token of every window,
@@ -702,8 +708,7 @@ _, best = export_model._max_context(example, index, start, length, count, offset
                                     -(-seq // stride))
 print(int(count[0]), int(tf.reduce_sum(tf.cast(best, tf.int32))))
 """
-  result = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=600, check=False)
+  result = run_script(["-c", code], timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   windows, chosen = map(int, result.stdout.split())
   assert windows > 5000
@@ -737,7 +742,6 @@ def test_embedder_saved_model_gives_sentence_transformers_vectors(tmp_path):
   # Refused: --normalize for another kind, a pooling the embedder does not have.
   for flags, message in ((["--model_type=encoder", "--normalize"], "--normalize is for"),
                          (["--model_type=embedder", "--pooling=none"], "--pooling=none: the")):
-    result = subprocess.run([PYTHON, "export_model.py", f"--init_checkpoint={model_dir}",
-                             f"--export_dir={tmp_path / 'other'}", *flags], cwd=ROOT, env=ENV,
-                            capture_output=True, text=True, check=False)
+    result = run_script(["export_model.py", f"--init_checkpoint={model_dir}",
+                         f"--export_dir={tmp_path / 'other'}", *flags], timeout=None)
     assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr

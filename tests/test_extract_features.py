@@ -291,6 +291,7 @@ def _direct_windows(tokens_a, tokens_b, seq_length, stride):
   return head + text + ["[SEP]"], windows
 
 
+@pytest.mark.slow
 @requires_shared
 def test_doc_stride_takes_each_token_from_its_max_context_window(ef, tmp_path):
   """Real WikiText lines several times longer than one sequence (single texts and pairs) with

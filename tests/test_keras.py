@@ -75,6 +75,7 @@ class EncoderClassifier:
     return Model()
 
 
+@pytest.mark.slow
 @requires_shared
 def test_keras3_tfsmlayer_serves_the_encoder_and_the_classifier(encoder_dir, tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
@@ -120,6 +121,7 @@ def test_keras3_tfsmlayer_serves_the_encoder_and_the_classifier(encoder_dir, tmp
   np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir, tmp_path):
   import keras  # pylint: disable=g-import-not-at-top
@@ -159,6 +161,7 @@ def test_keras3_model_fine_tunes_the_exported_encoder(encoder_dir, tmp_path):
   assert sorted(os.listdir(os.path.join(tuned, "assets"))) == ["bert_config.json", "vocab.txt"]
 
 
+@pytest.mark.slow
 @requires_shared
 def test_tf_keras_hub_keraslayer_fine_tunes_the_exported_encoder(encoder_dir):
   import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top

@@ -19,12 +19,11 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ENV, ROOT
+from conftest import ENV, ROOT, run_process
 
 PACKAGE = os.path.join(ROOT, "bert_tf2")
 MODULES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PACKAGE, "*.py")))
@@ -106,6 +105,7 @@ def test_no_script_imports_another_script():
   assert not broken, "\n".join(broken)
 
 
+@pytest.mark.slow
 def test_a_static_tool_resolves_every_project_import():
   """jedi, as an editor runs it on the checkout (its root is the project), resolves each project
   import to bert_tf2/X.py; under the old layout (a bert_tf2.py that set `__path__` at run time)
@@ -135,8 +135,7 @@ def test_a_static_tool_resolves_every_project_import():
 
 
 def _python(code):
-  done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
-                        text=True, timeout=300, check=False)
+  done = run_process([sys.executable, "-c", code], cwd=ROOT, env=ENV, timeout=300, check=False)
   assert done.returncode == 0, done.stderr
   return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -185,8 +184,8 @@ def test_help_lists_every_flag_of_the_script(script):
       f"{script}.define_flags()\n"
       "print(json.dumps(sorted(f.name for m, fs in flags.FLAGS.flags_by_module_dict().items()"
       " if m.startswith('bert_tf2.') for f in fs)))")
-  done = subprocess.run([sys.executable, f"{script}.py", "--help"], cwd=ROOT, env=ENV,
-                        capture_output=True, text=True, timeout=300, check=False)
+  done = run_process([sys.executable, f"{script}.py", "--help"], cwd=ROOT, env=ENV, timeout=300,
+                     check=False)
   assert done.returncode == 0, done.stderr
   listed = re.findall(r"^  --(\w+)=(.*?)(?:  \(|$)", done.stdout, re.M)
   assert sorted(name for name, _ in listed) == expected
@@ -292,3 +291,203 @@ def test_the_readme_is_a_front_door():
     lines = f.read().splitlines()
   assert len(lines) <= 300
   assert not [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
+
+
+# --- processes: only conftest starts them, and the tests that do are marked `process` -----------
+
+_PROCESS_CALLS = re.compile(r"system|popen|fork|forkpty|spawn\w*|exec\w*|posix_spawn\w*|"
+                            r"create_subprocess_\w+|ProcessPoolExecutor")
+
+
+def test_only_conftest_starts_processes():
+  """A test starts a process through conftest's helpers only (run_script, run_ok, run_process,
+  popen, ...): no other file of tests/ imports subprocess, multiprocessing or pty or calls os's
+  process functions, so the static scan that marks `process` tests sees every one.
+  tests/pretrain_worker.py is a program the tests run, not a test module."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(ROOT, "tests", "*.py"))):
+    name = os.path.basename(path)
+    if name in ("conftest.py", "pretrain_worker.py"):
+      continue
+    for node in ast.walk(_read_tree(path)):
+      modules = []
+      if isinstance(node, ast.Import):
+        modules = [alias.name for alias in node.names]
+      elif isinstance(node, ast.ImportFrom) and not node.level:
+        modules = [node.module or ""]
+      found += [f"tests/{name}:{node.lineno}: imports {m}" for m in modules
+                if m.split(".")[0] in ("subprocess", "multiprocessing", "pty")
+                or m.startswith("concurrent.futures") and "ProcessPoolExecutor" in
+                [alias.name for alias in node.names]]
+      if (isinstance(node, ast.Attribute) and _PROCESS_CALLS.fullmatch(node.attr)
+          and isinstance(node.value, ast.Name) and node.value.id in ("os", "asyncio", "futures")):
+        found.append(f"tests/{name}:{node.lineno}: {node.value.id}.{node.attr}")
+  assert not found, "\n".join(found)
+  with open(os.path.join(ROOT, "tests", "conftest.py"), encoding="utf-8") as f:
+    assert "import subprocess" in f.read()  # the check reads what it looks for
+
+
+_SCAN_CONFTEST = '''
+import subprocess
+import pytest
+
+def run_ok(args):
+  return subprocess.run(args)
+
+def concurrently(calls):
+  return [call() for call in calls]
+
+def train_twice(args):
+  run_ok(args)
+  return run_ok(args)
+
+@pytest.fixture
+def trained(tmp_path):
+  return run_ok(["train.py", str(tmp_path)])
+
+@pytest.fixture(name="plain")
+def plain_fixture():
+  return 1
+'''
+
+_SCAN_MODULE = '''
+import functools
+import pytest
+import conftest
+from conftest import concurrently, run_script as start, train_twice
+
+def _score(x):
+  return x
+
+def _train(path):
+  return start(["train.py", path])
+
+def _deeper(path):
+  return _train(path)
+
+@pytest.fixture
+def model(tmp_path):
+  return _deeper(tmp_path)
+
+@pytest.fixture
+def exported(model):
+  return model
+
+@pytest.fixture
+def data():
+  return [1, 2]
+
+def test_through_fixtures(exported):
+  assert exported
+
+def test_through_a_partial(tmp_path):
+  concurrently([functools.partial(_train, tmp_path)])
+
+def test_conftest_fixture(trained):
+  assert trained
+
+def test_module_attribute():
+  conftest.run_ok(["x.py"])
+
+def test_conftest_function():
+  train_twice(["x.py"])
+
+@pytest.mark.usefixtures("model")
+def test_usefixtures():
+  pass
+
+STEPS = [train_twice]
+
+def test_through_a_constant():
+  STEPS[0](["x.py"])
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_in_process(n, data, plain, tmp_path):
+  assert _score(n) and concurrently([lambda: data])
+
+class TestBase:
+  def _helper(self):
+    return _train("p")
+
+  def test_method(self):
+    self._helper()
+
+  def test_pure(self):
+    assert _score(1)
+
+class TestChild(TestBase):
+  pass
+'''
+
+_SCAN_OTHER = '''
+import pytest
+from test_synthetic import _deeper, _score
+
+@pytest.fixture
+def trained():
+  return "cached"
+
+def test_imported_function():
+  _deeper("p")
+
+def test_overridden_fixture(trained):
+  assert _score(trained)
+'''
+
+
+def test_the_process_scan_follows_functions_fixtures_and_classes():
+  """conftest.ProcessScan, which marks the `process` tests: a helper reached through fixtures
+  (of the module, of conftest, by usefixtures), module functions (passed as a partial, kept in a
+  list, imported from another test module), `module.helper`, renamed imports and methods (an
+  inherited test too) counts; tests that reach none, or whose module overrides a process fixture
+  of conftest's with its own, do not."""
+  import conftest  # pylint: disable=g-import-not-at-top
+  scan = conftest.ProcessScan({"conftest": _SCAN_CONFTEST, "test_synthetic": _SCAN_MODULE,
+                               "test_other": _SCAN_OTHER})
+  process = {"test_through_fixtures", "test_through_a_partial", "test_conftest_fixture",
+             "test_module_attribute", "test_conftest_function", "test_usefixtures",
+             "test_through_a_constant"}
+  for name in process | {"test_in_process"}:
+    assert scan.starts_process("test_synthetic", name) == (name in process), name
+  for cls in ("TestBase", "TestChild"):
+    assert scan.starts_process("test_synthetic", "test_method", cls)
+    assert not scan.starts_process("test_synthetic", "test_pure", cls)
+  assert scan.fixture_starts_process("test_synthetic", "exported")
+  assert scan.fixture_starts_process("test_synthetic", "trained")  # conftest's
+  assert not scan.fixture_starts_process("test_synthetic", "plain")
+  assert scan.starts_process("test_other", "test_imported_function")
+  assert not scan.starts_process("test_other", "test_overridden_fixture")
+  assert not scan.fixture_starts_process("test_other", "trained")
+
+
+def test_the_process_scan_on_the_real_tests(request):
+  """On this checkout's tests: a module helper (_python), a module-scoped fixture (quickstart's
+  `run`) and a popen through a helper function count; the in-process tests do not."""
+  import conftest  # pylint: disable=g-import-not-at-top
+  sources = {}
+  for path in glob.glob(os.path.join(ROOT, "tests", "*.py")):
+    with open(path, encoding="utf-8") as f:
+      sources[os.path.basename(path)[:-3]] = f.read()
+  scan = conftest.ProcessScan(sources)
+  assert scan.starts_process("test_layout", "test_importing_the_scripts_defines_no_flag")
+  assert scan.starts_process("test_layout", "test_help_lists_every_flag_of_the_script")
+  assert scan.fixture_starts_process("test_quickstart", "run")
+  assert scan.starts_process("test_quickstart", "test_loss_plot_and_tensorboard_logs")
+  assert scan.starts_process("test_reliability_data",
+                             "test_ctrl_c_while_the_script_starts_is_one_line")
+  assert not scan.starts_process("test_quickstart", "test_docstring_sentences_leave_code_out")
+  assert not scan.starts_process("test_layout", "test_the_layout")
+  assert not scan.starts_process("test_layout", "test_the_guard_fails_a_test_the_scan_missed")
+  assert request.node.get_closest_marker("process") is None
+
+
+def test_the_guard_fails_a_test_the_scan_missed(monkeypatch):
+  """With the guard on (as in `make test-fast`), a helper called by a test not marked `process`
+  (here reached through getattr, which the scan cannot follow) fails the test before any process
+  starts."""
+  import conftest  # pylint: disable=g-import-not-at-top
+  helper = getattr(conftest, "run_" + "script")
+  monkeypatch.setitem(conftest._guard, "on", True)  # pylint: disable=protected-access
+  with pytest.raises(pytest.fail.Exception, match="the static scan did not mark it: "
+                                                  r"tests/test_layout.py::test_the_guard"):
+    helper(["-c", "pass"])

@@ -7,14 +7,13 @@ Needs no ../shared and no download, as on a fresh machine: the test runs the rea
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT
+from conftest import PIPE, ROOT, intercept_popen, popen, run_process
 from bert_tf2 import quickstart
 from bert_tf2 import tokenization
 
@@ -31,8 +30,8 @@ def _png_pixels(path):
 def run(tmp_path_factory):
   out = tmp_path_factory.mktemp("quickstart")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  result = subprocess.run([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  result = run_process([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
+                       cwd=ROOT, env=env, timeout=900)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   return out, result.stdout
 
@@ -154,19 +153,19 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
   for name in ("pyproject.toml", "README.md"):
     shutil.copy(os.path.join(ROOT, name), source)
   pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-  subprocess.run(pip + ["wheel", str(source), "--no-deps", "--no-build-isolation", "-w",
-                        str(tmp_path / "dist")], check=True, capture_output=True, timeout=300)
+  run_process(pip + ["wheel", str(source), "--no-deps", "--no-build-isolation", "-w",
+                     str(tmp_path / "dist")], check=True, cwd=None, env=None, text=False,
+              timeout=300)
   wheel = next((tmp_path / "dist").glob("*.whl"))
   # A fresh venv, and the wheel with the dependencies it declares (from the package registry).
   venv = tmp_path / "venv"
-  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True,
-                 timeout=300)
+  run_process([sys.executable, "-m", "venv", str(venv)], check=True, cwd=None, env=None,
+              text=False, timeout=300)
   # The user's shell: no PYTHONPATH, no project venv on PATH; run away from the checkout.
   env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
   env["PATH"] = os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"])
   venv_pip = [str(venv / "bin" / "python"), "-m", "pip", "-q", "--disable-pip-version-check"]
-  result = subprocess.run(venv_pip + ["install", str(wheel)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1200)
+  result = run_process(venv_pip + ["install", str(wheel)], cwd=tmp_path, env=env, timeout=1200)
   if result.returncode != 0 and _connection_trouble(result.stderr):
     pytest.skip("the package registry cannot be reached: " + result.stderr.strip()[-300:])
   assert result.returncode == 0, result.stderr[-3000:]
@@ -196,8 +195,7 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
           == {os.path.join(site, "bert_tf2", "fine_tuning.py")})
 
   def command(name, *args, timeout=300):
-    return subprocess.run([str(venv / "bin" / name), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_process([str(venv / "bin" / name), *args], cwd=tmp_path, env=env, timeout=timeout)
 
   for name in scripts:
     assert os.access(venv / "bin" / name, os.X_OK), name
@@ -224,8 +222,8 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
     assert "pip install --no-deps tensorflow-text==2.21.1" in result.stderr
   assert not (tmp_path / "vocab").exists() and not (tmp_path / "qs").exists()
   # Done as the error line says, the quick start runs end to end from the installed command.
-  result = subprocess.run(venv_pip + ["install", "--no-deps", "tensorflow-text==2.21.1"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+  result = run_process(venv_pip + ["install", "--no-deps", "tensorflow-text==2.21.1"],
+                       cwd=tmp_path, env=env, timeout=1200)
   if result.returncode != 0 and _connection_trouble(result.stderr):
     pytest.skip("the package registry cannot be reached: " + result.stderr.strip()[-300:])
   assert result.returncode == 0, result.stderr[-3000:]
@@ -242,9 +240,8 @@ def test_refuses_to_clear_a_directory_it_did_not_make(tmp_path):
   (tmp_path / "data").mkdir()
   (tmp_path / "data" / "thesis.txt").write_text("years of work")
   (tmp_path / "vocab").mkdir()
-  result = subprocess.run([sys.executable, "quickstart.py", "--small",
-                           f"--output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+  result = run_process([sys.executable, "quickstart.py", "--small",
+                        f"--output_dir={tmp_path}"], cwd=ROOT, env=None, timeout=120)
   assert result.returncode == 2, result.stderr
   assert result.stderr.strip().splitlines()[-1].startswith("error: --output_dir=")
   assert "Traceback" not in result.stderr
@@ -255,13 +252,13 @@ def test_refuses_to_clear_a_directory_it_did_not_make(tmp_path):
 def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
   """`--bogus`: one error line, exit 2. SIGTERM while a step runs: the step gets it too (no
   orphan left running), one error line, exit 143."""
-  result = subprocess.run([sys.executable, "quickstart.py", "--bogus"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+  result = run_process([sys.executable, "quickstart.py", "--bogus"], cwd=ROOT, env=None,
+                       timeout=60)
   assert result.returncode == 2
   assert result.stderr.strip().splitlines() == ["error: unrecognized arguments: --bogus"]
   out = tmp_path / "qs"
-  proc = subprocess.Popen([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = popen([sys.executable, "quickstart.py", "--small", f"--output_dir={out}"],
+               cwd=ROOT, env=None, stdout=PIPE, stderr=PIPE, text=True)
   log = out / "logs" / "vocab.log"
   for _ in range(600):  # the first step has started once its log exists
     if log.exists():
@@ -272,8 +269,8 @@ def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
   assert proc.returncode == 143, err[-2000:]
   assert err.strip().splitlines()[-1] == "error: stopped by SIGTERM"
   assert "Traceback" not in err
-  children = subprocess.run(["pgrep", "-f", f"output_dir={out}/vocab"], capture_output=True,
-                            text=True)
+  children = run_process(["pgrep", "-f", f"output_dir={out}/vocab"], cwd=None, env=None,
+                         timeout=None)
   assert not children.stdout.strip(), children.stdout
 
 
@@ -283,19 +280,16 @@ def test_a_signal_while_a_step_is_being_started_stops_that_step_too(tmp_path, mo
   from bert_tf2 import processes  # pylint: disable=g-import-not-at-top
   started = []
 
-  class SignalledWhileStarting(subprocess.Popen):
-
-    def __init__(self, *args, **kwargs):
-      super().__init__(*args, **kwargs)
-      started.append(self.pid)
-      os.kill(os.getpid(), signal.SIGTERM)
-      for _ in range(50):  # the handler runs at one of these, still inside the constructor
-        time.sleep(0.001)
+  def signalled_while_starting(proc):
+    started.append(proc.pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(50):  # the handler runs at one of these, still inside the constructor
+      time.sleep(0.001)
 
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("one sentence here.\nanother sentence there.\n\nand a second document.\n")
   previous = signal.signal(signal.SIGTERM, processes._raise_interrupted)  # as run_main sets it
-  monkeypatch.setattr(subprocess, "Popen", SignalledWhileStarting)
+  intercept_popen(monkeypatch, signalled_while_starting)
   try:
     runner = quickstart.Runner(str(tmp_path / "out"))
     with pytest.raises(processes.Interrupted):

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import threading
 import time
 
@@ -40,8 +39,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (ENV, PYTHON, ROOT, SHARED, TINY, TINY_CKPT, TINY_VOCAB, VOCAB,
-                      requires_shared, run_ok, run_script)
+from conftest import (DEVNULL, ENV, PIPE, PYTHON, ROOT, SHARED, TINY, TINY_CKPT, TINY_VOCAB, VOCAB,
+                      popen, requires_shared, run_ok, run_script)
 
 SAMPLE_TEXT = os.path.join(SHARED, "reference", "pretraining", "sample_text.txt")
 CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
@@ -474,8 +473,7 @@ def test_data_generation_killed_leaves_no_output_and_a_rerun_gives_the_same_file
           f"--output_file={output}", "--mode=fast", "--num_workers=1", "--chunk_documents=2",
           "--shuffle_buffer_size=100", "--dupe_factor=8", "--max_seq_length=64",
           "--max_predictions_per_seq=10"]
-  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=DEVNULL)
   temporaries = lambda: glob.glob(str(tmp_path / ".out.tfrecord.tmp-*"))
   # Killed while writing: the temporary file has records in it.
   _wait_for(lambda: any(os.path.getsize(t) > 100_000 for t in temporaries()), proc,
@@ -517,8 +515,7 @@ def test_fine_tuning_sigterm_saves_a_checkpoint_and_a_rerun_finishes(tmp_path):
   # 24 examples, batch 4, 25 epochs: 150 steps of one step per loop; SIGTERM comes at the first.
   args = _classifier_args(data, out, "--num_train_epochs=25", "--iterations_per_loop=1",
                           "--save_checkpoints_steps=100000", "--do_eval", "--eval_batch_size=4")
-  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+  proc = popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=PIPE, text=True)
   stderr = _StderrLines(proc)
   _wait_for(lambda: stderr.has(r"step \d+/150 "), proc, "training started")
   proc.send_signal(signal.SIGTERM)
@@ -540,8 +537,7 @@ def test_export_killed_leaves_no_saved_model_under_the_final_name(tmp_path):
   export_dir = tmp_path / "encoder"
   args = ["export_model.py", f"--init_checkpoint={TINY_CKPT}", f"--export_dir={export_dir}",
           "--model_type=encoder"]
-  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=DEVNULL)
   staging = lambda: glob.glob(str(tmp_path / ".encoder.tmp-*"))
   _wait_for(lambda: staging() or export_dir.exists(), proc, "the export started writing")
   proc.send_signal(signal.SIGKILL)

@@ -13,12 +13,12 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import time
 
 import pytest
 
-from conftest import ENV, PYTHON, ROOT, SHARED, TINY, VOCAB, requires_shared
+from conftest import (ENV, PIPE, PYTHON, ROOT, SHARED, TINY, VOCAB, CompletedProcess, popen,
+                      requires_shared, run_script)
 
 pytestmark = requires_shared
 
@@ -30,8 +30,8 @@ SQUAD_V2 = os.path.join(SHARED, "data", "squad", "dev-v2.0.Normans_subset.json")
 
 
 def _start(args, **kw):
-  return subprocess.Popen([PYTHON, *args], cwd=ROOT, env=kw.pop("env", ENV), text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+  return popen([PYTHON, *args], cwd=ROOT, env=kw.pop("env", ENV), text=True, stdout=PIPE,
+               stderr=PIPE, **kw)
 
 
 def _run_all(commands, **kw):
@@ -40,7 +40,7 @@ def _run_all(commands, **kw):
   results = []
   for args, proc in zip(commands, procs):
     out, err = proc.communicate(timeout=600)
-    results.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    results.append(CompletedProcess(args, proc.returncode, out, err))
   return results
 
 
@@ -200,7 +200,7 @@ def test_ctrl_c_while_the_script_starts_is_one_line(script):
   time.sleep(0.8)
   proc.send_signal(signal.SIGINT)
   out, err = proc.communicate(timeout=60)
-  line = _error_line(subprocess.CompletedProcess(script, proc.returncode, out, err), 130)
+  line = _error_line(CompletedProcess(script, proc.returncode, out, err), 130)
   assert line == "error: stopped by SIGINT (Ctrl-C) while starting; nothing was written"
 
 
@@ -264,7 +264,7 @@ def test_stopping_fast_mode_ends_its_workers_and_leaves_no_output(tmp_path, sign
   finally:
     if proc.poll() is None:
       proc.kill()
-  result = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+  result = CompletedProcess(proc.args, proc.returncode, "", err)
   if signum == signal.SIGKILL:
     assert proc.returncode == status
     # Its temporary stays, named after its pid (the next run removes it); nothing else.
@@ -712,9 +712,8 @@ def test_damaged_hub_module_and_empty_training_files_are_one_line_naming_them(tm
   no row, a CoNLL file of only -DOCSTART-, an empty SQuAD file: one line naming the file (it was
   "0 training examples ... make no training step", naming none)."""
   exported = tmp_path / "encoder"
-  result = subprocess.run([PYTHON, "export_model.py", f"--init_checkpoint={TINY}/bert_model.ckpt",
-                           f"--export_dir={exported}"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=600)
+  result = run_script(["export_model.py", f"--init_checkpoint={TINY}/bert_model.ckpt",
+                       f"--export_dir={exported}"], timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
   truncated, no_index = tmp_path / "truncated", tmp_path / "no_index"
   shutil.copytree(exported, truncated)

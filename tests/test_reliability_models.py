@@ -13,13 +13,12 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import time
 
 import pytest
 
-from conftest import (ENV, PYTHON, ROOT, concurrently, minilm_dir, requires_shared, run_ok,
-                      run_script)
+from conftest import (DEVNULL, ENV, PIPE, PYTHON, ROOT, concurrently, minilm_dir, popen,
+                      requires_shared, run_ok, run_script)
 from test_reliability import TINY, TINY_CKPT, TINY_VOCAB, _error_line
 
 pytestmark = requires_shared
@@ -120,9 +119,8 @@ def test_export_overwrite_replaces_with_ordinary_permissions(tmp_path):
   (target / "old").mkdir(parents=True)
   (target / "old" / "file").write_text("x")
   # Under umask 022 the model must come out 0755 / 0644, not mkdtemp's 0700.
-  result = subprocess.run([PYTHON, *_export(target, "--overwrite")], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300,
-                          preexec_fn=lambda: os.umask(0o022))
+  result = run_script(_export(target, "--overwrite"), timeout=300,
+                      preexec_fn=lambda: os.umask(0o022))
   assert result.returncode == 0, result.stderr[-3000:]
   modes = {}
   for root, dirs, files in os.walk(target):
@@ -290,10 +288,9 @@ def test_export_stopped_by_a_signal_leaves_no_staging_and_the_earlier_export(
   before = _earlier_export_at(target, earlier_export)
   # The preprocessor spends seconds building its character tables in Python after its staging
   # directory exists: the signal comes then.
-  proc = subprocess.Popen([PYTHON, *_export(target, f"--vocab_file={TINY_VOCAB}",
-                                            model_type="preprocessor")],
-                          cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+  proc = popen([PYTHON, *_export(target, f"--vocab_file={TINY_VOCAB}",
+                                 model_type="preprocessor")],
+               cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=PIPE, text=True)
   deadline = time.time() + 120
   while not _staging(target):
     assert proc.poll() is None and time.time() < deadline, "the export never started writing"
@@ -313,8 +310,7 @@ def _on_a_small_disk(args, limit):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-  return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                        timeout=300, preexec_fn=small_disk)
+  return run_script(args, timeout=300, preexec_fn=small_disk)
 
 
 def test_export_on_a_full_disk_is_one_error_line_and_keeps_the_earlier_export(

@@ -14,13 +14,12 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, PYTHON, ROOT, requires_shared, run_ok, run_script
+from conftest import DEVNULL, ENV, PIPE, PYTHON, ROOT, popen, requires_shared, run_ok, run_script
 from test_reliability import (TINY_CONFIG, _error_line, _example, _pretraining_args,
                               _StderrLines, _wait_for)
 
@@ -131,8 +130,7 @@ def test_second_run_is_refused_and_ctrl_c_saves_a_checkpoint(setup, tmp_path):
   config_dir, records, _ = setup
   out = tmp_path / "out"
   args = _pretraining_args(config_dir, records, out, "--num_train_steps=100000")
-  first = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+  first = popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=PIPE, text=True)
   try:
     stderr = _StderrLines(first)
     _wait_for(lambda: os.path.exists(out / "ckpt-2.index"), first, "the first checkpoint")
@@ -268,8 +266,7 @@ def test_a_failed_save_leaves_no_partial_checkpoint(setup, tmp_path):
   config_dir, records, _ = setup
   out = tmp_path / "out"
   limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (12_000, 12_000))
-  result = subprocess.run([PYTHON, *_pretraining_args(config_dir, records, out)], cwd=ROOT,
-                          env=ENV, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+  result = run_script(_pretraining_args(config_dir, records, out), timeout=300, preexec_fn=limit)
   line = _error_line(result)
   assert f"cannot save the checkpoint {out / 'ckpt-2'}: File too large" in line, line
   assert not [p for p in os.listdir(out) if p.startswith("ckpt-") or p.startswith("checkpoint")]

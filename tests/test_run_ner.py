@@ -3,14 +3,13 @@ fine-tune of a real checkpoint that tags entities well above chance."""
 
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, ROOT, SHARED, import_script, minilm_dir, requires_shared, run_workers
+from conftest import (SHARED, import_script, minilm_dir, requires_shared, run_script,
+                      run_workers)
 
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
@@ -163,13 +162,13 @@ def test_fine_tune_minilm_on_a_conll_slice(tmp_path):
   model_dir = minilm_dir()
   data_dir = _training_slice(tmp_path)
   output_dir = tmp_path / "out"
-  result = subprocess.run(
-      [sys.executable, "run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+  result = run_script(
+      ["run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
        f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
        "--do_train", "--do_eval", "--do_predict", "--max_seq_length=48",
        "--train_batch_size=32", "--eval_batch_size=64", "--predict_batch_size=16",
        "--learning_rate=1e-4", "--num_train_epochs=2", "--iterations_per_loop=20"],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+      timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   scores = _eval_results(output_dir / "eval_results.txt")
   assert scores["global_step"] == 75
@@ -222,12 +221,12 @@ def test_fine_tunes_from_an_exported_encoder(tmp_path):
                                 init_checkpoint=minilm_dir(), do_lower_case=True)
   data_dir = _training_slice(tmp_path)
   output_dir = tmp_path / "out"
-  result = subprocess.run(
-      [sys.executable, "run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
+  result = run_script(
+      ["run_ner.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
        f"--hub_module_handle={encoder}", "--do_train", "--do_eval", "--max_seq_length=48",
        "--train_batch_size=32", "--eval_batch_size=64", "--learning_rate=1e-4",
        "--num_train_epochs=2", "--iterations_per_loop=20"],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+      timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   scores = _eval_results(output_dir / "eval_results.txt")
   assert scores["global_step"] == 75 and scores["eval_examples"] == 400
@@ -235,8 +234,7 @@ def test_fine_tunes_from_an_exported_encoder(tmp_path):
 
 
 def test_missing_flag_is_one_line_error(tmp_path):
-  result = subprocess.run([sys.executable, "run_ner.py", "--do_train", "--vocab_file=v",
-                           f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300)
+  result = run_script(["run_ner.py", "--do_train", "--vocab_file=v", f"--output_dir={tmp_path}"],
+                      timeout=300)
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == "error: --data_dir is required"

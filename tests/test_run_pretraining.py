@@ -3,15 +3,14 @@
 import itertools
 import os
 import signal
-import subprocess
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (ENV, PYTHON, ROOT, SHARED, VOCAB, assert_same_checkpoints,
-                      kill_at_checkpoint, requires_shared, run_ok, run_workers)
+from conftest import (DEVNULL, ENV, PIPE, PYTHON, ROOT, SHARED, VOCAB, assert_same_checkpoints,
+                      kill_at_checkpoint, popen, requires_shared, run_ok, run_script, run_workers)
 import pretrain_worker
 
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
@@ -103,9 +102,8 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
 @requires_shared
 def test_sigterm_saves_a_checkpoint_and_eval_writes_the_original_keys(tmp_path):
   out = tmp_path / "out"
-  proc = subprocess.Popen([PYTHON] + _pretrain_args(tmp_path, out, 100000),
-                          cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+  proc = popen([PYTHON] + _pretrain_args(tmp_path, out, 100000),
+               cwd=ROOT, env=ENV, stdout=DEVNULL, stderr=PIPE, text=True)
   deadline = time.time() + 300
   while not os.path.exists(out / "ckpt-4.index"):
     assert proc.poll() is None and time.time() < deadline
@@ -128,13 +126,12 @@ def test_sigterm_saves_a_checkpoint_and_eval_writes_the_original_keys(tmp_path):
 @requires_shared
 def test_bad_flags_are_clear_errors_and_write_nothing(tmp_path):
   args = _pretrain_args(tmp_path, tmp_path / "out", 10, ["--max_seq_length=512"])
-  result = subprocess.run([PYTHON] + args, cwd=ROOT, env=ENV, capture_output=True, text=True)
+  result = run_script(args, timeout=None)
   assert result.returncode == 2
   assert "--max_seq_length=512 is above max_position_embeddings=128" in result.stderr
   assert "Traceback" not in result.stderr
-  result = subprocess.run([PYTHON] + _pretrain_args(tmp_path, tmp_path / "out", 10,
-                                                    ["--max_predictions_per_seq=30"]),
-                          cwd=ROOT, env=ENV, capture_output=True, text=True)
+  result = run_script(_pretrain_args(tmp_path, tmp_path / "out", 10,
+                                     ["--max_predictions_per_seq=30"]), timeout=None)
   assert result.returncode == 2 and "default.tfrecord: record 0 does not match" in result.stderr
   assert not os.path.exists(tmp_path / "out" / "checkpoint")
 

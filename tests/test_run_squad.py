@@ -5,15 +5,13 @@ import collections
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, ROOT, SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok
+from conftest import SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok, run_script
 
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
@@ -388,8 +386,7 @@ def test_v2_predict_writes_null_odds_and_scores(tmp_path):
 
 def test_flag_errors(tmp_path):
   def error(*args):
-    result = subprocess.run([sys.executable, "run_squad.py", *args], cwd=ROOT, env=ENV,
-                            capture_output=True, text=True, timeout=300)
+    result = run_script(["run_squad.py", *args], timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     return result.stderr.strip().splitlines()[-1]
 

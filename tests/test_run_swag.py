@@ -1,14 +1,13 @@
 """run_swag.py on a small SWAG-format CSV (no SWAG data is shipped): reading, four-choice
 features, and fine-tuning a real checkpoint until it has learned the rows."""
 
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ENV, ROOT, import_script, minilm_dir, requires_shared
+from conftest import ENV, ROOT, import_script, minilm_dir, requires_shared, run_process
 
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
@@ -133,14 +132,14 @@ def test_fine_tune_overfits_three_situations(tmp_path):
   common = [sys.executable, "run_swag.py", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
             f"--init_checkpoint={model_dir}", f"--vocab_file={model_dir}/vocab.txt",
             "--max_seq_length=32", "--eval_batch_size=2", "--predict_batch_size=4"]
-  result = subprocess.run(
+  result = run_process(
       common + ["--do_train", "--do_eval", "--do_predict", "--train_batch_size=3",
                 "--num_train_epochs=30", "--learning_rate=1e-4", "--warmup_proportion=0.1",
                 # Calibrated on the original's optimizer, whose uncorrected first steps are
                 # several times larger: 30 steps of the bias-corrected default reach 0.36.
                 "--optimizer=adam_weight_decay",
                 "--iterations_per_loop=10"],
-      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+      cwd=ROOT, env=ENV, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   scores = _eval_results(output_dir / "eval_results.txt")
   assert scores["global_step"] == 30 and scores["eval_examples"] == 3
@@ -152,8 +151,7 @@ def test_fine_tune_overfits_three_situations(tmp_path):
   assert [int(np.argmax(r)) for r in rows] == [0, 3]
 
   (output_dir / "eval_results.txt").unlink()
-  result = subprocess.run(common + ["--do_eval"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=600)
+  result = run_process(common + ["--do_eval"], cwd=ROOT, env=ENV, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   again = _eval_results(output_dir / "eval_results.txt")
   assert again["global_step"] == 30
@@ -161,8 +159,7 @@ def test_fine_tune_overfits_three_situations(tmp_path):
 
 
 def test_missing_flag_is_one_line_error(tmp_path):
-  result = subprocess.run([sys.executable, "run_swag.py", "--do_eval", f"--data_dir={tmp_path}",
-                           f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300)
+  result = run_process([sys.executable, "run_swag.py", "--do_eval", f"--data_dir={tmp_path}",
+                        f"--output_dir={tmp_path}"], cwd=ROOT, env=ENV, timeout=300)
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == "error: --vocab_file is required"

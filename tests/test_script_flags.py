@@ -2,10 +2,9 @@
 flag the script lacks keeps its default; `given` names the flags set on the command line."""
 
 import json
-import subprocess
 import sys
 
-from conftest import ENV, ROOT
+from conftest import ENV, ROOT, run_process
 
 
 def test_settings_are_the_flags_values_by_field_name():
@@ -22,8 +21,7 @@ print(json.dumps({"lr": s.learning_rate, "do_train": s.do_train, "do_eval": s.do
                   "output_dir": s.output_dir, "given": sorted(s.given),
                   "training_lr": t.learning_rate, "training_fields": len(vars(t))}))
 """
-  done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
-                        text=True, timeout=300, check=False)
+  done = run_process([sys.executable, "-c", code], cwd=ROOT, env=ENV, timeout=300, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   got = json.loads(done.stdout.strip().splitlines()[-1])
   assert got["lr"] == got["training_lr"] == 3e-5

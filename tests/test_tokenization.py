@@ -245,6 +245,7 @@ def _real_texts():
   return texts + EDGE_TEXTS
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("mode", ["uncased", "cased"])
 def test_fast_path_equals_reference_on_real_data(mode, request):

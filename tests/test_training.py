@@ -70,6 +70,7 @@ def _assert_same(first, second, rtol, atol):
     np.testing.assert_allclose(a.numpy(), b.numpy(), atol=atol, err_msg=a.name)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_gradient_accumulation_equals_one_big_batch():
   _assert_same(_train(3, 1, _next_sentence_only), _train(3, 2, _next_sentence_only), 1e-5, 2e-6)
@@ -81,6 +82,7 @@ def _nodes(graph):
   return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_a_loop_of_steps_holds_the_step_once_and_equals_steps_one_at_a_time():
   """_train_loop(n) takes n steps of the one traced step (a copy of the step written out twice,
@@ -118,6 +120,7 @@ def test_a_loop_of_steps_holds_the_step_once_and_equals_steps_one_at_a_time():
     np.testing.assert_allclose(a, b.numpy(), atol=2e-6, err_msg=b.name)
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_mixed_precision_training_tracks_float32(dtype):
@@ -126,12 +129,14 @@ def test_mixed_precision_training_tracks_float32(dtype):
   np.testing.assert_allclose(low, ref, rtol=0.02)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_xla_gives_the_same_steps():
   _assert_same(_train(3, 1, modeling.pretraining_losses),
                _train(3, 1, modeling.pretraining_losses, use_xla=True), 1e-5, 1e-5)
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_xla_with_mixed_precision_gives_the_same_steps(dtype):
@@ -142,6 +147,7 @@ def test_xla_with_mixed_precision_gives_the_same_steps(dtype):
   np.testing.assert_allclose(xla, plain, rtol=0.01)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_nonfinite_losses_are_skipped_then_stop_training_with_the_checkpoint_intact(tmp_path):
   tf.random.set_seed(5)
@@ -214,6 +220,7 @@ def _train_classifier(run_classifier, path, pad_to_longest, accumulation, head_d
   return model, np.array(losses)
 
 
+@pytest.mark.slow
 @requires_shared
 def test_dynamic_padding_trains_as_full_length(tmp_path):
   """Classifier steps on real MRPC pairs with batches cut to their longest pair are the
@@ -257,6 +264,7 @@ def _mrpc_features(count=24):
   return features
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("compute_dtype", [tf.float32, tf.bfloat16])
 def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dtype):
@@ -291,6 +299,7 @@ def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dty
   np.testing.assert_array_equal(tf.function(lambda f: model(f)["logits"])(features).numpy(), plain)
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("compute_dtype,atol", [(tf.float32, 1e-5), (tf.bfloat16, 2e-3)])
 def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol):
@@ -323,6 +332,7 @@ def test_predict_and_evaluate_read_the_weights_of_the_moment(compute_dtype, atol
     before = got
 
 
+@pytest.mark.slow
 @requires_shared
 @pytest.mark.parametrize("batch_size", [7, 8])
 def test_predict_and_evaluate_in_streams_give_each_example_its_own_outputs(batch_size):
@@ -382,6 +392,7 @@ class _TracedBatches(tf.Module):
                       inference_weights=inference_weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_xla", [False, True])
 def test_span_and_token_models_predict_and_evaluate_odd_batches_in_streams(use_xla):
   """SQuAD's and NER's models (whose outputs also hold the list of every layer's output, which
@@ -443,6 +454,7 @@ def test_prediction_streams_only_where_one_replica_runs_on_a_cpu_of_several_core
   assert devices.prediction_streams(TwoReplicas()) == 1
 
 
+@pytest.mark.slow
 def test_progress_comes_at_the_first_step_and_then_by_the_clock():
   """A user sees a line as soon as the first step has run, then every `log_every_seconds`
   whatever --iterations_per_loop is (100 steps of a large model were minutes of silence); the
