@@ -116,6 +116,11 @@ def run_script(args, env=None, timeout=600, **kw):
                         capture_output=True, text=True, timeout=timeout, **kw)
 
 
+# A hang guard for the few tests that train for minutes (about 300 CPU-seconds alone): on a 2-core
+# AVX2-only machine with the other test worker training too they took over 600 s in CI.
+LONG_TRAINING = 1800
+
+
 def run_ok(args, env=None, timeout=600, **kw):
   """run_script that must succeed: a failure shows the end of the script's stderr."""
   _may_start_a_process("run_ok")

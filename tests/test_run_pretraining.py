@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (DEVNULL, ENV, PIPE, PYTHON, ROOT, SHARED, VOCAB, assert_same_checkpoints,
-                      kill_at_checkpoint, popen, requires_shared, run_ok, run_script, run_workers)
+from conftest import (DEVNULL, ENV, LONG_TRAINING, PIPE, PYTHON, ROOT, SHARED, VOCAB,
+                      assert_same_checkpoints, kill_at_checkpoint, popen, requires_shared, run_ok,
+                      run_script, run_workers)
 import pretrain_worker
 
 RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
@@ -168,7 +169,7 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
   run_ok(["run_pretraining.py", *common, f"--input_file={tmp_path / 'train.tfrecord'}",
         "--do_train", "--train_batch_size=32", "--num_train_steps=1000",
         "--num_warmup_steps=50", "--learning_rate=1e-3", "--iterations_per_loop=200",
-        "--save_checkpoints_steps=1000"])
+        "--save_checkpoints_steps=1000"], timeout=LONG_TRAINING)
   run_ok(["run_pretraining.py", *common, f"--input_file={tmp_path / 'eval.tfrecord'}",
         "--do_eval", "--eval_batch_size=32", "--max_eval_steps=1000"])
   results = dict(line.split(" = ") for line in

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import SHARED, VOCAB, import_script, minilm_dir, requires_shared, run_ok, run_script
+from conftest import (LONG_TRAINING, SHARED, VOCAB, import_script, minilm_dir, requires_shared,
+                      run_ok, run_script)
 
 from bert_tf2 import fileio
 from bert_tf2 import fine_tuning
@@ -441,7 +442,7 @@ def test_fine_tune_minilm_answers_held_out_questions(tmp_path):
               # The figures above are the original optimizer's; the bias-corrected default
               # takes smaller first steps and reaches F1 27 in these 4 short epochs.
               "--optimizer=adam_weight_decay",
-              "--predict_batch_size=32", "--iterations_per_loop=25"])
+              "--predict_batch_size=32", "--iterations_per_loop=25"], timeout=LONG_TRAINING)
   scores = _eval_results(output_dir / "eval_results.txt")
   with open(output_dir / "predictions.json", encoding="utf-8") as f:
     predictions = json.load(f)
