@@ -344,7 +344,7 @@ def _extend(input_files):
   if not added:
     raise fileio.InputError(f"no word of {', '.join(input_files)} is split by --extend_vocab="
                             f"{FLAGS.extend_vocab} into known pieces: nothing to add")
-  with open(FLAGS.extend_vocab, encoding="utf-8") as f:
+  with fileio.open_input(FLAGS.extend_vocab) as f:
     old_lines = f.read().splitlines()
   write_vocab(old_lines + [word for word, _ in added], vocab_file)
   saved = sum(counts[word] * (len(pieces) - 1) for word, pieces in added)

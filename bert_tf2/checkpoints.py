@@ -11,7 +11,6 @@ Every model variable is named as in the original (see modeling.py), so:
 """
 
 import functools
-import glob
 import json
 import os
 import re
@@ -143,9 +142,13 @@ def load_tf1_checkpoint(module, prefix):
 
 def load_hf_checkpoint(module, path):
   """Loads HuggingFace BERT weights (`model.safetensors`) into `module`."""
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import load, load_file  # pylint: disable=g-import-not-at-top
   try:
-    tensors = load_file(path)
+    if fileio.is_remote(path):  # safetensors reads local files only: the bytes, read here
+      with fileio.open_input(path, "rb") as f:
+        tensors = load(f.read())
+    else:
+      tensors = load_file(path)
   except Exception as e:  # safetensors raises its own error types for corrupt headers
     raise fileio.InputError(f"{path}: not a readable safetensors file: {e}") from None
   # Older HF checkpoints name LayerNorm parameters gamma/beta.
@@ -202,20 +205,20 @@ def resolve_checkpoint(path):
   `.safetensors` file, or a directory holding one of them."""
   if not path:
     raise fileio.InputError("no checkpoint given")
-  if os.path.isdir(path):
-    if os.path.exists(os.path.join(path, "model.safetensors")):
+  if fileio.isdir(path):
+    if fileio.exists(os.path.join(path, "model.safetensors")):
       return "hf", os.path.join(path, "model.safetensors")
     latest = tf.train.latest_checkpoint(path)
     if latest:
       return resolve_checkpoint(latest)
-    if os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
+    if fileio.exists(os.path.join(path, "bert_model.ckpt.index")):
       return "tf1", os.path.join(path, "bert_model.ckpt")
     raise fileio.InputError(f"no checkpoint found in directory {path} (looked for "
                             "model.safetensors, a `checkpoint` state file, bert_model.ckpt)")
   if path.endswith(".safetensors"):
     fileio.check_file(path, "checkpoint")
     return "hf", path
-  if not os.path.exists(path + ".index"):
+  if not fileio.exists(path + ".index"):
     raise fileio.InputError(f"checkpoint not found: {path} (no {path}.index)")
   try:
     keys = tf.train.list_variables(path)
@@ -259,29 +262,35 @@ def _copy_sidecars(directory, config, vocab_file, config_name, hf=False):
       f.write(text)
   if vocab_file:
     with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
-      shutil.copyfile(vocab_file, tmp)
+      fileio.copy_file(vocab_file, tmp)
 
 
 def export_tf1_checkpoint(module, prefix, config=None, vocab_file=None, global_step=None):
   """Writes `module`'s variables under their original names (a name-based V2 checkpoint, as TF1's
   Saver wrote), plus bert_config.json and vocab.txt beside it when given."""
-  directory = os.path.dirname(os.path.abspath(prefix))
-  os.makedirs(directory, exist_ok=True)
+  directory = fileio.parent(prefix)
+  fileio.makedirs(directory)
+  remote = fileio.is_remote(prefix)
   named = variables_by_name(module)
   names = sorted(named)
   tensors = [tf.convert_to_tensor(named[n]) for n in names]
   if global_step is not None:
     names.append("global_step")
     tensors.append(tf.constant(global_step, tf.int64))
-  # Write under a temporary prefix in the same directory, then rename each file into place.
-  staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
+  # Write under a temporary prefix in the same directory, then rename each file into place (on an
+  # object store: in a local one, then each file uploaded whole, fileio.atomic_path).
+  staging = tempfile.mkdtemp(prefix=".export-", dir=None if remote else directory)
   try:
     tmp_prefix = os.path.join(staging, "ckpt")
     tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
                       tensors=tensors)
     for produced in sorted(os.listdir(staging)):
-      os.replace(os.path.join(staging, produced),
-                 os.path.abspath(prefix) + produced[len("ckpt"):])
+      if remote:
+        with fileio.atomic_path(prefix + produced[len("ckpt"):]) as tmp:
+          shutil.copyfile(os.path.join(staging, produced), tmp)
+      else:
+        os.replace(os.path.join(staging, produced),
+                   os.path.abspath(prefix) + produced[len("ckpt"):])
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   _copy_sidecars(directory, config, vocab_file, "bert_config.json")
@@ -301,7 +310,7 @@ def export_hf_checkpoint(module, directory, config=None, vocab_file=None):
       key = key[len("bert."):]
     value = variable.numpy()
     tensors[key] = np.ascontiguousarray(value.T if _hf_transposed(name) else value)
-  os.makedirs(directory, exist_ok=True)
+  fileio.makedirs(directory)
   path = os.path.join(directory, "model.safetensors")
   with fileio.atomic_path(path) as tmp:
     try:
@@ -319,7 +328,7 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
   records beside it; checked before any of that. An unreadable checkpoint is left to the restore.
   Returns `module`."""
   # The ckpt-N files themselves, not the `checkpoint` state file, which may be damaged or missing.
-  names = os.listdir(directory) if os.path.isdir(directory) else []
+  names = fileio.listdir(directory) if fileio.isdir(directory) else []
   numbers = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if m]
   if not numbers:
     return module
@@ -353,14 +362,14 @@ CONFIG_NAMES = ("bert_config.json", "config.json")
 
 def checkpoint_directory(path):
   """The directory of a checkpoint given as a directory, a file or a prefix."""
-  return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  return path if fileio.isdir(path) else fileio.parent(path)
 
 
 def config_beside(path):
   """The bert_config.json / config.json beside the checkpoint `path`, or None."""
   directory = checkpoint_directory(path)
   return next((os.path.join(directory, n) for n in CONFIG_NAMES
-               if os.path.exists(os.path.join(directory, n))), None)
+               if fileio.exists(os.path.join(directory, n))), None)
 
 
 def num_classifier_outputs(init_checkpoint):
@@ -390,8 +399,8 @@ def global_step(checkpoint):
 def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint"):
   """--bert_config_file, else the config beside `checkpoint`; InputError when neither is."""
   path = bert_config_file or (config_beside(checkpoint) if checkpoint else None)
-  if not path and checkpoint and not (os.path.exists(checkpoint)
-                                      or glob.glob(glob.escape(checkpoint) + ".*")):
+  if not path and checkpoint and not (fileio.exists(checkpoint)
+                                      or fileio.glob_files(fileio.escape(checkpoint) + ".*")):
     # A mistyped path is named as such, not as a missing config.
     raise fileio.InputError(f"{checkpoint_flag}={checkpoint}: no checkpoint there (no such "
                             f"folder, and no {os.path.basename(checkpoint)}.* files)")
@@ -457,10 +466,10 @@ def _load_saved_model(handle):
   """tf.saved_model.load of a --hub_module_handle, with one InputError naming the handle and the
   part that is missing or damaged (its variables index, a truncated variables file) where
   TensorFlow raises an IndexError, a two-line OpError or a ValueError."""
-  if not os.path.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
+  if not fileio.isdir(handle) or not tf.saved_model.contains_saved_model(handle):
     raise fileio.InputError(f"--hub_module_handle={handle} is not a SavedModel directory")
   variables = os.path.join(handle, "variables")
-  if os.path.isdir(variables) and not os.path.exists(os.path.join(variables,
+  if fileio.isdir(variables) and not fileio.exists(os.path.join(variables,
                                                                    "variables.index")):
     raise fileio.InputError(f"--hub_module_handle={handle}: the SavedModel has no "
                             "variables/variables.index (copied incompletely?)")
@@ -486,7 +495,7 @@ def load_tokenization_info(handle):
 def encoder_config(handle):
   """The BertConfig of an exported encoder SavedModel (its bert_config.json asset)."""
   path = os.path.join(handle, "assets", "bert_config.json")
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     raise fileio.InputError(f"{handle}: not an encoder exported by export_model.py (no "
                             "assets/bert_config.json)")
   return modeling.BertConfig.from_json_file(path)

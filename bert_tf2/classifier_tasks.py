@@ -503,7 +503,7 @@ class DelimitedProcessor(DataProcessor):
         raise fileio.InputError("give --labels, or --data_dir with a training file to read them "
                                 "from")
       train_file = self._path(data_dir, "train")
-      if not os.path.exists(train_file):
+      if not fileio.exists(train_file):
         raise fileio.InputError(f"give --labels: there is no {train_file} to read the labels "
                                 "from, nor a task.json saved by a training run in --output_dir")
       examples = self._create_examples(train_file, "train", labels=None)

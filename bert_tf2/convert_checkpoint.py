@@ -59,7 +59,7 @@ def find_sidecars(input_path, bert_config_file=None, vocab_file=None):
   vocab = vocab_file or checkpoints.vocab_beside(input_path)
   if vocab_file:
     fileio.check_file(vocab_file, "vocab file")
-  elif not os.path.exists(vocab):
+  elif not fileio.exists(vocab):
     logging.warning("no vocab.txt beside %s: the output has no vocab", input_path)
     vocab = None
   return config, vocab
@@ -92,7 +92,7 @@ def write_project_checkpoint(model, directory, config, vocab_file):
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), staging,
                                          max_to_keep=1)
     manager.save(checkpoint_number=0)
-    produced = sorted(os.listdir(staging))
+    produced = sorted(fileio.listdir(staging))
     for name in [n for n in produced if n != "checkpoint"] + ["checkpoint"]:
       os.replace(os.path.join(staging, name), os.path.join(directory, name))
   finally:
@@ -109,7 +109,7 @@ def output_files(output, output_format, with_vocab):
   """Every file a conversion to `output_format` at `output` writes."""
   if output_format == "tf1":
     prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
-    directory = os.path.dirname(os.path.abspath(prefix))
+    directory = fileio.parent(prefix)
     files = [prefix + ".index", prefix + ".data-00000-of-00001",
              os.path.join(directory, "bert_config.json")]
   elif output_format == "hf":
@@ -126,7 +126,7 @@ def output_files(output, output_format, with_vocab):
 def _check_project_output(directory):
   """A project output directory must not hold other checkpoints: its `checkpoint` state file,
   rewritten to name ckpt-0, would hide them (a training run would resume from the conversion)."""
-  others = sorted(n for n in (os.listdir(directory) if os.path.isdir(directory) else [])
+  others = sorted(n for n in (fileio.listdir(directory) if fileio.isdir(directory) else [])
                   if n.startswith("ckpt-") and not n.startswith(_PROJECT_PREFIX + "."))
   if others:
     raise fileio.InputError(f"--output={directory} holds other checkpoints ({others[0]} ...); "
@@ -143,7 +143,7 @@ def _check_existing(files, output_format, output, overwrite):
                             f"checkpoint?); choose a new --output, or pass --overwrite")
   if overwrite and output_format == "tf1":
     meta = files[0][:-len(".index")] + ".meta"
-    if os.path.isfile(meta):
+    if fileio.isfile(meta):
       logging.info("Removing %s: it belongs to the checkpoint being replaced", meta)
       os.remove(meta)
 
@@ -167,7 +167,7 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file, ov
   # the optimizer slots and leave a stale .meta), compared by real path.
   input_files = checkpoints.checkpoint_files(input_path)
   state = os.path.join(input_path, "checkpoint")
-  if os.path.isdir(input_path) and os.path.isfile(state):
+  if fileio.isdir(input_path) and fileio.isfile(state):
     input_files.append(state)
   fileio.check_outputs(files=[("output", f) for f in output_files(output, output_format, vocab)],
                        inputs=[("input", input_files),

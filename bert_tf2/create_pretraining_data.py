@@ -229,7 +229,7 @@ def create_fast_records(input_files, options, stats, num_workers, tokenizer=None
   With one worker everything runs in this process (with `tokenizer` if given). `stats` is
   updated as chunks complete. Raises InputError when the input holds no document.
   """
-  total_bytes = sum(os.path.getsize(path) for path in input_files)
+  total_bytes = sum(fileio.size(path) for path in input_files)
   progress = pretraining_data.Progress("fast mode", total_bytes, "B", options.progress_seconds)
   with contextlib.ExitStack() as stack:
     chunks = pretraining_data.iter_chunks(input_files, options.chunk_documents)
@@ -289,7 +289,7 @@ def run(options):
                "\n  ".join(input_files))
   start = time.monotonic()
 
-  total_bytes = sum(os.path.getsize(path) for path in input_files)
+  total_bytes = sum(fileio.size(path) for path in input_files)
   if options.mode == "fast":
     if not options.num_workers and total_bytes < _PARALLEL_FAST_MIN_BYTES:
       num_workers = 1

@@ -48,7 +48,6 @@ from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import json
 import os
-import shutil
 import tempfile
 
 import numpy as np
@@ -583,11 +582,11 @@ def is_saved_model_directory(path):
   """True when `path` holds a SavedModel and nothing else (so replacing it loses no user file):
   saved_model.pb, and only SavedModel entries beside it and variables.* files under variables/."""
   try:
-    names = set(os.listdir(path))
+    names = set(fileio.listdir(path))
     variables = os.path.join(path, "variables")
-    if "variables" in names and (os.path.islink(variables) or not os.path.isdir(variables)):
+    if "variables" in names and (os.path.islink(variables) or not fileio.isdir(variables)):
       return False
-    extra = [n for n in (os.listdir(variables) if "variables" in names else [])
+    extra = [n for n in (fileio.listdir(variables) if "variables" in names else [])
              if not n.startswith("variables.")]
   except OSError:
     return False
@@ -599,7 +598,7 @@ def _config_and_vocab_paths(init_checkpoint, bert_config_file=None, vocab_file=N
   config_path = checkpoints.config_path(bert_config_file, init_checkpoint)
   vocab_path = vocab_file or (checkpoints.vocab_beside(init_checkpoint) if init_checkpoint
                               else None)
-  if not vocab_path or not os.path.exists(vocab_path):
+  if not vocab_path or not fileio.exists(vocab_path):
     raise fileio.InputError("--vocab_file is required (no vocab.txt beside --init_checkpoint)")
   fileio.check_file(vocab_path, "vocab file")
   return config_path, vocab_path
@@ -701,7 +700,7 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
         what = "LiteRT model" if export_format == "litert" else "SavedModel"
         raise fileio.InputError(f"--export_dir={export_dir}: cannot write the {what}, "
                                 f"nothing was replaced: {reason}") from None
-  export_dir = os.path.abspath(export_dir)
+  export_dir = fileio.absolute(export_dir)
   logging.info("Wrote %s %s", "LiteRT model" if export_format == "litert" else "SavedModel",
                export_dir)
   return export_dir
@@ -757,9 +756,9 @@ def _write_litert(module, model_type, staging, quantize, init_checkpoint, config
   config = modeling.BertConfig.from_json_file(config_path)
   with open(os.path.join(staging, "bert_config.json"), "w", encoding="utf-8") as f:
     f.write(config.to_json_string())
-  shutil.copyfile(vocab_path, os.path.join(staging, "vocab.txt"))
+  fileio.copy_file(vocab_path, os.path.join(staging, "vocab.txt"))
   info = {"kind": model_type, "quantize": quantize, "do_lower_case": do_lower_case,
-          "max_seq_length": max_seq_length, "init_checkpoint": os.path.abspath(init_checkpoint),
+          "max_seq_length": max_seq_length, "init_checkpoint": fileio.absolute(init_checkpoint),
           "global_step": checkpoints.global_step(init_checkpoint), **info}
   with open(os.path.join(staging, litert.INFO_FILE), "w", encoding="utf-8") as f:
     json.dump(info, f, indent=2)

@@ -404,7 +404,7 @@ def main(_):
                                               runner.do_lower_case)
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file)
     inputs = [("litert_model", [os.path.join(FLAGS.litert_model, name)
-                                for name in os.listdir(FLAGS.litert_model)])]
+                                for name in fileio.listdir(FLAGS.litert_model)])]
   else:
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
                    vocab_file=vocab_file, init_checkpoint=FLAGS.init_checkpoint)
@@ -418,7 +418,7 @@ def main(_):
   fileio.check_outputs(
       files=[("output_file", FLAGS.output_file)],
       inputs=[("input_file", FLAGS.input_file), ("vocab_file", vocab_file), *inputs])
-  if os.path.getsize(FLAGS.input_file) == 0:
+  if fileio.size(FLAGS.input_file) == 0:
     raise fileio.InputError(f"--input_file={FLAGS.input_file} is empty: no line to extract "
                             "features of")
   if runner:

@@ -17,6 +17,7 @@ import errno
 import fcntl
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -66,7 +67,7 @@ def read_delimited(path, delimiter=",", quotechar='"', what="file"):
   csv.field_size_limit(sys.maxsize)
   rows = []
   try:
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_input(path, encoding="utf-8-sig", newline="") as f:
       reader = csv.reader(f, delimiter=delimiter, quotechar=quotechar, strict=True)
       start = 1
       for fields in reader:
@@ -81,22 +82,205 @@ def read_delimited(path, delimiter=",", quotechar='"', what="file"):
   return rows
 
 
-# A URL's scheme: gs://, s3://, hdfs://, https://.
+# A URL's scheme: gs://, s3://, hdfs://, ram://.
 _REMOTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def is_remote(path):
+  """True for a path on a file system TensorFlow reaches by URL scheme (gs://, s3://, ram://):
+  read and written through tf.io.gfile and object_store, never the local disk."""
   return bool(_REMOTE.match(os.fspath(path)))
 
 
+def _first_line(error):
+  text = (getattr(error, "message", None) or str(error)).strip()
+  line = text.splitlines()[0] if text else type(error).__name__
+  return line if len(line) <= 200 else line[:200] + "..."
+
+
+def remote_problem(error, path):
+  """What a tf.errors.OpError from `path`'s object store means, in words naming the fix."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  scheme = _REMOTE.match(os.fspath(path)).group(0)
+  if isinstance(error, tf.errors.UnimplementedError):
+    return (f"TensorFlow has no file system for {scheme} paths (gs:// is built in; s3://, "
+            "hdfs:// and az:// come with `pip install tensorflow-io`)")
+  if isinstance(error, tf.errors.PermissionDeniedError):
+    return ("permission denied: the credentials in use may not access it (check "
+            "GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`, and the "
+            f"bucket's roles) ({_first_line(error)})")
+  if isinstance(error, tf.errors.UnauthenticatedError):
+    return ("no valid credentials (set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth "
+            f"application-default login`) ({_first_line(error)})")
+  if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                        tf.errors.DeadlineExceededError, tf.errors.InternalError)):
+    return ("the storage service could not be reached or kept failing after TensorFlow's "
+            f"retries ({_first_line(error)})")
+  if isinstance(error, tf.errors.NotFoundError):
+    return f"not found ({_first_line(error)})"
+  return _first_line(error)
+
+
+@contextlib.contextmanager
+def remote_errors(path, what="file", label=None):
+  """Turns a TensorFlow file-system error of the block into an InputError naming `what` and the
+  remote `path` (or starting with `label`) and saying what it means (remote_problem)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  try:
+    yield
+  except tf.errors.OpError as e:
+    raise InputError(f"{label or f'{what} {path}'}: {remote_problem(e, path)}") from None
+
+
+def _gfile(path):
+  """tf.io.gfile, with `path`'s scheme registered (object_store.register)."""
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  object_store.register(path)
+  return object_store.tf.io.gfile
+
+
+def _bucket_missing(path):
+  """`gs://b` when the bucket of the missing `path` does not exist, else None."""
+  root = _REMOTE.match(path).group(0) + path[len(_REMOTE.match(path).group(0)):].split("/")[0]
+  return None if _gfile(path).isdir(root) else root
+
+
+def exists(path):
+  """os.path.exists, or for a remote path its object store's answer."""
+  if is_remote(path):
+    with remote_errors(path):
+      return _gfile(path).exists(path)
+  return os.path.exists(path)
+
+
+def isdir(path):
+  if is_remote(path):
+    with remote_errors(path):
+      return _gfile(path).isdir(path)
+  return os.path.isdir(path)
+
+
+def isfile(path):
+  if is_remote(path):
+    with remote_errors(path):
+      return _gfile(path).exists(path) and not _gfile(path).isdir(path)
+  return os.path.isfile(path)
+
+
+def listdir(path):
+  """Names in directory `path` (a remote one's without the trailing `/` of its prefixes)."""
+  if is_remote(path):
+    with remote_errors(path, "directory"):
+      return [name.rstrip("/") for name in _gfile(path).listdir(path)]
+  return os.listdir(path)
+
+
+def makedirs(path):
+  if is_remote(path):
+    with remote_errors(path, "directory"):
+      _gfile(path).makedirs(path)
+  else:
+    os.makedirs(path, exist_ok=True)
+
+
+def remove(path):
+  """Removes the file `path` (local or remote)."""
+  if is_remote(path):
+    with remote_errors(path):
+      _gfile(path).remove(path)
+  else:
+    os.remove(path)
+
+
+def size(path):
+  """os.path.getsize, or a remote file's length."""
+  if is_remote(path):
+    with remote_errors(path):
+      return _gfile(path).stat(path).length
+  return os.path.getsize(path)
+
+
+def glob_files(pattern):
+  """glob.glob, or for a remote pattern tf.io.gfile.glob."""
+  if is_remote(pattern):
+    with remote_errors(pattern):
+      return _gfile(pattern).glob(pattern)
+  return glob.glob(pattern)
+
+
+def escape(path):
+  """glob.escape for a local path; a remote path as it is (gfile's patterns take `*` and `?`,
+  which object names of ours do not hold)."""
+  return path if is_remote(path) else glob.escape(path)
+
+
+def copy_file(source, target):
+  """Copies the file `source` to `target` (either may be remote), replacing it."""
+  if is_remote(source) or is_remote(target):
+    with remote_errors(target if is_remote(target) else source):
+      _gfile(target if is_remote(target) else source).copy(source, target, overwrite=True)
+  else:
+    shutil.copyfile(source, target)
+
+
+def remove_tree(path):
+  """Removes the directory `path` and everything in it, if there (local or remote)."""
+  if is_remote(path):
+    with remote_errors(path, "directory"):
+      if _gfile(path).exists(path):
+        _gfile(path).rmtree(path)
+  else:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def real_path(path):
+  """os.path.realpath, or a remote path in its compared form."""
+  return _remote_key(path) if is_remote(path) else os.path.realpath(path)
+
+
+def absolute(path):
+  """os.path.abspath for a local path; a remote one as compared (it has no working directory)."""
+  return _remote_key(path) if is_remote(path) else os.path.abspath(path)
+
+
+def parent(path):
+  """The directory holding `path` (os.path.dirname of its absolute form, or the remote prefix)."""
+  return _remote_key(path).rsplit("/", 1)[0] if is_remote(path) else os.path.dirname(
+      os.path.abspath(path))
+
+
+def open_input(path, mode="r", encoding="utf-8", newline=None):
+  """`open` for reading a local file, or a remote one through tf.io.gfile (read whole for text,
+  so that `encoding` and `newline` keep open's meaning)."""
+  if not is_remote(path):
+    if "b" in mode:
+      return open(path, mode)  # pylint: disable=unspecified-encoding
+    return open(path, mode, encoding=encoding, newline=newline)
+  with remote_errors(path):
+    handle = _gfile(path).GFile(path, "rb")
+    if "b" in mode:
+      return handle
+    with handle:
+      data = handle.read()
+  return io.TextIOWrapper(io.BytesIO(data), encoding=encoding, newline=newline)
+
+
 def check_file(path, what="file"):
-  """Raises InputError unless `path` is a readable regular file."""
+  """Raises InputError unless `path` is a readable regular file (or a remote object)."""
   if not path:
     raise InputError(f"no {what} given")
   if is_remote(path):
-    raise InputError(f"{what} {path} is a remote path: the scripts read local files (copy it "
-                     "first, e.g. `gcloud storage cp`); only create_pretraining_data's Beam job "
-                     "reads remote files")
+    with remote_errors(path, what):
+      gfile = _gfile(path)
+      if not gfile.exists(path):
+        bucket = _bucket_missing(path)
+        if bucket:
+          raise InputError(f"{what} not found: {path} (the bucket {bucket} does not exist or is "
+                           "not visible to these credentials)")
+        raise InputError(f"{what} not found: {path}")
+      if gfile.isdir(path):
+        raise InputError(f"{what} is not a regular file: {path} (a directory)")
+    return path
   if not os.path.exists(path):
     raise InputError(f"{what} not found: {path}")
   if not os.path.isfile(path):
@@ -118,8 +302,11 @@ def expand_file_patterns(patterns, what="input file"):
     if not pattern:
       continue
     if is_remote(pattern):
-      check_file(pattern, what)  # the error that says so
-    matches = [pattern] if os.path.lexists(pattern) else sorted(glob.glob(pattern))
+      with remote_errors(pattern, what):
+        gfile = _gfile(pattern)
+        matches = [pattern] if gfile.exists(pattern) else sorted(gfile.glob(pattern))
+    else:
+      matches = [pattern] if os.path.lexists(pattern) else sorted(glob.glob(pattern))
     if not matches:
       raise InputError(f"{what} pattern matches no file: {pattern}")
     files.extend(check_file(m, what) for m in matches)
@@ -140,6 +327,10 @@ def read_lines(path, opener=None, span=None):
   """
   if opener is None:
     check_file(path)
+    if is_remote(path):
+      with remote_errors(path):
+        yield from read_lines(path, lambda p: _gfile(p).GFile(p, "rb"), span)
+      return
   start, first_line, stop = span or (0, 1, None)
   with open(path, "rb") if opener is None else opener(path) as f:
     if start:
@@ -175,7 +366,7 @@ def load_json(path, what, unique_keys=False):
   with `unique_keys`, when an object repeats a key (a question id given twice)."""
   check_file(path, what)
   try:
-    with open(path, encoding="utf-8-sig") as f:
+    with open_input(path, encoding="utf-8-sig") as f:
       return json.load(f, object_pairs_hook=_unique_keys if unique_keys else None)
   except InputError as e:
     raise InputError(f"{path}: {what}: {e}") from None
@@ -229,15 +420,12 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
   """
   files, inputs = _flat(files), _flat(inputs)
   directories, replaced = _flat(directories), _flat(replaced_directories)
-  for flag, path in files + directories + replaced:
-    if is_remote(path):
-      # Outputs are written under a temporary name and renamed, and directories locked, with
-      # local file-system calls: a gs:// name would become a local folder called "gs:".
-      raise InputError(
-          f"--{flag}={path} is a remote path: the scripts write local files (write locally, then "
-          "copy, e.g. `gcloud storage cp -r`); create_pretraining_data writes remote files as a "
-          "Beam job (--beam_pipeline_options; gs:// needs `pip install 'apache-beam[gcp]'`)")
+  _check_remote_outputs(files, inputs, directories, replaced)
+  remote_inputs = [(flag, path) for flag, path in inputs if is_remote(path)]
+  files, inputs = _local(files), _local(inputs)
+  directories, replaced = _local(directories), _local(replaced)
   # The stale-temporary sweep before each write never removes one of these (_is_input).
+  _INPUTS.extend(_remote_key(path) for _, path in remote_inputs)
   _INPUTS.extend(os.path.realpath(path) for _, path in inputs if os.path.lexists(path))
   for flag, path in files:
     for in_flag, in_path in inputs:
@@ -268,6 +456,78 @@ def check_outputs(files=(), inputs=(), directories=(), replaced_directories=()):
       if os.path.exists(in_path) and (_inside(in_path, path) or _inside(path, in_path)):
         raise InputError(f"--{flag}={path} would replace a directory holding the input "
                          f"--{in_flag}={in_path}; choose another output directory")
+
+
+def _local(named_paths):
+  return [(flag, path) for flag, path in named_paths if not is_remote(path)]
+
+
+def _remote_key(path):
+  """A remote path as compared with others: no trailing `/`, `//` collapsed after the scheme."""
+  scheme = _REMOTE.match(path).group(0)
+  return scheme + re.sub("/+", "/", path[len(scheme):]).rstrip("/")
+
+
+def _remote_inside(path, directory):
+  path, directory = _remote_key(path), _remote_key(directory)
+  return path == directory or path.startswith(directory + "/")
+
+
+_PROBED = set()
+
+
+def _check_remote_outputs(files, inputs, directories, replaced):
+  """check_outputs for the remote outputs: the same refusals, compared by name (an object store
+  has no links), and each output's directory proven writable by writing and removing a probe
+  object there, so that a missing bucket, a denied permission or an unreachable service is one
+  error before any work."""
+  remote_inputs = [(flag, path) for flag, path in inputs if is_remote(path)]
+  remote_files = [(flag, path) for flag, path in files if is_remote(path)]
+  for i, (flag, path) in enumerate(remote_files):
+    for in_flag, in_path in remote_inputs:
+      if _remote_key(path) == _remote_key(in_path):
+        raise InputError(f"--{flag}={path} is the input given by --{in_flag}={in_path}; "
+                         "refusing to overwrite an input (choose another output path)")
+    for other_flag, other in remote_files[:i]:
+      if _remote_key(path) == _remote_key(other):
+        raise InputError(f"--{flag}: the output {path} is given twice (also by --{other_flag})")
+    if isdir(path):
+      raise InputError(f"--{flag}={path} is an existing directory; give a file path")
+    _probe_writable(flag, path, _remote_key(path).rsplit("/", 1)[0])
+  for flag, path in directories + replaced:
+    if not is_remote(path):
+      continue
+    for in_flag, in_path in remote_inputs:
+      if _remote_key(path) == _remote_key(in_path) and isfile(in_path):
+        raise InputError(f"--{flag}={path} is the input given by --{in_flag}")
+    if isfile(path):
+      raise InputError(f"--{flag}={path} exists and is not a directory")
+    _probe_writable(flag, path, _remote_key(path))
+  for flag, path in replaced:
+    for in_flag, in_path in remote_inputs:
+      if is_remote(path) and (_remote_inside(in_path, path) or _remote_inside(path, in_path)):
+        raise InputError(f"--{flag}={path} would replace a directory holding the input "
+                         f"--{in_flag}={in_path}; choose another output directory")
+
+
+def _probe_writable(flag, path, directory):
+  if directory in _PROBED:
+    return
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  probe = object_store.temporary_name(directory + "/x", ".probe")
+  with remote_errors(path, label=f"--{flag}={path}"):
+    gfile = _gfile(path)
+    try:
+      with gfile.GFile(probe, "w") as f:
+        f.write("")
+    except object_store.tf.errors.NotFoundError:
+      bucket = _bucket_missing(path)
+      if bucket:
+        raise InputError(f"--{flag}={path}: the bucket {bucket} does not exist or is not "
+                         "visible to these credentials") from None
+      raise
+    gfile.remove(probe)
+  _PROBED.add(directory)
 
 
 def _check_name_length(flag, path):
@@ -313,8 +573,12 @@ def _check_parent(flag, path, directory=None):
 def file_signature(path):
   """[real path, size, mtime in ns] of an input, for the key of an output derived from it (hashing
   the file would cost about as much as the conversion a reuse saves)."""
-  stat = os.stat(path)
-  return [os.path.realpath(path), stat.st_size, stat.st_mtime_ns]
+  if is_remote(path):
+    with remote_errors(path, "input"):
+      status = _gfile(path).stat(path)
+    return [_remote_key(path), status.length, status.mtime_nsec]
+  status = os.stat(path)
+  return [os.path.realpath(path), status.st_size, status.st_mtime_ns]
 
 
 def build_unless_current(path, key, build):
@@ -325,16 +589,16 @@ def build_unless_current(path, key, build):
   import json  # pylint: disable=g-import-not-at-top
   key_file = path + ".key.json"
   key = json.loads(json.dumps(key))
-  if os.path.isfile(path):
+  if isfile(path):
     try:
-      with open(key_file, encoding="utf-8") as f:
+      with open_input(key_file) as f:
         if json.load(f) == key:
           logging.info("Reusing %s: made from the same inputs and settings", path)
           return False
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
       pass
-  if os.path.lexists(key_file):
-    os.remove(key_file)
+  if (exists if is_remote(key_file) else os.path.lexists)(key_file):
+    remove(key_file)
   build()
   with open_atomic(key_file) as f:
     json.dump(key, f, indent=1, sort_keys=True)
@@ -365,6 +629,8 @@ def no_new_empty_directories(*paths):
   a directory replaced later (atomic_directory), or when the run fails before writing."""
   new = []
   for path in paths:
+    if is_remote(path):
+      continue  # an object store has no empty directories to leave
     path = os.path.abspath(path)
     while not os.path.lexists(path):
       new.append(path)
@@ -401,7 +667,10 @@ def _temporary_stem(path):
   """(directory, the name temporaries of `path` start with, before `.tmp-`): `.NAME`, or for a
   name too long to take the suffix within the file system's 255 bytes, a shortened name with a
   digest of the whole one."""
-  directory, base = os.path.split(os.path.abspath(path))
+  if is_remote(path):
+    directory, base = _remote_key(path).rsplit("/", 1)
+  else:
+    directory, base = os.path.split(os.path.abspath(path))
   if len(os.fsencode(base)) > 200:
     digest = hashlib.sha1(os.fsencode(base)).hexdigest()[:16]
     base = os.fsdecode(os.fsencode(base)[:100]).rstrip("\ufffd") + "~" + digest
@@ -415,7 +684,7 @@ def _temporary_prefix(path):
 
 
 def _is_input(path):
-  real = os.path.realpath(path)
+  real = _remote_key(path) if is_remote(path) else os.path.realpath(path)
   return any(real == i or i.startswith(real.rstrip(os.sep) + os.sep) for i in _INPUTS)
 
 
@@ -437,6 +706,12 @@ def remove_stale_temporaries(paths):
     directory, stem = _temporary_stem(path)
     stems.setdefault(directory, set()).add(stem)
   for directory, names in stems.items():
+    if is_remote(directory):
+      # pylint: disable-next=g-import-not-at-top,import-outside-toplevel
+      from bert_tf2 import object_store
+      with remote_errors(directory, "directory"):
+        object_store.remove_stale_temporaries(directory, names, keep=_is_input)
+      continue
     try:
       entries = os.listdir(directory)
     except OSError:
@@ -459,6 +734,13 @@ def remove_stale_temporaries(paths):
 
 def remove_path(path):
   """Removes a file, symlink or directory tree at `path`, if there (for leftovers of a run)."""
+  if is_remote(path):
+    with contextlib.suppress(InputError):
+      if isdir(path):
+        remove_tree(path)
+      elif exists(path):
+        remove(path)
+    return
   if os.path.isdir(path) and not os.path.islink(path):
     shutil.rmtree(path, ignore_errors=True)
   else:
@@ -487,6 +769,10 @@ def atomic_path(path, sweep=True):
   Temporaries of `path` that a killed run left are removed first, unless `sweep` is False (the
   caller has called remove_stale_temporaries for all its outputs at once).
   """
+  if is_remote(path):
+    with _remote_atomic_path(path, sweep) as tmp:
+      yield tmp
+    return
   directory, prefix = _temporary_prefix(path)
   os.makedirs(directory, exist_ok=True)
   if sweep:
@@ -503,6 +789,26 @@ def atomic_path(path, sweep=True):
       raise OSError(e.errno, e.strerror, os.fspath(path)) from None
   finally:
     if os.path.lexists(tmp):
+      os.remove(tmp)
+
+
+@contextlib.contextmanager
+def _remote_atomic_path(path, sweep):
+  """atomic_path for a remote `path`: the block writes a local temporary (named as a temporary of
+  `path`, so that naming_output names `path` when the local disk is full), which is then uploaded
+  so that `path` appears whole or not at all (object_store.publish_file)."""
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  if sweep:
+    remove_stale_temporaries([path])
+  stem = _temporary_stem(path)[1]
+  fd, tmp = tempfile.mkstemp(prefix=f"{stem}.tmp-{os.getpid()}-")
+  os.close(fd)
+  try:
+    yield tmp
+    with remote_errors(path, "output"):
+      object_store.publish_file(tmp, path, stem)
+  finally:
+    with contextlib.suppress(OSError):
       os.remove(tmp)
 
 
@@ -528,6 +834,10 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
   user's directory is never deleted. The result gets ordinary permissions (0777 / 0666 less the
   umask), readable by a serving process under another user.
   """
+  if is_remote(path):
+    with _remote_atomic_directory(path, replaceable, overwrite, flag) as staging:
+      yield staging
+    return
   path = os.path.abspath(path)
   if os.path.lexists(path) and not overwrite:
     if not os.path.isdir(path) or os.path.islink(path):
@@ -565,6 +875,30 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
         os.remove(old)
 
 
+@contextlib.contextmanager
+def _remote_atomic_directory(path, replaceable, overwrite, flag):
+  """atomic_directory for a remote `path`: the same refusals, a local staging directory, then
+  object_store.publish_directory (the files at its top appear last)."""
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  with remote_errors(path, label=f"--{flag}={path}"):
+    if not overwrite and exists(path):
+      if isfile(path):
+        raise InputError(f"--{flag}={path} exists and is not a directory; refusing to replace it")
+      if listdir(path) and not (replaceable and replaceable(path)):
+        raise InputError(f"--{flag}={path} exists and does not hold an earlier output of this "
+                         "program; refusing to delete it (choose a new directory, or pass "
+                         "--overwrite to replace it)")
+    remove_stale_temporaries([path])
+  stem = _temporary_stem(path)[1]
+  staging = tempfile.mkdtemp(prefix=f"{stem}.tmp-{os.getpid()}-")
+  try:
+    yield staging
+    with remote_errors(path, label=f"--{flag}={path}"):
+      object_store.publish_directory(staging, path, stem)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
 def _ordinary_permissions(top):
   os.chmod(top, 0o777 & ~_UMASK)
   for root, dirs, files in os.walk(top):
@@ -580,7 +914,10 @@ def _ordinary_permissions(top):
 def lock_directory(path, flag="output_dir"):
   """Takes an exclusive lock on directory `path` for the life of the process (a `.lock` file
   locked with flock, released by the kernel however the process ends); InputError naming the
-  directory when another run holds it. Returns the open lock file (keep a reference)."""
+  directory when another run holds it. Returns the open lock file (keep a reference). A remote
+  directory's lock is an object (object_store.Lock), released at exit."""
+  if is_remote(path):
+    return _lock_remote(path, flag)
   os.makedirs(path, exist_ok=True)
   lock_path = os.path.join(path, ".lock")
   # Never through a symlink, and only a plain file of ours with no other name: a .lock planted as
@@ -615,6 +952,22 @@ def lock_directory(path, flag="output_dir"):
 
 
 _LOCKS = []
+
+
+def _lock_remote(path, flag):
+  import atexit  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  with remote_errors(path, label=f"--{flag}={path}"):
+    try:
+      lock = object_store.Lock(path).acquire()
+    except object_store.LockHeld as e:
+      raise InputError(f"--{flag}={path} is in use by another run ({e}: its .lock object); wait "
+                       "for it to finish or choose another directory (a lock left by a killed "
+                       f"run on another machine expires after {object_store.STALE_LOCK} s)"
+                       ) from None
+  atexit.register(lock.release)
+  _LOCKS.append((_remote_key(path) + "/.lock", lock))
+  return lock
 
 
 def _release_lock(directory):

@@ -16,11 +16,8 @@ tasks stays in the task's script.
 
 import contextlib
 import dataclasses
-import filecmp
-import glob
 import json
 import os
-import shutil
 
 from absl import logging
 import tensorflow as tf
@@ -83,7 +80,7 @@ def run(settings, modes, **required):
     vocab_file = saved_beside_checkpoints(output_dir, "vocab.txt")
   if not vocab_file and settings.init_checkpoint and not hub_module_handle:
     beside = checkpoints.vocab_beside(settings.init_checkpoint)
-    if os.path.isfile(beside):
+    if fileio.isfile(beside):
       logging.info("--vocab_file: %s (beside --init_checkpoint)", beside)
       vocab_file = beside
   fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
@@ -183,7 +180,8 @@ def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_
   fileio.check_outputs(
       files=[("output_dir", [os.path.join(output_dir, name) for name in names])],
       inputs=[*inputs, ("vocab_file", vocab_file), ("bert_config_file", bert_config_file),
-              ("init_checkpoint", [init_checkpoint, *glob.glob(glob.escape(init_checkpoint) + ".*")]
+              ("init_checkpoint",
+               [init_checkpoint, *fileio.glob_files(fileio.escape(init_checkpoint) + ".*")]
                if init_checkpoint else None)],
       directories=[("output_dir", output_dir)])
   return bool(training.checkpoint_numbers(output_dir))
@@ -194,7 +192,7 @@ def saved_beside_checkpoints(output_dir, name):
   training run that saved it there (write_model_files), else None: evaluating, predicting or
   resuming in a run's own folder needs neither flag again."""
   path = os.path.join(output_dir, name) if output_dir else None
-  if path and os.path.isfile(path) and training.checkpoint_numbers(output_dir):
+  if path and fileio.isfile(path) and training.checkpoint_numbers(output_dir):
     return path
   return None
 
@@ -362,12 +360,12 @@ def task_record(directory, task, has_checkpoint, flag="output_dir"):
   task's: a head of the same shape (a sentence classifier's under a token classifier) would
   otherwise be evaluated as if it had been trained for this task."""
   path = os.path.join(directory, "task.json")
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     return None
   try:
-    with open(path, encoding="utf-8") as f:
+    with fileio.open_input(path) as f:
       record = json.load(f)
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, fileio.InputError) as e:
     raise fileio.InputError(f"{path}: not the task record of a training run ({e})") from None
   labels = record.get("labels") if isinstance(record, dict) else None
   if not (isinstance(record, dict) and isinstance(record.get("task"), str) and (
@@ -401,8 +399,7 @@ def init_task_record(init_checkpoint, task, evaluating_only):
   another task's output layer is an InputError."""
   if not init_checkpoint:
     return None
-  directory = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
-      os.path.abspath(init_checkpoint))
+  directory = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.parent(init_checkpoint)
   record = task_record(directory, task, has_checkpoint=False, flag="init_checkpoint")
   if record and evaluating_only and record["task"] != task:
     raise fileio.InputError(f"--init_checkpoint={init_checkpoint} holds the model of another "
@@ -442,7 +439,7 @@ def read_thresholds(directory, labels):
   directory/thresholds.json, or None when there is none; InputError when it does not hold
   these labels' thresholds."""
   path = os.path.join(directory, "thresholds.json")
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     return None
   record = fileio.load_json(path, "thresholds file")
   try:
@@ -457,14 +454,21 @@ def write_model_files(directory, config, vocab_file):
   find them there by default. A file already there with the same content is left alone (it may
   be this run's own --bert_config_file or --vocab_file)."""
   path = os.path.join(directory, "bert_config.json")
-  if not (os.path.exists(path) and
+  if not (fileio.exists(path) and
           modeling.BertConfig.from_json_file(path).to_dict() == config.to_dict()):
     with fileio.open_atomic(path) as f:
       f.write(config.to_json_string())
   target = os.path.join(directory, "vocab.txt")
-  if not (os.path.exists(target) and filecmp.cmp(target, vocab_file, shallow=False)):
-    with fileio.open_atomic(target, "wb") as f, open(vocab_file, "rb") as source:
-      shutil.copyfileobj(source, f)
+  with fileio.open_input(vocab_file, "rb") as source:
+    vocab = source.read()
+  if not fileio.exists(target) or _read_bytes(target) != vocab:
+    with fileio.open_atomic(target, "wb") as f:
+      f.write(vocab)
+
+
+def _read_bytes(path):
+  with fileio.open_input(path, "rb") as f:
+    return f.read()
 
 
 # --- Evaluation during training, the best checkpoint, early stopping -------------------------
@@ -570,31 +574,31 @@ class EvalDuringTraining:
     replacing the earlier best only once the new one is complete."""
     best = os.path.join(self.output_dir, BEST_DIRECTORY)
     with fileio.atomic_directory(best, replaceable=is_best_directory, flag="output_dir") as staging:
-      for path in glob.glob(glob.escape(checkpoint) + ".*"):
+      for path in fileio.glob_files(fileio.escape(checkpoint) + ".*"):
         target = os.path.join(staging, os.path.basename(path))
         try:  # checkpoint files are never rewritten: a hard link costs no space and no time
           os.link(path, target)
         except OSError:
-          shutil.copyfile(path, target)
+          fileio.copy_file(path, target)
       with open(os.path.join(staging, "checkpoint"), "w", encoding="utf-8") as f:
         f.write(f'model_checkpoint_path: "ckpt-{step}"\n'
                 f'all_model_checkpoint_paths: "ckpt-{step}"\n')
       for name in self.model_files:
         path = os.path.join(self.output_dir, name)
-        if os.path.exists(path):
-          shutil.copyfile(path, os.path.join(staging, name))
+        if fileio.exists(path):
+          fileio.copy_file(path, os.path.join(staging, name))
 
 
 def is_best_directory(path):
   """Whether `path` holds what EvalDuringTraining keeps (a `checkpoint` file and ckpt-N files)."""
-  names = os.listdir(path)
+  names = fileio.listdir(path)
   return "checkpoint" in names and any(n.startswith("ckpt-") for n in names)
 
 
 def read_best_state(output_dir):
   """output_dir/best_checkpoint.json (EvalDuringTraining's record), or None."""
   path = os.path.join(output_dir, BEST_STATE)
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     return None
   state = fileio.load_json(path, "record of evaluations during training")
   if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
@@ -610,7 +614,7 @@ def best_checkpoint(output_dir):
   None when none was kept."""
   state = read_best_state(output_dir)
   best = os.path.join(output_dir, BEST_DIRECTORY)
-  if not state or state.get("best_step") is None or not os.path.isdir(best):
+  if not state or state.get("best_step") is None or not fileio.isdir(best):
     return None
   path = tf.train.latest_checkpoint(best)
   if not path:

@@ -65,7 +65,7 @@ def is_litert_directory(path):
   """True when `path` holds a LiteRT model directory and nothing else (replacing it loses no
   user file)."""
   try:
-    names = set(os.listdir(path))
+    names = set(fileio.listdir(path))
   except OSError:
     return False
   return MODEL_FILE in names and INFO_FILE in names and names <= ENTRIES
@@ -75,11 +75,11 @@ def read_info(directory, flag="litert_model"):
   """The litert_model.json of a LiteRT model directory; InputError naming the flag when it is
   not one."""
   path = os.path.join(directory, INFO_FILE)
-  if not os.path.isdir(directory):
+  if not fileio.isdir(directory):
     raise fileio.InputError(f"--{flag}={directory} is not a directory (a LiteRT model directory "
                             "from export_model.py --format=litert)")
   for name in (MODEL_FILE, INFO_FILE, "vocab.txt"):
-    if not os.path.isfile(os.path.join(directory, name)):
+    if not fileio.isfile(os.path.join(directory, name)):
       raise fileio.InputError(f"--{flag}={directory} has no {name}: not a LiteRT model "
                               "directory of export_model.py --format=litert")
   try:

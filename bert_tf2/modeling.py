@@ -177,7 +177,7 @@ class BertConfig:
     `model_type` / `architectures` keys that only HF writes)."""
     fileio.check_file(path, "BERT config file")
     try:
-      with open(path, encoding="utf-8") as f:
+      with fileio.open_input(path) as f:
         d = json.load(f)
     except (ValueError, RecursionError) as e:  # JSON syntax, UTF-8, a 5000-digit number, nesting.
       raise fileio.InputError(f"{path}: not a JSON config: {e}") from None

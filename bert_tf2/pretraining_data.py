@@ -170,7 +170,7 @@ def resolve_output_files(output_file, num_output_shards):
       raise fileio.InputError(
           f"--output_file={output_file}: a pattern may only use the fields {{shard}} and "
           f"{{num_shards}} (e.g. {{shard:05d}}): {e!r}") from None
-  if output_file.endswith(("/", os.sep)) or os.path.isdir(output_file):
+  if output_file.endswith(("/", os.sep)) or fileio.isdir(output_file):
     return [os.path.join(output_file, f"pretraining-{i:05d}-of-{num_output_shards:05d}.tfrecord")
             for i in range(num_output_shards)]
   return [path.strip() for path in output_file.split(",") if path.strip()]
@@ -993,21 +993,21 @@ def earlier_shards(output_file, output_files):
         path = output_file.format(shard=i, num_shards=len(output_files))
       except (KeyError, IndexError, ValueError):
         break
-      if path in output_files or not os.path.isfile(path):
+      if path in output_files or not fileio.isfile(path):
         break
       stale.append(path)
     return stale
-  if not (output_file.endswith(("/", os.sep)) or os.path.isdir(output_file)):
+  if not (output_file.endswith(("/", os.sep)) or fileio.isdir(output_file)):
     return []
   directory = os.path.dirname(output_files[0])
   try:
-    names = os.listdir(directory)
+    names = fileio.listdir(directory)
   except OSError:
     return []
   count = f"{len(output_files):05d}"
   return sorted(os.path.join(directory, name) for name in names
                 if (m := _SHARD_NAME.fullmatch(name)) and m.group(2) != count
-                and os.path.isfile(os.path.join(directory, name)))
+                and fileio.isfile(os.path.join(directory, name)))
 
 
 def remove_earlier_shards(stale):

@@ -133,7 +133,7 @@ class ConllProcessor:
     if split != "dev":
       return os.path.join(data_dir, f"{split}.txt")
     path = os.path.join(data_dir, "valid.txt")
-    if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, "dev.txt")):
+    if not fileio.exists(path) and fileio.exists(os.path.join(data_dir, "dev.txt")):
       path = os.path.join(data_dir, "dev.txt")
     return path
 

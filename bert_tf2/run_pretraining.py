@@ -62,12 +62,12 @@ def check_config_matches_output_dir(config, output_dir, config_file):
   before its bert_config.json is replaced: a different size would fail to restore them, and a
   key that changes no shape (num_attention_heads, hidden_act) would train another model on top."""
   saved_path = os.path.join(output_dir, "bert_config.json")
-  if not training.checkpoint_numbers(output_dir) or not os.path.isfile(saved_path):
+  if not training.checkpoint_numbers(output_dir) or not fileio.isfile(saved_path):
     return
   try:
-    with open(saved_path, encoding="utf-8") as f:
+    with fileio.open_input(saved_path) as f:
       saved = json.load(f)
-  except (OSError, ValueError):
+  except (OSError, ValueError, fileio.InputError):
     return  # the checkpoints' own shapes are still checked when they are restored
   new = config.to_dict()
   for key in sorted((set(saved) & set(new)) - set(_TRAINING_ONLY_KEYS)):
@@ -130,9 +130,9 @@ def dynamic_masking(records, config, source):
 
 def _text(path):
   try:
-    with open(path, encoding="utf-8") as f:
+    with fileio.open_input(path) as f:
       return f.read()
-  except (OSError, ValueError):
+  except (OSError, ValueError, fileio.InputError):
     return None
 
 

@@ -169,7 +169,7 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False, 
   """
   fileio.check_file(input_file, "SQuAD file")
   try:
-    with open(input_file, encoding="utf-8-sig") as reader:
+    with fileio.open_input(input_file, encoding="utf-8-sig") as reader:
       raw_text = reader.read()
     input_json = json.loads(raw_text)
   except json.JSONDecodeError as e:

@@ -329,9 +329,9 @@ def is_sentencepiece_model(vocab_file):
   if vocab_file.endswith(".model"):
     return True
   try:
-    with open(vocab_file, "rb") as f:
+    with fileio.open_input(vocab_file, "rb") as f:
       head = f.read(4096)
-  except OSError:
+  except (OSError, fileio.InputError):
     return False  # load_vocab's check names the problem
   try:
     head.decode("utf-8")
@@ -404,7 +404,11 @@ class FullTokenizer:
       fileio.check_file(spm_model_file, "SentencePiece model file")
       self.sp_model = spm.SentencePieceProcessor()
       try:
-        self.sp_model.Load(spm_model_file)
+        if fileio.is_remote(spm_model_file):  # SentencePiece reads local files only
+          with fileio.open_input(spm_model_file, "rb") as f:
+            self.sp_model.LoadFromSerializedProto(f.read())
+        else:
+          self.sp_model.Load(spm_model_file)
       except (OSError, RuntimeError) as e:
         raise fileio.InputError(f"{spm_model_file}: not a SentencePiece model ({e})") from None
       # Callers read .vocab / .inv_vocab in either mode, so they are built from the model's pieces.
@@ -595,11 +599,25 @@ class FullTokenizer:
     return parts + [","]
 
 
+def _tensorflow_text_release():
+  """tensorflow-text's release for the installed TensorFlow (its ops are built for one minor
+  version: 2.21.1's fail to load under 2.20), read from the package metadata without importing
+  TensorFlow."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  for name in ("tensorflow-cpu", "tensorflow", "tensorflow-tpu"):
+    try:
+      minor = ".".join(importlib.metadata.version(name).split(".")[:2])
+    except importlib.metadata.PackageNotFoundError:
+      continue
+    return {"2.20": "2.20.1"}.get(minor, "2.21.1")
+  return "2.21.1"
+
+
 # tensorflow-text is not a dependency of the package (its metadata asks for the full `tensorflow`
 # wheel, which pip would install on top of tensorflow-cpu): a clear line when it is missing.
 TEXT_INSTALL = ("building a WordPiece vocabulary needs tensorflow-text, which is not installed: "
-                "pip install --no-deps tensorflow-text==2.21.1 (--no-deps: its metadata would "
-                "pull the full tensorflow wheel on top of tensorflow-cpu)")
+                f"pip install --no-deps tensorflow-text=={_tensorflow_text_release()} (--no-deps: "
+                "its metadata would pull the full tensorflow wheel on top of tensorflow-cpu)")
 
 
 def wordpiece_learner():
@@ -610,4 +628,10 @@ def wordpiece_learner():
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
   except ImportError:
     raise fileio.ReportedError(TEXT_INSTALL) from None
+  except Exception as e:  # pylint: disable=broad-except  (a release built for another TensorFlow)
+    if type(e).__name__ != "NotFoundError":
+      raise
+    raise fileio.ReportedError(f"tensorflow-text does not fit the installed TensorFlow ("
+                               f"{str(e).splitlines()[0][:120]}): {TEXT_INSTALL.split(': ', 1)[1]}"
+                               ) from None
   return wordpiece_tokenizer_learner_lib

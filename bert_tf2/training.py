@@ -19,11 +19,9 @@ the same step. Names ending in `_loss` are added into the training loss; the oth
 import contextlib
 import dataclasses
 import gc
-import glob
 import inspect
 import os
 import re
-import shutil
 import signal
 import time
 
@@ -144,9 +142,10 @@ _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)$")
 
 def checkpoint_numbers(directory):
   """The steps N of the ckpt-N files (index or data, whole or not) in `directory`, newest first."""
-  if not os.path.isdir(directory):
+  if not fileio.isdir(directory):
     return []
-  return sorted({int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, os.listdir(directory)) if m},
+  names = fileio.listdir(directory)
+  return sorted({int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, names) if m},
                 reverse=True)
 
 
@@ -156,7 +155,7 @@ def _remove_partial_saves(directory, steps=None):
   patterns = [f"ckpt-{n}_temp" for n in steps] if steps is not None else ["ckpt-*_temp",
                                                                           "checkpoint.tmp*"]
   for pattern in patterns:
-    for path in glob.glob(os.path.join(glob.escape(directory), pattern)):
+    for path in fileio.glob_files(os.path.join(fileio.escape(directory), pattern)):
       fileio.remove_path(path)
 
 
@@ -169,19 +168,19 @@ def _repair_checkpoint_state(directory):
   """
   state = os.path.join(directory, "checkpoint")
   numbers = checkpoint_numbers(directory)
-  if not os.path.exists(state) and not numbers:
+  if not fileio.exists(state) and not numbers:
     return
   try:
     problem = None if tf.train.get_checkpoint_state(directory) else "it cannot be parsed"
   except (ValueError, tf.errors.OpError) as e:
     problem = _first_line(e)
-  if not os.path.exists(state):
+  if not fileio.exists(state):
     problem = "it is missing"
   if problem is None:
     return
   if not numbers:
     logging.warning("%s names no checkpoint file present (%s); removing it", state, problem)
-    os.remove(state)
+    fileio.remove(state)
     return
   logging.warning("The checkpoint state file %s is missing or damaged (%s); rebuilt it from the "
                   "checkpoint files in the directory (newest: ckpt-%d)", state, problem, numbers[0])
@@ -211,7 +210,7 @@ _LOCKED = set()
 def _lock(directory):
   """One run at a time per output_dir: a second one would rotate out and save over the first
   one's checkpoints. (A process may build several Trainers on one directory.)"""
-  real = os.path.realpath(directory)
+  real = fileio.real_path(directory)
   if real not in _LOCKED:
     fileio.lock_directory(directory)
     _LOCKED.add(real)
@@ -389,7 +388,7 @@ class Trainer:
       try:
         self.checkpoint.restore(path).assert_existing_objects_matched()
       except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes" (truncated)
-        reason = _first_line(e) if os.path.exists(path + ".index") else "no .index file"
+        reason = _first_line(e) if fileio.exists(path + ".index") else "no .index file"
         logging.warning("Checkpoint %s is damaged (%s); falling back to the previous one", path,
                         reason)
         damaged.append(f"{os.path.basename(path)}: {reason}")
@@ -484,7 +483,9 @@ class Trainer:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
       return {}
     iterator = iter(self.distribute(dataset_fn, skip_batches=start, stack=self.accumulation))
-    writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+    # The chief's scalars only: every worker's would be a second event file in one run.
+    writer = (tf.summary.create_file_writer(summary_dir) if summary_dir and self.is_chief
+              else None)
     stop = _StopSignals()
     step, metrics, bad_loops = start, {}, 0
     t0, s0 = time.time(), start
@@ -557,14 +558,14 @@ class Trainer:
       return None
     step = int(self.optimizer.iterations.numpy())
     prefix = os.path.join(self.manager.directory, f"ckpt-{step}")
-    before = set(glob.glob(glob.escape(prefix) + ".*"))
+    before = set(fileio.glob_files(fileio.escape(prefix) + ".*"))
     try:
       path = self.manager.save(checkpoint_number=step)
     except BaseException as e:
       _remove_partial_saves(self.manager.directory, [step])
-      for partial in set(glob.glob(glob.escape(prefix) + ".*")) - before:
-        with contextlib.suppress(OSError):
-          os.remove(partial)
+      for partial in set(fileio.glob_files(fileio.escape(prefix) + ".*")) - before:
+        with contextlib.suppress(OSError, fileio.InputError):
+          fileio.remove(partial)
       if isinstance(e, (OSError, tf.errors.OpError)):
         # TF's message names a staging file now removed: keep the reason ("No space left").
         reason = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", _first_line(e))
@@ -573,7 +574,7 @@ class Trainer:
                       "removed)") from e
       raise
     if not _is_chief(self.strategy):
-      shutil.rmtree(self.manager.directory, ignore_errors=True)
+      fileio.remove_tree(self.manager.directory)
       return None
     self.last_checkpoint = path
     logging.info("Saved checkpoint %s", path)

