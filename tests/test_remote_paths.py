@@ -303,6 +303,28 @@ def test_hostile_object_store_cases_each_one_error_line(gcs, gcs_emulator, tmp_p
   assert gcs.exists(gcs.path("held", "ckpt-2.index")) and "held/.lock" not in gcs.names("held/")
 
 
+@requires_shared
+def test_sigkill_between_upload_and_copy_leaves_the_old_output_and_the_rerun_sweeps(gcs):
+  """A process killed with SIGKILL after its upload, before the service copies it onto the final
+  name: the final object is still the earlier output (never a part of the new one), the hidden
+  temporary is left, and the next run that writes the output removes it."""
+  gcs.emulator.put(gcs.name, "out.txt", b"earlier output")
+  write = ("import os, signal, sys\n"
+           "import tensorflow as tf\n"
+           "from bert_tf2 import fileio\n"
+           "if sys.argv[2] == 'kill':\n"
+           "  tf.io.gfile.rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+           "with fileio.open_atomic(sys.argv[1]) as f:\n"
+           "  f.write('new output ' * 1000)\n")
+  killed = run_script(["-c", write, gcs.path("out.txt"), "kill"], env=gcs.env, timeout=300)
+  assert killed.returncode == -9, killed.stderr[-2000:]
+  assert gcs.read("out.txt") == b"earlier output"
+  left = _temporaries(gcs.names())
+  assert len(left) == 1 and left[0].startswith(".out.txt.tmp-"), gcs.names()
+  _ok(["-c", write, gcs.path("out.txt"), "write"], gcs.env)
+  assert gcs.read("out.txt") == b"new output " * 1000
+  assert gcs.names() == ["out.txt"]
+
 def _closed_port():
   import socket  # pylint: disable=g-import-not-at-top
   with socket.socket() as s:
