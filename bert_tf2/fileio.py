@@ -117,6 +117,12 @@ def remote_problem(error, path):
     return ("the storage service could not be reached or kept failing after TensorFlow's "
             f"retries ({_first_line(error)})")
   if isinstance(error, tf.errors.NotFoundError):
+    try:
+      bucket = _bucket_missing(path)
+    except (tf.errors.OpError, InputError):
+      bucket = None
+    if bucket:
+      return f"the bucket {bucket} does not exist or is not visible to these credentials"
     return f"not found ({_first_line(error)})"
   return _first_line(error)
 

@@ -266,7 +266,7 @@ def test_hostile_object_store_cases_each_one_error_line(gcs, gcs_emulator, tmp_p
                    f"--vocab_file={vocab}", f"--output_file={output_file}"], env)
 
   line = make_data("gs://no-such-bucket-here/corpus.txt", gcs.path("out.tfrecord"))
-  assert "gs://no-such-bucket-here/corpus.txt" in line and "bucket" in line, line
+  assert "gs://no-such-bucket-here/corpus.txt" in line and "does not exist" in line, line
   line = make_data(remote, "gs://no-such-bucket-here/out.tfrecord")
   assert "gs://no-such-bucket-here" in line and "does not exist" in line, line
   line = make_data(f"gs://{DENIED_BUCKET}/corpus.txt", gcs.path("out.tfrecord"))
