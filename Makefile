@@ -67,13 +67,16 @@ pins_but_tf = grep -E '^[a-z]' $(1) | grep -vE '^(tensorflow-cpu|tensorboard)=='
 	touch $@
 
 TF220_UNIT := tests/test_modeling.py tests/test_optimization.py tests/test_tokenization.py \
-  tests/test_checkpoints.py tests/test_export_model.py tests/test_devices.py tests/test_training.py
+  tests/test_checkpoints.py tests/test_export_model.py tests/test_devices.py tests/test_training.py \
+  tests/test_remote_paths.py
 # Longest first. The quick start runs build_vocab, create_pretraining_data, run_pretraining,
 # run_classifier, extract_features and export_model; the eval-during-training test trains run_ner,
 # run_swag and run_squad; then convert_checkpoint and evaluate_squad; the rest are the parts where
 # TensorFlow's version shows most: the LiteRT converter and runtime, the SavedModel CLI, the
-# tensorflow-text WordPiece learner, a TF1 checkpoint, a checkpoint saved on SIGTERM.
+# tensorflow-text WordPiece learner, a TF1 checkpoint, a checkpoint saved on SIGTERM; and the
+# path of a Cloud TPU run on gs:// (records, two workers with one killed, fine-tuning, export).
 TF220_TESTS := \
+  tests/test_remote_paths.py::test_end_to_end_on_gs_with_a_worker_killed \
   tests/test_litert.py::test_run_classifier_evaluates_and_predicts_with_a_litert_classifier \
   tests/test_quickstart.py::test_quick_start_runs_green_and_leaves_every_artefact \
   tests/test_quickstart.py::test_exported_classifier_serves_raw_text \

@@ -35,8 +35,8 @@ import uuid
 
 import tensorflow as tf
 
-HEARTBEAT = 60  # seconds between rewrites of a held lock
-STALE_LOCK = 600  # a lock not rewritten for this long belongs to a run that is gone
+HEARTBEAT = 30  # seconds between rewrites of a held lock
+STALE_LOCK = 180  # not rewritten for this long (6 heartbeats): its run is gone
 SETTLE = 1.0  # seconds between writing a lock and reading it back
 STALE_TEMPORARY = 24 * 3600  # another host's temporary this old is a leftover
 
