@@ -28,6 +28,8 @@ import tempfile
 
 from absl import logging
 
+from bert_tf2 import processes
+
 
 class ReportedError(Exception):
   """An error `run_main` reports as one `error: ...` line, without a traceback."""
@@ -727,7 +729,7 @@ def remove_stale_temporaries(paths):
       if not match or match.group("stem") not in names:
         continue
       pid = int(match.group("pid") or match.group("beam_pid"))
-      if pid == os.getpid() or _alive(pid):
+      if pid == os.getpid() or processes.alive(pid):
         continue
       stale = os.path.join(directory, entry)
       try:
@@ -752,16 +754,6 @@ def remove_path(path):
   else:
     with contextlib.suppress(OSError):
       os.remove(path)
-
-
-def _alive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ import uuid
 
 import tensorflow as tf
 
+from bert_tf2 import processes
+
 HEARTBEAT = 30  # seconds between rewrites of a held lock
 STALE_LOCK = 180  # not rewritten for this long (6 heartbeats): its run is gone
 SETTLE = 1.0  # seconds between writing a lock and reading it back
@@ -134,16 +136,6 @@ def publish_directory(local, path, stem):
     _remove_quietly(temporary)
 
 
-def _alive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
 def _age(path):
   return time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
 
@@ -173,7 +165,7 @@ def remove_stale_temporaries(directory, stems, keep=lambda path: False):
       continue
     pid = int(match.group("pid"))
     if match.group("host") == _HOST:
-      if pid == os.getpid() or _alive(pid):
+      if pid == os.getpid() or processes.alive(pid):
         continue
     else:
       try:
@@ -207,7 +199,7 @@ class Lock:
   def _stale(self, owner):
     fields = owner.split()
     if len(fields) == 3 and fields[0] == _HOST and fields[1].isdigit():
-      return not _alive(int(fields[1]))
+      return not processes.alive(int(fields[1]))
     try:
       return _age(self.path) > STALE_LOCK
     except tf.errors.NotFoundError:

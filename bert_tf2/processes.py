@@ -13,6 +13,17 @@ import sys
 import tempfile
 
 
+def alive(pid):
+  """Whether process `pid` still runs (one of another user's counts as running)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
 class Interrupted(BaseException):
   """SIGTERM turned into an exception, so that `finally` blocks remove temporaries on the way out
   (a BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it)."""

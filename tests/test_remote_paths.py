@@ -9,15 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import (ENV, SHARED, TINY, VOCAB, assert_same_checkpoints,
+from conftest import (ENV, SHARED, TINY, VOCAB, WIKITEXT as CORPUS, assert_same_checkpoints,
                       kill_a_worker_at_checkpoint, requires_shared, run_script, run_workers)
+from test_multi_worker import PRETRAINING_RECORDS as RECORDS, TINY_CONFIG
 
-CORPUS = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
 SST = os.path.join(SHARED, "data", "glue", "SST-2")
-RECORDS = os.path.join(SHARED, "reference", "pretraining", "default.tfrecord")
-TINY_CONFIG = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
-               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
-               "type_vocab_size": 2}
 
 
 def _documents(count):
@@ -284,7 +280,7 @@ def test_hostile_object_store_cases_each_one_error_line(gcs, gcs_emulator, tmp_p
   import socket  # pylint: disable=g-import-not-at-top
   host = "".join(c if c.isalnum() or c in ".-" else "-" for c in socket.gethostname())
   config = tmp_path / "config.json"
-  config.write_text(json.dumps({**TINY_CONFIG, "max_position_embeddings": 128}))
+  config.write_text(json.dumps(TINY_CONFIG))
   pretrain = ["run_pretraining.py", f"--bert_config_file={config}",
               f"--input_file={RECORDS}",
               f"--output_dir={gcs.path('held')}", "--do_train", "--train_batch_size=8",
