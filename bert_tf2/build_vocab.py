@@ -223,9 +223,13 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
       failures.append(e)
       raise
 
-  os.makedirs(output_dir, exist_ok=True)
-  # Named like fileio's temporaries of the .model file: the next run removes a killed run's.
-  staging = tempfile.mkdtemp(prefix=f".{model_name}.model.tmp-{os.getpid()}-", dir=output_dir)
+  remote = fileio.is_remote(output_dir)
+  if not remote:
+    os.makedirs(output_dir, exist_ok=True)
+  # Named like fileio's temporaries of the .model file: the next run removes a killed run's. (For
+  # a remote output_dir, a local one: SentencePiece writes local files, uploaded by atomic_path.)
+  staging = tempfile.mkdtemp(prefix=f".{model_name}.model.tmp-{os.getpid()}-",
+                             dir=None if remote else output_dir)
   try:
     prefix = os.path.join(staging, model_name)
     try:
@@ -244,7 +248,7 @@ def build_sentencepiece(input_files, output_dir, vocab_size, do_lower_case=True,
     for extension in ("model", "vocab"):
       path = os.path.join(output_dir, f"{model_name}.{extension}")
       with fileio.naming_output(path), fileio.atomic_path(path) as temporary:
-        os.replace(f"{prefix}.{extension}", temporary)
+        shutil.move(f"{prefix}.{extension}", temporary)  # os.replace, or a copy across disks
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   path = os.path.join(output_dir, f"{model_name}.model")

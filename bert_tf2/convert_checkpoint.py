@@ -86,22 +86,28 @@ def write_project_checkpoint(model, directory, config, vocab_file):
   Saved in a staging directory and moved in file by file, the state file last: a
   CheckpointManager saving in `directory` itself would delete the checkpoints it finds there.
   """
-  os.makedirs(directory, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=".ckpt-0.tmp-", dir=directory)
+  remote = fileio.is_remote(directory)
+  fileio.makedirs(directory)
+  # (A remote directory's staging is local: each file is then uploaded whole, atomic_path.)
+  staging = tempfile.mkdtemp(prefix=".ckpt-0.tmp-", dir=None if remote else directory)
   try:
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), staging,
                                          max_to_keep=1)
     manager.save(checkpoint_number=0)
-    produced = sorted(fileio.listdir(staging))
+    produced = sorted(os.listdir(staging))
     for name in [n for n in produced if n != "checkpoint"] + ["checkpoint"]:
-      os.replace(os.path.join(staging, name), os.path.join(directory, name))
+      if remote:
+        with fileio.atomic_path(os.path.join(directory, name)) as tmp:
+          shutil.copyfile(os.path.join(staging, name), tmp)
+      else:
+        os.replace(os.path.join(staging, name), os.path.join(directory, name))
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   with fileio.open_atomic(os.path.join(directory, "bert_config.json")) as f:
     f.write(config.to_json_string())
   if vocab_file:
     with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
-      shutil.copyfile(vocab_file, tmp)
+      fileio.copy_file(vocab_file, tmp)
   return os.path.join(directory, _PROJECT_PREFIX)
 
 
@@ -137,7 +143,7 @@ def _check_existing(files, output_format, output, overwrite):
   """Output files that exist already belong to another model (or an earlier conversion): refused
   unless `overwrite`, naming the first. With it, a TF1 prefix's stale `.meta` goes too, so the
   directory never mixes two models."""
-  existing = [f for f in files if os.path.lexists(f)]
+  existing = [f for f in files if (fileio.exists if fileio.is_remote(f) else os.path.lexists)(f)]
   if existing and not overwrite:
     raise fileio.InputError(f"--output={output}: {existing[0]} exists (another model's "
                             f"checkpoint?); choose a new --output, or pass --overwrite")
@@ -145,7 +151,7 @@ def _check_existing(files, output_format, output, overwrite):
     meta = files[0][:-len(".index")] + ".meta"
     if fileio.isfile(meta):
       logging.info("Removing %s: it belongs to the checkpoint being replaced", meta)
-      os.remove(meta)
+      fileio.remove(meta)
 
 
 def convert(input_path, output, output_format, bert_config_file=None, vocab_file=None,
@@ -155,7 +161,7 @@ def convert(input_path, output, output_format, bert_config_file=None, vocab_file
     raise fileio.InputError(f"--output_format must be one of {', '.join(FORMATS)}")
   if not output:
     raise fileio.InputError("--output is required")
-  directory = os.path.dirname(os.path.abspath(output_files(output, output_format, False)[0]))
+  directory = fileio.parent(output_files(output, output_format, False)[0])
   with fileio.no_new_empty_directories(directory):
     return _convert(input_path, output, output_format, bert_config_file, vocab_file, overwrite)
 

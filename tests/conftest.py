@@ -348,7 +348,9 @@ class Bucket:
 def gcs(gcs_emulator, request):
   """A bucket of its own for this test on the session's emulator (Bucket)."""
   name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
-  return Bucket(gcs_emulator, f"{name.rstrip('-')}-{os.getpid()}")
+  yield Bucket(gcs_emulator, f"{name.rstrip('-')}-{os.getpid()}")
+  # A gs:// path taken for a local one would have made a folder named `gs:` where scripts run.
+  assert not os.path.lexists(os.path.join(ROOT, "gs:")), "a script wrote gs:// as a local path"
 
 
 def minilm_dir():

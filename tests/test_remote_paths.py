@@ -220,6 +220,9 @@ def test_features_exports_conversions_vocab_and_squad_metric_on_gs(gcs, tmp_path
   assert gcs.names("hf/") == ["hf/config.json", "hf/model.safetensors", "hf/vocab.txt"]
   _ok(["convert_checkpoint.py", f"--input={gcs.path('hf')}", f"--output={gcs.path('back')}",
        "--output_format=tf1"], gcs.env)
+  _ok(["convert_checkpoint.py", f"--input={gcs.path('hf')}", f"--output={gcs.path('project')}",
+       "--output_format=project"], gcs.env)
+  assert {"project/checkpoint", "project/ckpt-0.index"} <= set(gcs.names("project/"))
   back = gcs.download_tree(gcs.path("back"), tmp_path / "back")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   original = tf.train.load_checkpoint(os.path.join(TINY, "bert_model.ckpt"))
@@ -235,6 +238,10 @@ def test_features_exports_conversions_vocab_and_squad_metric_on_gs(gcs, tmp_path
        f"--output_dir={gcs.path('vocab')}", "--vocab_size=2000", "--num_unused=3"], gcs.env)
   vocab = gcs.read("vocab/vocab.txt").decode().splitlines()
   assert vocab[:1] == ["[PAD]"] and 1000 < len(vocab) <= 2000 and "the" in vocab
+  _ok(["build_vocab.py", f"--input_file={gcs.path('corpus.txt')}",
+       f"--output_dir={gcs.path('spm')}", "--vocab_type=sentencepiece", "--vocab_size=500"],
+      gcs.env)
+  assert {"spm/spm.model", "spm/spm.vocab"} <= set(gcs.names("spm/"))
 
   with open(V1_DEV, encoding="utf-8") as f:
     questions = [qa for a in json.load(f)["data"] for p in a["paragraphs"] for qa in p["qas"]]
