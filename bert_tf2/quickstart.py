@@ -311,6 +311,9 @@ def _main(argv):
   args = parser.parse_args(argv)
   if importlib.util.find_spec("tensorflow_text") is None:  # its first step builds a vocabulary
     parser.exit(2, f"error: {tokenization.TEXT_INSTALL}\n")
+  if fileio.is_remote(args.output_dir):  # a look around on this machine: plots, logs, a demo
+    parser.exit(2, f"error: --output_dir={args.output_dir}: the quick start writes a local "
+                "folder; give a local path (every other script takes gs:// paths)\n")
   s = SETTINGS["small" if args.small else "default"]
   out = os.path.abspath(args.output_dir)
   # A rerun starts from scratch (the training scripts would otherwise resume from the

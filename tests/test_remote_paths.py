@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import (ENV, SHARED, TINY, VOCAB, WIKITEXT as CORPUS, assert_same_checkpoints,
+from conftest import (ENV, ROOT, SHARED, TINY, VOCAB, WIKITEXT as CORPUS, assert_same_checkpoints,
                       kill_a_worker_at_checkpoint, requires_shared, run_script, run_workers)
 from test_multi_worker import PRETRAINING_RECORDS as RECORDS, TINY_CONFIG
 
@@ -437,3 +437,11 @@ def test_remote_lock_refuses_a_live_owner_and_the_sweep_keeps_live_and_input_tem
   fileio._INPUTS.append(f"{root}/{names['input']}")  # pylint: disable=protected-access
   fileio.remove_stale_temporaries([f"{root}/out.txt"])
   assert sorted(gfile.listdir(root)) == sorted(["out", names["live"], names["input"]])
+
+
+def test_quickstart_keeps_its_local_folder_and_says_so_for_gs():
+  """The quick start is a look around on this machine (plots, logs): a gs:// --output_dir is one
+  line, not a local folder named `gs:`."""
+  line = _error(["quickstart.py", "--output_dir=gs://bucket/quickstart"], ENV)
+  assert "gs://bucket/quickstart" in line and "local" in line, line
+  assert not os.path.lexists(os.path.join(ROOT, "gs:"))
