@@ -83,7 +83,7 @@ def read_info(directory, flag="litert_model"):
       raise fileio.InputError(f"--{flag}={directory} has no {name}: not a LiteRT model "
                               "directory of export_model.py --format=litert")
   try:
-    with open(path, encoding="utf-8") as f:
+    with fileio.open_input(path) as f:
       info = json.load(f)
     if not isinstance(info, dict) or info.get("kind") not in KINDS:
       raise ValueError(f"its kind is not one of {', '.join(KINDS)}")
@@ -110,8 +110,12 @@ class Model:
     self.do_lower_case = bool(self.info.get("do_lower_case", True))
     model_path = os.path.join(directory, MODEL_FILE)
     try:
-      self._interpreter = _interpreter_class()(model_path=model_path,
-                                               num_threads=num_threads or os.cpu_count())
+      if fileio.is_remote(model_path):  # the runtime reads local files: the bytes, read here
+        with fileio.open_input(model_path, "rb") as f:
+          source = {"model_content": f.read()}
+      else:
+        source = {"model_path": model_path}
+      self._interpreter = _interpreter_class()(**source, num_threads=num_threads or os.cpu_count())
       self._runner = self._interpreter.get_signature_runner("serving_default")
     except (ValueError, RuntimeError) as e:
       raise fileio.InputError(f"{model_path}: not a LiteRT model this runtime can load: "
