@@ -115,7 +115,8 @@ def remote_problem(error, path):
     return ("no valid credentials (set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth "
             f"application-default login`) ({_first_line(error)})")
   if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
-                        tf.errors.DeadlineExceededError, tf.errors.InternalError)):
+                        tf.errors.DeadlineExceededError, tf.errors.InternalError)) or (
+                            "libcurl code" in str(error)):
     return ("the storage service could not be reached or kept failing after TensorFlow's "
             f"retries ({_first_line(error)})")
   if isinstance(error, tf.errors.NotFoundError):

@@ -627,12 +627,12 @@ def test_errors_name_the_users_path_and_what_is_wrong(tmp_path):
             "--beam_pipeline_options=--runner='FnApiRunner"),
        "--beam_pipeline_options=--runner='FnApiRunner: No closing quotation"),
       (_cpd(SAMPLE_TEXT, "gs://no-bucket/records.tfrecord"),
-       "error: --output_file=gs://no-bucket/records.tfrecord is a remote path: the scripts write "
-       "local files"),
+       "error: --output_file=gs://no-bucket/records.tfrecord: the storage service could not be "
+       "reached"),
       (_extract(words, "gs://no-bucket/f.jsonl", checkpoint),
-       "error: --output_file=gs://no-bucket/f.jsonl is a remote path"),
+       "error: --output_file=gs://no-bucket/f.jsonl: the storage service could not be reached"),
       (_cpd("gs://no-bucket/text.txt", tmp_path / "o.tfrecord"),
-       "error: input file gs://no-bucket/text.txt is a remote path: the scripts read local files"),
+       "error: input file gs://no-bucket/text.txt: the storage service could not be reached"),
   ], [str(tmp_path), SAMPLE_TEXT])
   assert not os.path.exists(os.path.join(ROOT, "gs:"))
   import importlib.util  # pylint: disable=g-import-not-at-top
