@@ -965,7 +965,6 @@ def _lock_remote(path, flag):
                        f"run on another machine expires after {object_store.STALE_LOCK} s)"
                        ) from None
   atexit.register(lock.release)
-  _LOCKS.append((_remote_key(path) + "/.lock", lock))
   return lock
 
 
