@@ -129,13 +129,23 @@ def _tensor(reader, name, prefix):
     raise _damaged(prefix, e) from None
 
 
-def load_tf1_checkpoint(module, prefix):
-  """Loads an original Google (name-based) checkpoint into `module` by variable name."""
+def assign_from_tf1(prefix, assignment_map):
+  """Assigns each variable of {checkpoint name: variable} its value in the name-based checkpoint
+  `prefix`; a name the checkpoint lacks or a shape that differs is an error naming it."""
   reader = _reader(prefix)
   available = reader.get_variable_to_shape_map()
+  absent = sorted(n for n in assignment_map if n not in available)
+  if absent:
+    raise fileio.InputError(f"checkpoint {prefix} has no variable {', '.join(absent)}")
+  _assign_all({n: (v, _tensor(reader, n, prefix)) for n, v in assignment_map.items()}, prefix)
+
+
+def load_tf1_checkpoint(module, prefix):
+  """Loads an original Google (name-based) checkpoint into `module` by variable name."""
+  available = _reader(prefix).get_variable_to_shape_map()
   model = variables_by_name(module)
-  targets = {n: (v, _tensor(reader, n, prefix)) for n, v in model.items() if n in available}
-  _assign_all(targets, prefix)
+  targets = {n: v for n, v in model.items() if n in available}
+  assign_from_tf1(prefix, targets)
   return InitReport(prefix, sorted(targets), sorted(set(model) - set(targets)),
                     sorted(n for n in available if n not in model and not _is_optimizer_slot(n)))
 

@@ -78,7 +78,8 @@ _MAX_PARAMETERS = 2**33  # 32 GiB of float32 weights, before the optimizer's slo
 class BertConfig:
   """Hyper-parameters of a BERT encoder, as in the original's `bert_config.json`.
 
-  Every field is checked (`validate`): the sizes are positive JSON integers (12.0 is refused, not
+  Made as given, like the original's; checked (`validate`) when a model is built from it, or at
+  once when read from a file (from_dict / from_json_file, naming it). The checks: the sizes are positive JSON integers (12.0 is refused, not
   rounded: a config is written by hand or by a tool that writes integers, and a float there is
   more likely a mistake than a convenience), dropout probabilities in [0, 1), initializer_range
   and layer_norm_eps positive, and the model within the sanity bounds above.
@@ -100,7 +101,6 @@ class BertConfig:
     self.type_vocab_size = type_vocab_size
     self.initializer_range = initializer_range
     self.layer_norm_eps = layer_norm_eps
-    self.validate()
 
   def validate(self, source="config"):
     """Raises InputError naming `source` (the config file) and the first bad key."""
@@ -154,7 +154,6 @@ class BertConfig:
     if d.get("position_embedding_type", "absolute") != "absolute":
       logging.warning("%s: position_embedding_type %r is ignored: this model has absolute "
                       "position embeddings", source, d["position_embedding_type"])
-    # Not through __init__, whose validate() would name no file: validated below with `source`.
     config = cls.__new__(cls)
     for name in names:
       setattr(config, name, d[name] if name in d else signature[name].default)
@@ -558,6 +557,7 @@ class BertModel(tf.Module):
 
   def __init__(self, config, compute_dtype=tf.float32, name="bert"):
     super().__init__(name=name)
+    config.validate()
     self.config = config
     self.compute_dtype = tf.as_dtype(compute_dtype)
     with self.name_scope:

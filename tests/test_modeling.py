@@ -341,8 +341,11 @@ def test_config_cross_field_and_size_errors():
                      match="has no vocab_size, hidden_size, intermediate_size "):
     modeling.BertConfig.from_dict({k: v for k, v in GOOD_CONFIG.items() if k not in (
         "vocab_size", "hidden_size", "intermediate_size")}, "c.json")
+  # A config made in Python is checked when a model is built from it (the original's order: its
+  # tests make configs such as hidden_size 37 that no model is built from).
+  config = modeling.BertConfig(vocab_size=-1)
   with pytest.raises(modeling.fileio.InputError, match="vocab_size must be a positive integer"):
-    modeling.BertConfig(vocab_size=-1)
+    modeling.BertModel(config)
   # The defaults of the Python constructor and of the original config's optional keys are valid.
   config = modeling.BertConfig.from_dict(GOOD_CONFIG, "c.json")
   assert (config.hidden_act, config.hidden_dropout_prob, config.layer_norm_eps) == (
