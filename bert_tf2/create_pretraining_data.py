@@ -77,7 +77,6 @@ from bert_tf2 import pretraining_data
 from bert_tf2 import pretraining_data_beam
 from bert_tf2 import script_flags
 from bert_tf2 import tfrecord_io
-from bert_tf2 import tokenization
 
 FLAGS = flags.FLAGS
 
@@ -283,7 +282,7 @@ def run(options):
   stale = pretraining_data.earlier_shards(options.output_file, output_files)
   num_workers = options.num_workers or os.cpu_count() or 1
   # Built here in both modes so a bad vocab fails at once, not inside a worker process.
-  tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
+  tokenizer = pretraining_data.load_tokenizer(options.vocab_file, options.do_lower_case)
   vocab_ids = pretraining_data.VocabIds(tokenizer.vocab)
   logging.info("*** Reading from %d input file(s) ***\n  %s", len(input_files),
                "\n  ".join(input_files))

@@ -11,6 +11,7 @@ it when called): the script starts fast and its worker processes stay small.
 What it holds, in the order a run uses it:
 
 - Options, their checks (validate_options) and the output paths (resolve_output_files);
+- load_tokenizer, the tokenizer of a vocab that has [MASK] too (check_vocab);
 - VocabIds, the vocab facts instance creation needs as ids, and ExactRandom, Python's
   random.Random draw for draw (exact mode must consume the original's random stream exactly);
 - reading: iter_document_lines (documents as text lines, or as the spans of the input that hold
@@ -174,6 +175,20 @@ def resolve_output_files(output_file, num_output_shards):
     return [os.path.join(output_file, f"pretraining-{i:05d}-of-{num_output_shards:05d}.tfrecord")
             for i in range(num_output_shards)]
   return [path.strip() for path in output_file.split(",") if path.strip()]
+
+
+def check_vocab(vocab, vocab_file):
+  """InputError naming `vocab_file` unless the vocab has [MASK]: what pre-training data needs
+  beyond the tokens any FullTokenizer requires (tokenization.REQUIRED_TOKENS)."""
+  tokenization.check_special_tokens(vocab, vocab_file, ("[MASK]",),
+                                    "pre-training data needs it for its masked positions")
+
+
+def load_tokenizer(vocab_file, do_lower_case=True, check=True):
+  """tokenization.load_tokenizer for pre-training data: its vocab checked for [MASK] too."""
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case, check)
+  check_vocab(tokenizer.vocab, vocab_file)
+  return tokenizer
 
 
 class VocabIds:
@@ -1107,8 +1122,7 @@ class WorkerState:
   @classmethod
   def create(cls, options, tokenizer=None):
     if tokenizer is None:
-      tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case,
-                                              check=False)
+      tokenizer = load_tokenizer(options.vocab_file, options.do_lower_case, check=False)
     vocab_ids = VocabIds(tokenizer.vocab)
     encoder = tfrecord_io.ExampleEncoder(options.max_seq_length, options.max_predictions_per_seq,
                                          vocab_ids.size)

@@ -44,7 +44,6 @@ from bert_tf2 import processes
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 from bert_tf2 import tfrecord_io
-from bert_tf2 import tokenization
 
 _BEAM_DEFAULT_RUNNER = "FnApiRunner"
 _LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
@@ -464,7 +463,7 @@ def run_beam(options):
                   ("vocab_file", options.vocab_file)])
       # Built here, so a bad vocab fails at once; the workers get it with the job, so they need no
       # access to the vocab file.
-      tokenizer = tokenization.load_tokenizer(options.vocab_file, options.do_lower_case)
+      tokenizer = pretraining_data.load_tokenizer(options.vocab_file, options.do_lower_case)
       stale = ([] if len(local_outputs) < len(output_files) else
                pretraining_data.earlier_shards(options.output_file, output_files))
       fileio.remove_stale_temporaries(local_outputs)

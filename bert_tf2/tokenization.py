@@ -18,9 +18,15 @@ from absl import logging
 
 from bert_tf2 import fileio
 
-# Every script builds its inputs from these, so a vocab without them fails at load time with the
-# file's name rather than as a KeyError deep inside feature conversion.
+# The special tokens of BERT's vocabularies (ids 0, 100-103 in Google's, 0-4 in build_vocab.py's).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# The ones a WordPiece FullTokenizer requires, so that a vocab without them fails at load time with
+# the file's name rather than as a KeyError deep inside feature conversion: [UNK] (a word without
+# pieces becomes it), [CLS] and [SEP] (every sequence the scripts build holds them). Not [PAD]:
+# sequences are padded with id 0 whatever token holds it, as the original's feature writers pad.
+# Not [MASK]: only pre-training data needs it (checked there, check_special_tokens with a
+# reason). The original's own test vocab has neither.
+REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
 
 # The Google checkpoint directories whose casing is known; any other name is not checked.
 _UNCASED_CHECKPOINTS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
@@ -111,13 +117,22 @@ def check_vocab_fits(vocab_size, config, vocab_file, config_source="the model co
         "the model was trained with")
 
 
-def check_special_tokens(vocab, vocab_file):
-  """Raises InputError naming `vocab_file` unless the vocab holds all of SPECIAL_TOKENS."""
+def check_special_tokens(vocab, vocab_file, required=SPECIAL_TOKENS, reason=None):
+  """Raises InputError naming `vocab_file` unless the vocab holds every token of `required`.
+
+  With a `reason` (why they are needed, e.g. "pre-training data needs it for its masked
+  positions") the message names the missing tokens of `required` and the reason; without one,
+  every special token the vocab lacks, asking whether it is a BERT vocab at all.
+  """
+  if all(token in vocab for token in required):
+    return
+  if reason:
+    missing = [token for token in required if token not in vocab]
+    raise fileio.InputError(f"vocab file {vocab_file} has no {' '.join(missing)}: {reason}")
   missing = [token for token in SPECIAL_TOKENS if token not in vocab]
-  if missing:
-    raise fileio.InputError(
-        f"vocab file {vocab_file} lacks the special token(s) {' '.join(missing)}; "
-        f"is it a BERT WordPiece vocab (one token per line)?")
+  raise fileio.InputError(
+      f"vocab file {vocab_file} lacks the special token(s) {' '.join(missing)}; "
+      f"is it a BERT WordPiece vocab (one token per line)?")
 
 
 def convert_by_vocab(vocab, items):
@@ -175,6 +190,12 @@ def is_chinese_char(cp):
     if low <= cp <= high:
       return True
   return False
+
+
+# The original's names of the three character rules (module-private there; its tests call them).
+_is_whitespace = is_whitespace
+_is_control = is_control
+_is_punctuation = is_punctuation
 
 
 def cleaned_char(char):
@@ -235,6 +256,10 @@ class BasicTokenizer:
 
   def _tokenize_chinese_chars(self, text):
     return "".join(f" {c} " if is_chinese_char(ord(c)) else c for c in text)
+
+  def _is_chinese_char(self, cp):
+    """The original's method name for is_chinese_char (a code point in CJK_RANGES)."""
+    return is_chinese_char(cp)
 
   def _clean_text(self, text):
     """Drops NUL, U+FFFD and control/format characters; turns every whitespace into a space."""
@@ -391,13 +416,19 @@ def check_vocab_sense(vocab, vocab_file, do_lower_case):
 class FullTokenizer:
   """Text -> tokens -> ids with a WordPiece vocab file, or with a SentencePiece model.
 
+  A WordPiece vocab must hold REQUIRED_TOKENS ([UNK] [CLS] [SEP]); [PAD] and [MASK] are needed
+  only where they are used (see REQUIRED_TOKENS), so the original's small test vocabs load.
+
   Attributes:
     vocab: OrderedDict token -> id.
     inv_vocab: dict id -> token.
+    vocab_file: the vocab file (or SentencePiece model) it was loaded from.
   """
 
   def __init__(self, vocab_file, do_lower_case=True, spm_model_file=None):
     self.do_lower_case = do_lower_case
+    # For messages about the vocab's tokens where they are needed (pre-training data's [MASK]).
+    self.vocab_file = spm_model_file or vocab_file
     self.sp_model = None
     if spm_model_file:
       import sentencepiece as spm  # Only needed in this mode.
@@ -416,7 +447,7 @@ class FullTokenizer:
           (self.sp_model.IdToPiece(i), i) for i in range(self.sp_model.GetPieceSize()))
     else:
       self.vocab = load_vocab(vocab_file)
-      check_special_tokens(self.vocab, vocab_file)
+      check_special_tokens(self.vocab, vocab_file, REQUIRED_TOKENS)
       self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
       self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     self.inv_vocab = {i: token for token, i in self.vocab.items()}
