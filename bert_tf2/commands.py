@@ -12,8 +12,10 @@ required ones, its main through run_main). One script runs per process, so the s
 never meet.
 """
 
+import ast
 import importlib
 import math
+import os
 import re
 import sys
 import textwrap
@@ -183,8 +185,29 @@ def run_script(name):
   module.cli()
 
 
+def _summary(name):
+  """The first line of the script's docstring, read from its file: the list of scripts should not
+  wait for TensorFlow to load."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+  with open(path, encoding="utf-8") as f:
+    docstring = ast.get_docstring(ast.parse(f.read())) or ""
+  return " ".join(docstring.split("\n\n")[0].split())
+
+
+def usage():
+  """What `python -m bert_tf2 --help` prints: how to run a script, then each script's summary."""
+  lines = ["usage: python -m bert_tf2 SCRIPT [--flag=value ...]   (SCRIPT --help: its flags)", "",
+           "scripts:"]
+  lines += [f"  {name:<24}{_summary(name)}" for name in SCRIPTS]
+  return "\n".join(lines)
+
+
 def main():
-  """`python -m bert_tf2 SCRIPT [--flag=value ...]`."""
+  """`python -m bert_tf2 SCRIPT [--flag=value ...]`; `--help` (or `-h`, `help`) lists the
+  scripts."""
+  if len(sys.argv) == 2 and sys.argv[1] in ("--help", "-h", "-?", "help", "--helpfull"):
+    print(usage())
+    sys.exit(0)
   if len(sys.argv) < 2 or sys.argv[1] not in SCRIPTS:
     got = f"unknown script {sys.argv[1]!r}; " if len(sys.argv) > 1 else ""
     print(f"error: {got}usage: python -m bert_tf2 SCRIPT [--flag=value ...], SCRIPT one of "

@@ -29,3 +29,15 @@ def test_tensorflows_start_up_notices_are_kept_off_the_console(tmp_path):
     # TensorFlow's x86 builds print the CPU-feature note everywhere; oneDNN's notice only where
     # its custom operations are on by default (not on an AVX2-only EPYC, say).
     assert "cpu_feature_guard" in loud.stderr, loud.stderr[:2000]
+
+
+def test_python_m_bert_tf2_help_lists_the_scripts():
+  """`python -m bert_tf2 --help` is a list of the scripts, each with its summary, and exit 0 (it
+  was an error); without a script it is still the one-line usage error."""
+  done = run_process([PYTHON, "-m", "bert_tf2", "--help"], cwd=ROOT, env=os.environ, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.startswith("usage: python -m bert_tf2 SCRIPT")
+  assert "run_classifier          BERT fine-tuning for sentence and sentence-pair" in done.stdout
+  assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 12
+  bare = run_process([PYTHON, "-m", "bert_tf2"], cwd=ROOT, env=os.environ, timeout=120)
+  assert bare.returncode == 2 and bare.stderr.startswith("error: usage:"), bare.stderr
