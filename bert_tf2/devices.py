@@ -118,11 +118,7 @@ def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=
   `tpu` connects to the TPU `tpu` (name or grpc address). Call it before any TensorFlow op: the
   CPU can be split only while the runtime is uninitialised."""
   if name == "tpu":
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu=tpu, zone=tpu_zone, project=gcp_project)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
+    return _tpu_strategy(tpu, tpu_zone, gcp_project)
   if name == "multi_worker_mirrored":
     if "TF_CONFIG" not in os.environ:
       raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
@@ -145,6 +141,28 @@ def split_cpu(n):
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
   return [f"/cpu:{i}" for i in range(n)]
+
+
+_TPU_NAMES = ("give --tpu_name: the TPU's name (with --tpu_zone and --gcp_project when it is "
+              "not in this VM's zone and project), `local` on a TPU VM, or grpc://HOST:8470")
+
+
+def _tpu_strategy(tpu, tpu_zone, gcp_project):
+  """TPUStrategy on the TPU `tpu`; a TPU that cannot be found or reached is one InputError naming
+  the flag and what to give (TensorFlow's own errors here are a 40-line traceback or a bare
+  "Name or service not known")."""
+  where = f"--tpu_name={tpu}" if tpu else "--distribution_strategy=tpu"
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu, zone=tpu_zone, project=gcp_project)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except (ValueError, OSError, RuntimeError, tf.errors.OpError) as e:
+    cause = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
+    if not tpu:
+      raise fileio.InputError(f"{where} found no TPU ({cause}): {_TPU_NAMES}") from None
+    raise fileio.InputError(f"{where}: the TPU cannot be reached ({cause}); {_TPU_NAMES}") from None
+  return tf.distribute.TPUStrategy(resolver)
 
 
 def is_tpu(strategy):

@@ -274,6 +274,11 @@ def test_run_classifier_bad_inputs_and_contradicting_flags(tmp_path):
       (_classifier_args(unknown, out),
        f"{unknown}/train.tsv:8: unknown label 'positive'; expected one of 0, 1", False),
       (_classifier_args(holey, out), f"file is not a regular file: {holey}/train.tsv", False),
+      # No TPU here: TensorFlow's own errors were a 40-line traceback and a bare resolver error.
+      (_classifier_args(data, out, "--distribution_strategy=tpu"),
+       "--distribution_strategy=tpu found no TPU (", False),
+      (_classifier_args(data, out, "--use_tpu", "--tpu_name=my-tpu"),
+       "--tpu_name=my-tpu: the TPU cannot be reached (", False),
       # The checkpoint is read when training starts, after the features are written (complete).
       (_classifier_args(data, out, f"--bert_config_file={config}"),
        f"{TINY_CKPT}: variable bert/", True),
