@@ -529,7 +529,12 @@ class Trainer:
                 "--mixed_precision=bf16 / fp16 loss scaling.")
           continue
         bad_loops = 0
-        self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied)
+        self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied,
+                           first=loops == 1)
+        if loops == 1:
+          # The first loop (one step) includes tracing and compiling the step: the rate, and so
+          # the ETA, count from its end (step 1 of a 2-minute run once said 15 minutes).
+          t0, s0 = time.time(), step
         if writer:
           with writer.as_default(step=step):
             for k, v in metrics.items():
@@ -581,15 +586,18 @@ class Trainer:
     return path
 
   @staticmethod
-  def _log_progress(step, total, metrics, s0, t0, skipped):
+  def _log_progress(step, total, metrics, s0, t0, skipped, first=False):
+    """One progress line. The ETA is at the rate since the first loop ended ("estimating" after
+    the first, whose time is mostly compilation)."""
     rate = (step - s0) / max(time.time() - t0, 1e-9)
-    eta = (total - step) / rate if rate > 0 else float("inf")
+    eta = "estimating" if first and step < total else _duration(
+        (total - step) / rate if rate > 0 else float("inf"))
     shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
                      if k not in ("steps_per_second", "examples_per_second"))
     speed = f"{metrics['steps_per_second']:.2f} steps/s"
     if "examples_per_second" in metrics:
       speed += f" {metrics['examples_per_second']:.1f} examples/s"
-    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed, _duration(eta),
+    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed, eta,
                  f" | {skipped} non-finite steps skipped" if skipped else "")
 
   # --- evaluation and prediction ------------------------------------------------------------

@@ -3,6 +3,7 @@
 import logging as std_logging
 import os
 import re
+import time
 
 from absl import logging as absl_logging
 import numpy as np
@@ -488,6 +489,37 @@ def test_progress_comes_at_the_first_step_and_then_by_the_clock():
   assert steps == [1, 11] + list(range(12, 31))
   steps = logged_steps(steps_per_loop=1000, log_every_seconds=0.2)
   assert steps[0] == 1 and steps[-1] == 30 and 3 <= len(steps) < 30, steps
+
+
+@requires_shared
+def test_the_eta_counts_from_the_end_of_the_first_step_which_compiles():
+  """The first line says "ETA estimating" (its step is mostly tracing and compiling); later ones
+  estimate at the rate since: at step 10 of 30 the ETA is about 20 steps, well under the first
+  step's time (at the old rate since the start it was twice that time)."""
+  tf.random.set_seed(3)
+  lines = []
+  handler = std_logging.Handler(std_logging.INFO)
+  handler.emit = lambda record: lines.append((time.time(), record.getMessage()))
+  logger = absl_logging.get_absl_logger()
+  verbosity = absl_logging.get_verbosity()
+  model = modeling.BertPretrainer(_config())
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                             optimization.create_optimizer(1e-3, 100, 0))
+  absl_logging.set_verbosity(absl_logging.INFO)
+  logger.addHandler(handler)
+  started = time.time()
+  try:
+    trainer.train(_records(8), num_train_steps=30, save_checkpoints_steps=1000,
+                  steps_per_loop=10, log_every_seconds=None)
+  finally:
+    logger.removeHandler(handler)
+    absl_logging.set_verbosity(verbosity)
+  progress = [(t, m) for t, m in lines if re.match(r"step \d+/30 ", m)]
+  assert [m.split("/")[0] for _, m in progress] == ["step 1", "step 10", "step 20", "step 30"]
+  assert progress[0][1].endswith("ETA estimating"), progress[0][1]
+  first_step_seconds = progress[0][0] - started
+  h, m, sec = map(int, re.search(r"ETA (\d+):(\d\d):(\d\d)", progress[1][1]).groups())
+  assert h * 3600 + m * 60 + sec < first_step_seconds, (progress[1][1], first_step_seconds)
 
 
 def test_eval_results_are_tensorboard_scalars_too(tmp_path):
