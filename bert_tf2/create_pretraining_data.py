@@ -40,7 +40,8 @@ Fast mode has two more options, which run_pretraining recognizes from the record
 
 * --dynamic_masking writes the instances unmasked, with what masking needs: token_kinds (per
   token 0 = never masked: [CLS], [SEP], padding; 1 = a word's first WordPiece; 2 = a "##" piece
-  of the word before) and mask_token_id; run_pretraining masks them afresh each time it reads
+  of the word before), mask_token_id and vocab_words (the vocabulary's size: the range of the
+  random replacements); run_pretraining masks them afresh each time it reads
   them (RoBERTa's dynamic masking) with the same rules (input_pipeline.DynamicMasking).
 * --pack_sequences puts several instances into one max_seq_length sequence (best fit, longest
   first, within a batch of a chunk's instances), so that short instances no longer leave most of

@@ -101,7 +101,10 @@ def pretraining_features(max_seq_length, max_predictions_per_seq, records=Pretra
       "segment_ids": int_feature(max_seq_length),
   }
   if records.dynamic:
-    features.update(token_kinds=int_feature(max_seq_length), mask_token_id=int_feature(1))
+    # vocab_words: the number of the vocabulary's tokens, the range of the 10% random
+    # replacements; records written before it had this read 0 (then the config's vocab_size).
+    features.update(token_kinds=int_feature(max_seq_length), mask_token_id=int_feature(1),
+                    vocab_words=tf.io.FixedLenFeature([1], tf.int64, default_value=[0]))
   else:
     features.update(masked_lm_positions=int_feature(max_predictions_per_seq),
                     masked_lm_ids=int_feature(max_predictions_per_seq),
@@ -154,7 +157,7 @@ class DynamicMasking:
 
   def __call__(self, batch, seed):
     """A batch of dynamic records -> the same batch masked, with masked_lm_positions,
-    masked_lm_ids and masked_lm_weights, without token_kinds and mask_token_id."""
+    masked_lm_ids and masked_lm_weights, without token_kinds, mask_token_id and vocab_words."""
     seed = tf.cast(seed, tf.int64)
     ids, kinds = batch["input_ids"], batch["token_kinds"]
     # An unpacked record is one instance: its input_mask (1 on its tokens, 0 on padding) serves
@@ -188,9 +191,15 @@ class DynamicMasking:
     labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
     draw = tf.random.stateless_uniform([n, preds],
                                        tf.random.experimental.stateless_fold_in(seed, 1))
-    random_ids = tf.random.stateless_uniform(
-        [n, preds], tf.random.experimental.stateless_fold_in(seed, 2), minval=0,
-        maxval=self.vocab_size, dtype=tf.int32)
+    # A random token of the vocabulary the records were written with (a vocab of 8,000 tokens
+    # under a config of 30,522 rows drew mostly ids no token has), at most the config's rows.
+    words = tf.cast(batch["vocab_words"][:, :1], tf.int64) if "vocab_words" in batch else (
+        tf.zeros([n, 1], tf.int64))
+    words = tf.where((words > 0) & (words <= self.vocab_size), words, self.vocab_size)
+    # Full-range 64-bit draws reduced modulo each row's range: a bias below 1e-14.
+    random_ids = tf.cast(tf.math.floormod(tf.random.stateless_uniform(
+        [n, preds], tf.random.experimental.stateless_fold_in(seed, 2), minval=None,
+        maxval=None, dtype=tf.int64), words), ids.dtype)
     # 80% [MASK], 10% a random id, 10% unchanged, as the original: [MASK] never occurs in
     # fine-tuning, so the model also sees real tokens at predicted positions (random ones, and
     # unchanged ones, which keep the representation tied to the observed word).
@@ -199,7 +208,8 @@ class DynamicMasking:
     # Only the valid slots are written back: an unused slot's position 0 is [CLS]'s.
     chosen = tf.where(valid)  # [predictions, 2]: (row, slot)
     targets = tf.stack([chosen[:, 0], tf.cast(tf.gather_nd(positions, chosen), tf.int64)], 1)
-    masked = {k: v for k, v in batch.items() if k not in ("token_kinds", "mask_token_id")}
+    masked = {k: v for k, v in batch.items()
+              if k not in ("token_kinds", "mask_token_id", "vocab_words")}
     masked.update(
         input_ids=tf.tensor_scatter_nd_update(ids, targets, tf.gather_nd(replacement, chosen)),
         masked_lm_positions=positions, masked_lm_ids=labels,

@@ -842,6 +842,7 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
             ("segment_ids", segments, False),
             ("token_kinds", token_kinds(ids, lengths, vocab_ids), False),
             ("mask_token_id", np.full((n, 1), vocab_ids.mask_id), False),
+            ("vocab_words", np.full((n, 1), vocab_ids.size), False),
             ("next_sentence_labels", labels[:, None], False)]
     return encoder.encode_rows(rows)
 
@@ -882,6 +883,7 @@ def encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_length
     # would make more predictions than it (it could only drop the excess, unseen).
     rows += [("token_kinds", packed(token_kinds(ids, lengths, vocab_ids)), False),
              ("mask_token_id", np.full((m, 1), vocab_ids.mask_id), False),
+             ("vocab_words", np.full((m, 1), vocab_ids.size), False),
              ("max_predictions_per_seq", np.full((m, 1), preds), False),
              ("masked_lm_prob", np.full((m, 1), options.masked_lm_prob, np.float32), True)]
   sentence_labels, sentence_weights = np.zeros((m, k), np.int64), np.zeros((m, k), np.float32)

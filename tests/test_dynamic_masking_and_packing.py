@@ -84,7 +84,8 @@ def test_dynamic_masking_writes_the_same_instances_unmasked_with_word_kinds(tmp_
   assert stats.masked == 0 and "unmasked (run_pretraining masks them)" in stats.summary()
   features = read(dynamic)
   assert set(features) == {"input_ids", "input_mask", "segment_ids", "token_kinds",
-                           "mask_token_id", "next_sentence_labels"}
+                           "mask_token_id", "vocab_words", "next_sentence_labels"}
+  assert (features["vocab_words"] == len(tokenizer.vocab)).all()
   vocab = tokenizer.vocab
   assert (features["mask_token_id"] == vocab["[MASK]"]).all()
   assert not (features["input_ids"] == vocab["[MASK]"]).any()
@@ -226,6 +227,39 @@ def _unmasked_and_masked(path, masking, seed=3):
   """(the records as written, the same records masked by the pipeline), both as numpy."""
   masked = [{k: v.numpy() for k, v in b.items()} for b in _masked_batches(path, masking, seed)]
   return read(path), {k: np.concatenate([b[k] for b in masked]) for k in masked[0]}
+
+
+@requires_shared
+def test_random_replacements_are_tokens_of_the_vocabulary_not_rows_of_the_config(tmp_path,
+                                                                                 tokenizer):
+  """The 10% random replacements are drawn among the records' vocabulary (its size is in each
+  record), not up to the config's vocab_size: a 30,522-row config over a smaller vocab drew
+  mostly ids no token has. Records without the size (written before it) draw up to the config's."""
+  words = len(tokenizer.vocab)
+  path, _ = generate(tmp_path, "dynamic.tfrecord", dynamic_masking=True)
+  masking = input_pipeline.DynamicMasking(0.15, PREDS, 4 * words)
+  original, masked = _unmasked_and_masked(path, masking)
+
+  def replacements(original, masked):
+    weights = masked["masked_lm_weights"] > 0
+    rows = np.broadcast_to(np.arange(len(original["input_ids"]))[:, None], weights.shape)
+    new = masked["input_ids"][rows[weights], masked["masked_lm_positions"][weights]]
+    old = original["input_ids"][rows[weights], masked["masked_lm_positions"][weights]]
+    return new[(new != tokenizer.vocab["[MASK]"]) & (new != old)]
+
+  drawn = replacements(original, masked)
+  assert len(drawn) > 2000 and drawn.max() < words and drawn.min() >= 0
+  # Spread over the vocabulary, not a corner of it.
+  assert np.histogram(drawn, bins=4, range=(0, words))[0].min() > 0.2 * len(drawn)
+  # Without the field (older records), the config's range, as before.
+  records = input_pipeline.PretrainingRecords.of_file(path)
+  spec = input_pipeline.pretraining_features(SEQ, PREDS, records)
+  batch = next(iter(tf.data.TFRecordDataset(path).batch(512).map(
+      lambda r: tf.io.parse_example(r, spec))))
+  unsized = {k: (tf.zeros_like(v) if k == "vocab_words" else v) for k, v in batch.items()}
+  old_masked = {k: v.numpy() for k, v in masking(unsized, tf.constant([1, 2])).items()}
+  old_drawn = replacements({k: v.numpy() for k, v in batch.items()}, old_masked)
+  assert old_drawn.max() >= words, "the config's rows, 4x the vocabulary here"
 
 
 @requires_shared
