@@ -425,6 +425,18 @@ def vocab_beside(checkpoint):
   return os.path.join(checkpoint_directory(checkpoint), "vocab.txt")
 
 
+def vocab_file_or_beside(vocab_file, init_checkpoint):
+  """--vocab_file when given, else the vocab.txt beside --init_checkpoint when there is one
+  (said in the log), else None: every script that reads a checkpoint finds its vocab alike."""
+  if vocab_file or not init_checkpoint:
+    return vocab_file
+  beside = vocab_beside(init_checkpoint)
+  if not fileio.isfile(beside):
+    return None
+  logging.info("--vocab_file: %s (beside --init_checkpoint)", beside)
+  return beside
+
+
 def check_seq_length(max_seq_length, config, config_source):
   """InputError when --max_seq_length does not fit the model's position embeddings."""
   if max_seq_length > config.max_position_embeddings:

@@ -406,6 +406,7 @@ def main(_):
     inputs = [("litert_model", [os.path.join(FLAGS.litert_model, name)
                                 for name in fileio.listdir(FLAGS.litert_model)])]
   else:
+    vocab_file = checkpoints.vocab_file_or_beside(vocab_file, FLAGS.init_checkpoint)
     fileio.require(input_file=FLAGS.input_file, output_file=FLAGS.output_file,
                    vocab_file=vocab_file, init_checkpoint=FLAGS.init_checkpoint)
     checkpoint_dir = checkpoints.checkpoint_directory(FLAGS.init_checkpoint)

@@ -78,11 +78,8 @@ def run(settings, modes, **required):
   vocab_file = hub_module_vocab(hub_module_handle, settings.vocab_file)
   if not vocab_file and not hub_module_handle:
     vocab_file = saved_beside_checkpoints(output_dir, "vocab.txt")
-  if not vocab_file and settings.init_checkpoint and not hub_module_handle:
-    beside = checkpoints.vocab_beside(settings.init_checkpoint)
-    if fileio.isfile(beside):
-      logging.info("--vocab_file: %s (beside --init_checkpoint)", beside)
-      vocab_file = beside
+  if not vocab_file and not hub_module_handle:
+    vocab_file = checkpoints.vocab_file_or_beside(None, settings.init_checkpoint)
   fileio.require(**required, vocab_file=vocab_file, output_dir=output_dir)
   tf.random.set_seed(settings.seed)
   with fileio.no_new_empty_directories(*[output_dir] if output_dir else []):

@@ -99,7 +99,8 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path, padding):
 
 @requires_shared
 def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
-  """A checkpoint prefix in the original format: bert_config.json is found beside it, the
+  """A checkpoint prefix in the original format: bert_config.json and vocab.txt are found beside
+  it, the
   default --layers are the last four of its two layers (-3 and -4 do not exist: an error), and
   the values are that model's hidden states."""
   from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
@@ -115,8 +116,11 @@ def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
   result = run_script(["extract_features.py"] + common)
   assert result.returncode == 2
   assert "--layers: -3 is not a layer of a 2-layer model" in result.stderr
-  result = run_script(["extract_features.py"] + common + ["--layers=-1,0"])
+  # Without --vocab_file: the vocab.txt beside the checkpoint, as the other scripts find it.
+  result = run_script(["extract_features.py"] + common[:3] + ["--max_seq_length=16",
+                                                               "--layers=-1,0"])
   assert result.returncode == 0, result.stderr[-3000:]
+  assert f"--vocab_file: {directory}/vocab.txt (beside --init_checkpoint)" in result.stderr
   (output,) = [json.loads(line) for line in output_file.read_text(encoding="utf-8").splitlines()]
   tokens = ["[CLS]", "all", "work", "and", "no", "play", "[SEP]", "makes", "jack", "a", "dull",
             "boy", "[SEP]"]
