@@ -100,9 +100,8 @@ def test_every_layer_matches_huggingface_hidden_states(tmp_path, padding):
 @requires_shared
 def test_google_tf1_checkpoint_with_its_config_beside_it(tmp_path):
   """A checkpoint prefix in the original format: bert_config.json and vocab.txt are found beside
-  it, the
-  default --layers are the last four of its two layers (-3 and -4 do not exist: an error), and
-  the values are that model's hidden states."""
+  it, the default --layers are the last four of its two layers (-3 and -4 do not exist: an
+  error), and the values are that model's hidden states."""
   from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   directory = os.path.join(SHARED, "data", "checkpoints", "tiny_tf1_test_checkpoint")
