@@ -210,14 +210,68 @@ def load_project_checkpoint(module, prefix):
                     sorted(p for p in available if p not in loaded_paths))
 
 
+# A fine-tuning run with --keep_best_checkpoint_metric keeps its best checkpoint in
+# output_dir/best/ (a whole model folder) and every evaluation in output_dir/best_checkpoint.json.
+BEST_DIRECTORY = "best"
+BEST_STATE = "best_checkpoint.json"
+_ANNOUNCED = set()  # the run folders whose best checkpoint the log has named
+
+
+def read_best_state(output_dir):
+  """output_dir/best_checkpoint.json (the record of evaluations during training), or None."""
+  path = os.path.join(output_dir, BEST_STATE)
+  if not fileio.exists(path):
+    return None
+  state = fileio.load_json(path, "record of evaluations during training")
+  if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
+          and isinstance(state.get("without_improvement"), int)
+          and (state.get("best_step") is None or (isinstance(state["best_step"], int)
+                                                  and not isinstance(state["best_step"], bool)))
+          and isinstance(state.get("metric"), str)):
+    raise fileio.InputError(f"{path}: not the record of evaluations during training (an object "
+                            "with metric, evaluations, without_improvement and best_step); remove "
+                            "it to start the record again")
+  return state
+
+
+def best_checkpoint(output_dir, instead):
+  """(checkpoint path, step, metric, value) of the best checkpoint kept in output_dir/best/, or
+  None when the run kept none. A best checkpoint its record names but best/ does not hold whole
+  (deleted, its index gone) is an InputError saying so and what to give `instead` for the latest:
+  never a quiet fallback to another checkpoint than the run's evaluation would use."""
+  state = read_best_state(output_dir)
+  if not state or state.get("best_step") is None:
+    return None
+  best = os.path.join(output_dir, BEST_DIRECTORY)
+  path = tf.train.latest_checkpoint(best) if fileio.isdir(best) else None
+  if not path:
+    raise fileio.InputError(
+        f"{best}: the best checkpoint of this run (step {state['best_step']}, by "
+        f"{state['metric']}, recorded in {os.path.join(output_dir, BEST_STATE)}) is missing or "
+        f"incomplete; to use the latest checkpoint instead, give {instead}")
+  step = int(path.rsplit("-", 1)[-1])
+  return path, step, state["metric"], state["best_value"] if step == state["best_step"] else None
+
+
 def resolve_checkpoint(path):
   """-> (format, path) with format "tf1", "project" or "hf". Accepts a checkpoint prefix, a
-  `.safetensors` file, or a directory holding one of them."""
+  `.safetensors` file, or a directory holding one of them.
+
+  A fine-tuning run's folder that kept a best checkpoint means that one (the checkpoint its own
+  evaluation and prediction use), said in the log; its other checkpoints are named by prefix
+  (DIR/ckpt-N)."""
   if not path:
     raise fileio.InputError("no checkpoint given")
   if fileio.isdir(path):
     if fileio.exists(os.path.join(path, "model.safetensors")):
       return "hf", os.path.join(path, "model.safetensors")
+    best = best_checkpoint(path, instead=f"the checkpoint's prefix ({path}/ckpt-N)")
+    if best:
+      if path not in _ANNOUNCED:  # once, though a script resolves its checkpoint several times
+        _ANNOUNCED.add(path)
+        logging.info("%s: the run's best checkpoint, %s (step %d, %s=%s)", path, best[0],
+                     best[1], best[2], best[3])
+      return resolve_checkpoint(best[0])
     latest = tf.train.latest_checkpoint(path)
     if latest:
       return resolve_checkpoint(latest)

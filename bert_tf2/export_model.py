@@ -85,7 +85,8 @@ def define_flags():
                     "--format=litert: int8 stores the matmul weights as int8 (dynamic-range "
                     "quantization: a quarter of the size, several times faster on CPU).")
   script_flags.define_overwrite_flag()
-  script_flags.define_checkpoint_flags()  # also: a fine-tuning --output_dir (its latest)
+  # also: a fine-tuning --output_dir (its best checkpoint when it kept one, else its latest)
+  script_flags.define_checkpoint_flags()
   script_flags.define_text_flags()  # --vocab_file default: vocab.txt beside --init_checkpoint
   script_flags.define_max_seq_length(128)  # the length the preprocessing pads to
   script_flags.define_labels_flag()

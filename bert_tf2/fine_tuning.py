@@ -470,8 +470,8 @@ def _read_bytes(path):
 
 # --- Evaluation during training, the best checkpoint, early stopping -------------------------
 
-BEST_DIRECTORY = "best"  # output_dir/best/: the best checkpoint as a whole model folder
-BEST_STATE = "best_checkpoint.json"  # output_dir/best_checkpoint.json: every evaluation so far
+BEST_DIRECTORY = checkpoints.BEST_DIRECTORY  # output_dir/best/: the best checkpoint, a model folder
+BEST_STATE = checkpoints.BEST_STATE  # output_dir/best_checkpoint.json: every evaluation so far
 
 
 def metric_key(name):
@@ -592,32 +592,16 @@ def is_best_directory(path):
   return "checkpoint" in names and any(n.startswith("ckpt-") for n in names)
 
 
-def read_best_state(output_dir):
-  """output_dir/best_checkpoint.json (EvalDuringTraining's record), or None."""
-  path = os.path.join(output_dir, BEST_STATE)
-  if not fileio.exists(path):
-    return None
-  state = fileio.load_json(path, "record of evaluations during training")
-  if not (isinstance(state, dict) and isinstance(state.get("evaluations"), list)
-          and isinstance(state.get("without_improvement"), int)):
-    raise fileio.InputError(f"{path}: not the record of evaluations during training (an object "
-                            "with evaluations and without_improvement); remove it to start the "
-                            "record again")
-  return state
+# The record and the folder of the best checkpoint are checkpoints.py's (every script that reads a
+# run folder takes its best checkpoint by the same rule).
+read_best_state = checkpoints.read_best_state
 
 
 def best_checkpoint(output_dir):
-  """(checkpoint path, step, metric, value) of the best checkpoint kept in output_dir/best/, or
-  None when none was kept."""
-  state = read_best_state(output_dir)
-  best = os.path.join(output_dir, BEST_DIRECTORY)
-  if not state or state.get("best_step") is None or not fileio.isdir(best):
-    return None
-  path = tf.train.latest_checkpoint(best)
-  if not path:
-    return None
-  step = int(path.rsplit("-", 1)[-1])
-  return path, step, state["metric"], state["best_value"] if step == state["best_step"] else None
+  """(path, step, metric, value) of the best checkpoint output_dir/best/ holds, or None when the
+  run kept none; InputError when its record names one that is missing or damaged."""
+  return checkpoints.best_checkpoint(
+      output_dir, instead="--nouse_best_checkpoint (evaluate and predict with the latest)")
 
 
 def restore_best(trainer, output_dir):

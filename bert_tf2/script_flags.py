@@ -161,7 +161,8 @@ def define_checkpoint_flags():
   define_config_flag()
   _define(flags.DEFINE_string, "init_checkpoint", None,
           "Pre-trained weights: a Google TF1 checkpoint, a HuggingFace safetensors directory, or "
-          "one of this project's checkpoints (a prefix, or a directory for its latest).")
+          "one of this project's checkpoints (a prefix, or a directory: a fine-tuning run's "
+          "best checkpoint when it kept one, else its latest).")
 
 
 def define_litert_model_flag():

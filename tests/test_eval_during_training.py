@@ -4,6 +4,7 @@ fine-tuning script, on real data with small models trained from scratch."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -91,6 +92,27 @@ def test_best_checkpoint_by_dev_loss_survives_a_kill_and_predicts(tmp_path):
   assert latest["global_step"] == 15
   assert latest["eval_loss"] == pytest.approx(losses[15], abs=1e-5)
   assert ((out / "test_results.tsv").read_text() == best_predictions) == (best == 15)
+
+  # The run folder means the checkpoint its evaluation used, for every script: export_model
+  # exports the best one and says so (it silently took the latest, step 15).
+  exported = run_ok(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",
+                     f"--export_dir={tmp_path / 'served'}", "--max_seq_length=48"])
+  assert f"{out}: the run's best checkpoint, {out / 'best'}/ckpt-{best} (step {best}, " in (
+      exported.stderr)
+  assert f"Initialised 25 variables from {out / 'best'}/ckpt-{best}" in exported.stderr
+  # best/ gone: an error that says so and what to give for the latest, not the latest quietly.
+  shutil.move(str(out / "best"), str(tmp_path / "moved_best"))
+  missing = run_script([a for a in _classifier(data, config, out, "--do_eval")
+                        if not a.startswith("--eval_every")])
+  assert missing.returncode == 2, missing.stderr[-2000:]
+  assert missing.stderr.strip().splitlines()[-1] == (
+      f"error: {out / 'best'}: the best checkpoint of this run (step {best}, by eval_loss, "
+      f"recorded in {out / fine_tuning.BEST_STATE}) is missing or incomplete; to use the latest "
+      "checkpoint instead, give --nouse_best_checkpoint (evaluate and predict with the latest)")
+  refused = run_script(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",
+                        f"--export_dir={tmp_path / 'served2'}", "--max_seq_length=48"])
+  assert refused.returncode == 2 and f"({out}/ckpt-N)" in refused.stderr, refused.stderr[-2000:]
+  assert not (tmp_path / "served2").exists()
 
   kill_at_checkpoint(_classifier(data, config, resumed, *flags), resumed, 8)
   run_ok(_classifier(data, config, resumed, *flags))
