@@ -248,10 +248,41 @@ def multi_label_metrics(labels, probabilities, thresholds=0.5):
   return summary, per_label
 
 
+def at_the_floor(labels, predicted):
+  """A warning (one line) when dev predictions score no better than a model that learnt nothing,
+  else None. `labels` and `predicted` are class ids [examples] (single-label: the floor is always
+  predicting the most frequent class) or 0/1 rows [examples, labels] (multi-label: the floor is
+  predicting no label, micro F1 0)."""
+  labels, predicted = np.asarray(labels), np.asarray(predicted)
+  if labels.ndim == 2:
+    tp, _, _ = _label_counts(labels.astype(bool), predicted.astype(bool))
+    if labels.any() and tp.sum() == 0:
+      return ("dev micro F1 is 0: the model predicts no true label (the all-negative floor), so "
+              "it has learnt nothing usable yet; train longer (--num_train_epochs), check "
+              "--learning_rate and --init_checkpoint")
+    return None
+  if labels.size == 0:
+    return None
+  counts = np.bincount(labels)
+  majority = counts.max() / labels.size
+  accuracy = float(np.mean(labels == predicted))
+  if len(counts) > 1 and accuracy <= majority:
+    return (f"dev accuracy {accuracy:.4f} is no better than always predicting the most frequent "
+            f"class ({majority:.4f}): the model has learnt nothing usable yet; train longer "
+            "(--num_train_epochs), check --learning_rate and --init_checkpoint")
+  return None
+
+
 def tune_thresholds(labels, probabilities, default=0.5, grid=None):
   """Each label's threshold (from `grid`, default 0.01 ... 0.99) that maximises its F1 on these
   examples; among equal F1 the one nearest `default`, and `default` for a label with no true
-  example (no F1 to gain there but false positives)."""
+  example (no F1 to gain there but false positives).
+
+  Never worse than not tuning, and never a label on every example: a threshold at which a label
+  fires for every example (unless every example has it) is no candidate, however its F1 (an
+  untrained model's best F1 is often "always": 2p / (1 + p) for a label of prior p); a label keeps
+  `default` unless a threshold beats its F1 there and by a tenth that of "always"; and if the tuned
+  set's micro F1 is below the default's, every label keeps `default`."""
   labels = np.asarray(labels).astype(bool)
   probabilities = np.asarray(probabilities)
   grid = np.round(np.arange(1, 100) / 100, 2) if grid is None else np.asarray(grid, np.float64)
@@ -259,8 +290,25 @@ def tune_thresholds(labels, probabilities, default=0.5, grid=None):
   grid = grid[np.argsort(np.abs(grid - default), kind="stable")]
   scores = np.stack([_ratio(2 * tp, 2 * tp + fp + fn) for tp, fp, fn in (
       _label_counts(labels, probabilities > t) for t in grid)])
-  chosen = grid[np.argmax(scores, axis=0)]
-  return np.where(labels.any(axis=0), chosen, default)
+  fires_always = np.stack([(probabilities > t).all(axis=0) for t in grid])
+  scores = np.where(fires_always & ~labels.all(axis=0), -1.0, scores)
+  tp, fp, fn = _label_counts(labels, probabilities > default)
+  at_default = _ratio(2 * tp, 2 * tp + fp + fn)
+  # What a threshold must beat: the default's F1, and by a tenth predicting the label on every
+  # example (F1 2p / (1 + p) for a label of frequency p), which needs no model. A threshold no
+  # better has found no signal, only the label's prior (noise around the prior beat it by a
+  # hair, by chance, firing on nearly every example).
+  frequency = labels.mean(axis=0)
+  trivial = 2 * frequency / (1 + frequency)
+  best = np.argmax(scores, axis=0)
+  # (A label every example has: "always" is its right answer.)
+  required = np.where(frequency < 1, np.maximum(at_default, 1.1 * trivial), at_default)
+  improves = scores[best, np.arange(labels.shape[1])] > required
+  tuned = np.where(labels.any(axis=0) & improves, grid[best], default)
+  micro = lambda thresholds: multi_label_metrics(labels, probabilities, thresholds)[0]["micro_f1"]
+  if micro(tuned) < micro(default):
+    return np.full(labels.shape[1], default, np.float64)
+  return tuned
 
 
 # --- Entity-level scores as conlleval counts them ---------------------------------------------

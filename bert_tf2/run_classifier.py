@@ -361,6 +361,9 @@ def _sigmoid(logits):
 def _single_label_metrics(settings, examples, label_list, outputs):
   labels = np.array([label_list.index(e.label) for e in examples])
   scores = metrics.glue_metrics(settings.task_name, labels, outputs.argmax(-1))
+  floor = metrics.at_the_floor(labels, outputs.argmax(-1))
+  if floor:
+    logging.warning("%s", floor)
   return ({f"eval_{k}": float(v) for k, v in scores.items()},
           metrics.cross_entropy(outputs, labels), None)
 
@@ -382,8 +385,15 @@ def _multi_label_metrics(settings, examples, label_list, outputs):
   tuned = None
   if settings.tune_thresholds:
     tuned = metrics.tune_thresholds(labels, outputs, settings.threshold)
+    if (tuned == settings.threshold).all():
+      logging.warning("--tune_thresholds: no label's threshold beats --threshold=%s on dev (nor "
+                      "predicting it always): every label keeps %s", settings.threshold,
+                      settings.threshold)
     tuned_summary, per_label = metrics.multi_label_metrics(labels, outputs, tuned)
     summary.update({f"eval_tuned_{k}": v for k, v in tuned_summary.items()})
+  floor = metrics.at_the_floor(labels, outputs > (settings.threshold if tuned is None else tuned))
+  if floor:
+    logging.warning("%s", floor)
   return summary, metrics.binary_cross_entropy(outputs, labels), (per_label, tuned)
 
 

@@ -286,3 +286,50 @@ def test_tune_thresholds_maximises_each_labels_f1():
     assert abs(thresholds[j] - 0.5) == pytest.approx(min(abs(t - 0.5) for t in ties)), j
   tuned = metrics.multi_label_metrics(labels, probabilities, thresholds)[0]["macro_f1"]
   assert tuned >= metrics.multi_label_metrics(labels, probabilities)[0]["macro_f1"]
+
+
+def test_tuned_thresholds_never_fire_every_label_nor_lose_to_the_default():
+  """An untrained model (GoEmotions after 0.1 epoch) gives every label about its prior: each
+  label's best F1 was then "always" (thresholds 0.07-0.13 that put all 28 labels on every
+  example). Tuning now never picks a threshold that fires on every example, keeps the default
+  where nothing beats it, and never lowers micro F1 below the default's."""
+  rng = np.random.default_rng(4)
+  priors = rng.uniform(0.02, 0.2, 28)
+  labels = (rng.random((500, 28)) < priors).astype(int)
+  probabilities = np.clip(priors + rng.normal(0, 0.005, (500, 28)), 0, 1)
+  thresholds = metrics.tune_thresholds(labels, probabilities)
+  fires = probabilities > thresholds
+  assert not fires.all(axis=0).any(), "a label on every example"
+  default = metrics.multi_label_metrics(labels, probabilities)[0]
+  tuned = metrics.multi_label_metrics(labels, probabilities, thresholds)[0]
+  assert tuned["micro_f1"] >= default["micro_f1"]
+  # Noise around the prior carries no signal: nothing beats predicting no label at all.
+  np.testing.assert_array_equal(thresholds, 0.5)
+  # A useful model still gets its thresholds tuned (the test above), and a label every example
+  # has may fire everywhere.
+  labels[:, 0] = 1
+  probabilities[:, 0] = 0.3
+  assert metrics.tune_thresholds(labels, probabilities)[0] < 0.3
+
+
+@requires_shared
+def test_a_dev_score_at_the_floor_is_named():
+  """Predictions no better than a model that learnt nothing get one warning line: always the
+  most frequent MRPC dev class, or no GoEmotions label at all; a model that did learn gets none."""
+  with open(os.path.join(SHARED, "data", "glue", "MRPC", "dev.tsv"), encoding="utf-8-sig") as f:
+    labels = np.array([int(line.split("\t")[0]) for line in list(f)[1:]])
+  majority = np.bincount(labels).argmax()
+  message = metrics.at_the_floor(labels, np.full_like(labels, majority))
+  assert message.startswith("dev accuracy 0.6838 is no better than always predicting the most "
+                            "frequent class (0.6838)")
+  assert "\n" not in message
+  better = labels.copy()
+  better[:10] = 1 - better[:10]  # 97.5% right
+  assert metrics.at_the_floor(labels, better) is None
+  with open(os.path.join(SHARED, "data", "goemotions", "dev.tsv"), encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t")[1].split(",") for line in f]
+  multi = np.zeros((len(rows), 28), int)
+  for i, ids in enumerate(rows):
+    multi[i, [int(x) for x in ids]] = 1
+  assert metrics.at_the_floor(multi, np.zeros_like(multi)).startswith("dev micro F1 is 0")
+  assert metrics.at_the_floor(multi, multi) is None
