@@ -53,6 +53,9 @@ class PretrainingRecords:
   packed: bool = False
   max_predictions: int = 0
   masked_lm_prob: float = 0.0
+  # The size of the vocabulary dynamic records were written with (0: masked records, or written
+  # before it was recorded).
+  vocab_words: int = 0
 
   @classmethod
   def of_file(cls, path):
@@ -66,9 +69,10 @@ class PretrainingRecords:
     if "max_predictions_per_seq" in feature and "masked_lm_prob" in feature:
       budget = dict(max_predictions=feature["max_predictions_per_seq"].int64_list.value[0],
                     masked_lm_prob=feature["masked_lm_prob"].float_list.value[0])
+    words = feature["vocab_words"].int64_list.value if "vocab_words" in feature else [0]
     return cls(dynamic="token_kinds" in feature, packed=packed,
                max_instances=len(feature["next_sentence_labels"].int64_list.value) if packed
-               else 1, **budget)
+               else 1, vocab_words=int(words[0]) if words else 0, **budget)
 
   @classmethod
   def of_files(cls, input_files):

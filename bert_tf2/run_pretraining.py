@@ -107,6 +107,24 @@ def check_prediction_budget(records, source):
         f"fuller sequences would lose predictions; use at most {packed_prob!s}")
 
 
+def check_vocab_size(records, config, records_file, config_file):
+  """The config's vocab_size against the vocabulary the records were written with (dynamic
+  records say its size): more tokens than rows is an error; fewer, a warning naming both sizes
+  (a config of BERT's 30,522 ids over a 7,632-token vocab trains 22,890 rows and output classes
+  no token has)."""
+  words = records.vocab_words
+  if not words or words == config.vocab_size:
+    return
+  if words > config.vocab_size:
+    raise fileio.InputError(
+        f"{records_file}: written with a vocabulary of {words} tokens, more than vocab_size="
+        f"{config.vocab_size} of {config_file}: set vocab_size to {words}")
+  logging.warning("%s: vocab_size=%d, but the records were written with a vocabulary of %d "
+                  "tokens: %d embedding rows and output classes will never be used; set "
+                  "vocab_size to %d for a model of this vocabulary", config_file,
+                  config.vocab_size, words, config.vocab_size - words, words)
+
+
 def dynamic_masking(records, config, source):
   """The masking of records written with --dynamic_masking (None for masked records: the masking
   flags then change nothing, which a warning says when they were given)."""
@@ -159,6 +177,7 @@ def main(_):
         f"{input_files[0]}: packed records with {records.max_instances} next-sentence slots a "
         f"sequence, but at most {FLAGS.max_seq_length // 3} instances fit --max_seq_length="
         f"{FLAGS.max_seq_length}")
+  check_vocab_size(records, config, input_files[0], FLAGS.bert_config_file)
   masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq, records)

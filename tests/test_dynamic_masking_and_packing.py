@@ -492,3 +492,38 @@ def test_run_pretraining_refuses_masking_flags_that_drop_packed_predictions(tmp_
     assert last.startswith("error: " + message) and str(records) in last, last
     assert "Traceback" not in failed.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+@requires_shared
+def test_a_config_larger_or_smaller_than_the_records_vocabulary_is_named(tmp_path, tokenizer,
+                                                                          monkeypatch):
+  """Dynamic records say the size of the vocabulary they were written with: run_pretraining
+  refuses a config with fewer rows and warns, naming both sizes, about one with more (the stock
+  30,522-row config over a smaller vocab trained rows no token has, silently)."""
+  run_pretraining = import_script("run_pretraining")
+  path, _ = generate(tmp_path, "dynamic.tfrecord", dynamic_masking=True)
+  records = input_pipeline.PretrainingRecords.of_file(path)
+  words = len(tokenizer.vocab)
+  assert records.vocab_words == words
+  warnings = []
+  monkeypatch.setattr(run_pretraining.logging, "warning",
+                      lambda fmt, *args: warnings.append(fmt % args))
+
+  def config(vocab_size):
+    return modeling.BertConfig(vocab_size=vocab_size, hidden_size=8, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=16)
+
+  run_pretraining.check_vocab_size(records, config(words), path, "c.json")
+  assert warnings == []
+  run_pretraining.check_vocab_size(records, config(words + 500), path, "c.json")
+  assert warnings == [f"c.json: vocab_size={words + 500}, but the records were written with a "
+                      f"vocabulary of {words} tokens: 500 embedding rows and output classes will "
+                      f"never be used; set vocab_size to {words} for a model of this vocabulary"]
+  with pytest.raises(fileio.InputError, match=f"{path}: written with a vocabulary of {words} "
+                     f"tokens, more than vocab_size={words - 1} of c.json"):
+    run_pretraining.check_vocab_size(records, config(words - 1), path, "c.json")
+  # Masked records (the original's) do not say: nothing to check.
+  classic, _ = generate(tmp_path, "classic.tfrecord")
+  run_pretraining.check_vocab_size(input_pipeline.PretrainingRecords.of_file(classic),
+                                   config(words + 500), classic, "c.json")
+  assert len(warnings) == 1
