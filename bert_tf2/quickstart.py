@@ -18,7 +18,8 @@ and runs the project's own scripts on it, one subprocess each, exactly as a user
     into a PNG (a small plotter below: no plotting library needed).
 
 Every artefact goes under --output_dir (default ./quickstart_output), each step's log in its
-logs/ folder, and a summary closes the run. --small is an even smaller setting, for the tests.
+logs/ folder, and a summary closes the run. --small only checks that every step runs (for the
+tests; too little training to learn the task), in its own default folder.
 """
 
 import argparse
@@ -302,19 +303,34 @@ def main(argv=None):
     return 130 if sigint else 143
 
 
+def _marked_setting(marker):
+  """The setting ("default" or "small") a quick-start output's marker names ("default" for a
+  marker written before markers named one)."""
+  with open(marker, encoding="utf-8", errors="replace") as f:
+    for line in f:
+      if line.startswith("setting: "):
+        return line.split(":", 1)[1].strip()
+  return "default"
+
+
 def _main(argv):
   parser = _ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", default="quickstart_output",
-                      help="Where every artefact goes (default: ./quickstart_output).")
+  parser.add_argument("--output_dir", default=None,
+                      help="Where every artefact goes (default: ./quickstart_output, with "
+                      "--small ./quickstart_small_output).")
   parser.add_argument("--small", action="store_true",
-                      help="An even smaller setting (a minute or so), for the tests.")
+                      help="A check that every step runs (a minute or so, for the tests): too "
+                      "little training to learn the task.")
   args = parser.parse_args(argv)
+  setting = "small" if args.small else "default"
+  if args.output_dir is None:
+    args.output_dir = "quickstart_small_output" if args.small else "quickstart_output"
   if importlib.util.find_spec("tensorflow_text") is None:  # its first step builds a vocabulary
     parser.exit(2, f"error: {tokenization.TEXT_INSTALL}\n")
   if fileio.is_remote(args.output_dir):  # a look around on this machine: plots, logs, a demo
     parser.exit(2, f"error: --output_dir={args.output_dir}: the quick start writes a local "
                 "folder; give a local path (every other script takes gs:// paths)\n")
-  s = SETTINGS["small" if args.small else "default"]
+  s = SETTINGS[setting]
   out = os.path.abspath(args.output_dir)
   # A rerun starts from scratch (the training scripts would otherwise resume from the
   # checkpoints a previous run left, with other settings perhaps), so it deletes its own
@@ -326,8 +342,15 @@ def _main(argv):
                 f"{MARKER} in it); refusing to delete anything there: choose a new directory\n")
   if os.path.lexists(out) and not os.path.isdir(out):
     parser.exit(2, f"error: --output_dir={out} exists and is not a directory\n")
+  # A full run's output is not replaced by a --small check's (a marker without a setting is a
+  # full run's, as every run wrote before).
+  if args.small and os.path.isfile(marker) and _marked_setting(marker) != "small":
+    parser.exit(2, f"error: --output_dir={out} holds a full quick-start run, which --small would "
+                "replace: give --small another --output_dir (its default is "
+                "./quickstart_small_output)\n")
   os.makedirs(out, exist_ok=True)
-  _write_text(marker, "Made by quickstart.py; a rerun replaces its sub-directories.\n")
+  _write_text(marker, "Made by quickstart.py; a rerun replaces its sub-directories.\n"
+              f"setting: {setting}\n")
   paths = {name: os.path.join(out, name) for name in
            ("data", "vocab", "pretraining_data", "pretraining", "classifier", "features",
             "export")}
@@ -434,7 +457,9 @@ def _main(argv):
         f"{eval_results.get('eval_loss', float('nan')):.2f}, accuracy "
         f"{eval_results.get('eval_accuracy', float('nan')):.3f} on "
         f"{int(eval_results.get('eval_examples', 0))} examples; chance is "
-        f"{1 / len(AREAS):.2f})")
+        f"{1 / len(AREAS):.2f}" + ("; --small checks that every step runs, with too little "
+                                   "training to learn the task: run without it for a model "
+                                   "that does" if args.small else "") + ")")
   print(f"Test-set predictions:        {os.path.join(paths['classifier'], 'test_results.tsv')}")
   if features:
     print(f"Token features (JSON lines): {features}")

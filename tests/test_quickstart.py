@@ -249,6 +249,26 @@ def test_refuses_to_clear_a_directory_it_did_not_make(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["data", "vocab"]
 
 
+def test_small_keeps_a_full_runs_output(tmp_path):
+  """--small (a check that every step runs) never replaces a full run's folder: one error line,
+  nothing touched; its default folder is its own."""
+  full = tmp_path / "quickstart_output"
+  (full / "classifier").mkdir(parents=True)
+  (full / "classifier" / "model.txt").write_text("an hour of training")
+  (full / quickstart.MARKER).write_text("Made by quickstart.py; a rerun replaces its "
+                                        "sub-directories.\n")  # as a full run wrote it
+  result = run_process([sys.executable, os.path.join(ROOT, "quickstart.py"), "--small",
+                        f"--output_dir={full}"], cwd=ROOT, env=None, timeout=120)
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: --output_dir={full} holds a full quick-start run, which --small would replace: "
+      "give --small another --output_dir (its default is ./quickstart_small_output)")
+  assert (full / "classifier" / "model.txt").read_text() == "an hour of training"
+  help_text = run_process([sys.executable, os.path.join(ROOT, "quickstart.py"), "--help"],
+                          cwd=ROOT, env=None, timeout=120).stdout
+  assert "--small ./quickstart_small_output" in " ".join(help_text.split())
+
+
 def test_bad_argument_is_one_line_and_a_signal_stops_the_running_step(tmp_path):
   """`--bogus`: one error line, exit 2. SIGTERM while a step runs: the step gets it too (no
   orphan left running), one error line, exit 143."""
