@@ -760,7 +760,8 @@ def _write_litert(module, model_type, staging, quantize, init_checkpoint, config
   fileio.copy_file(vocab_path, os.path.join(staging, "vocab.txt"))
   info = {"kind": model_type, "quantize": quantize, "do_lower_case": do_lower_case,
           "max_seq_length": max_seq_length, "init_checkpoint": fileio.absolute(init_checkpoint),
-          "global_step": checkpoints.global_step(init_checkpoint), **info}
+          "global_step": checkpoints.global_step(init_checkpoint),
+          "model_sha256": litert.sha256(model), **info}
   with open(os.path.join(staging, litert.INFO_FILE), "w", encoding="utf-8") as f:
     json.dump(info, f, indent=2)
     f.write("\n")

@@ -23,6 +23,7 @@ hidden] and `encoder_outputs` [batch, layers, seq, hidden] (every layer, batch f
 embedder `embedding` [batch, hidden]; classifier `logits` [batch, labels] float32.
 """
 
+import hashlib
 import json
 import os
 
@@ -71,6 +72,25 @@ def is_litert_directory(path):
   return MODEL_FILE in names and INFO_FILE in names and names <= ENTRIES
 
 
+def sha256(content):
+  """The hex SHA-256 of a model's bytes, as litert_model.json records it."""
+  return hashlib.sha256(content).hexdigest()
+
+
+def _read_and_hash(path, keep):
+  """(hex SHA-256 of the file's bytes, the bytes when `keep` else None), read in 1 MiB pieces."""
+  digest, pieces = hashlib.sha256(), []
+  with fileio.open_input(path, "rb") as f:
+    while True:
+      piece = f.read(1 << 20)
+      if not piece:
+        break
+      digest.update(piece)
+      if keep:
+        pieces.append(piece)
+  return digest.hexdigest(), (b"".join(pieces) if keep else None)
+
+
 def read_info(directory, flag="litert_model"):
   """The litert_model.json of a LiteRT model directory; InputError naming the flag when it is
   not one."""
@@ -109,12 +129,18 @@ class Model:
     self.config_file = os.path.join(directory, "bert_config.json")
     self.do_lower_case = bool(self.info.get("do_lower_case", True))
     model_path = os.path.join(directory, MODEL_FILE)
+    # Checked against the checksum the export recorded: a model with bytes flipped in its weights
+    # loads and runs, giving other numbers without a word.
+    digest, content = _read_and_hash(model_path, keep=fileio.is_remote(model_path))
+    recorded = self.info.get("model_sha256")
+    if recorded is not None and recorded != digest:
+      raise fileio.InputError(
+          f"{model_path}: its bytes are not those export_model.py wrote (SHA-256 {digest[:12]}..., "
+          f"{INFO_FILE} records {str(recorded)[:12]}...): damaged or replaced; export the model "
+          "again")
     try:
-      if fileio.is_remote(model_path):  # the runtime reads local files: the bytes, read here
-        with fileio.open_input(model_path, "rb") as f:
-          source = {"model_content": f.read()}
-      else:
-        source = {"model_path": model_path}
+      # The runtime reads local files only: a remote model's bytes, read here.
+      source = {"model_content": content} if content is not None else {"model_path": model_path}
       self._interpreter = _interpreter_class()(**source, num_threads=num_threads or os.cpu_count())
       self._runner = self._interpreter.get_signature_runner("serving_default")
     except (ValueError, RuntimeError) as e:

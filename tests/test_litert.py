@@ -104,6 +104,31 @@ def test_litert_encoder_features_equal_the_checkpoints(minilm_litert, tmp_path):
   assert info["kind"] == "encoder" and info["quantize"] == "int8" and info["do_lower_case"]
 
 
+def test_a_model_with_flipped_bytes_is_refused_by_its_checksum(minilm_litert, tmp_path):
+  """litert_model.json records the SHA-256 of model.tflite; a copy with one byte flipped in the
+  middle of its weights (which LiteRT loads and runs, giving other numbers) is refused in one
+  line naming the file; the intact copy loads and runs."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  original = minilm_litert["int8"]
+  info = json.loads(open(os.path.join(original, litert.INFO_FILE), encoding="utf-8").read())
+  with open(os.path.join(original, litert.MODEL_FILE), "rb") as f:
+    content = f.read()
+  assert info["model_sha256"] == litert.sha256(content)
+  copy = tmp_path / "copy"
+  shutil.copytree(original, copy)
+  ids = np.array([[101, 7592, 102, 0]], np.int32)
+  outputs = litert.Model(str(copy))(ids, (ids > 0).astype(np.int32), np.zeros_like(ids))
+  assert np.isfinite(outputs["pooled_output"]).all()
+  damaged = bytearray(content)
+  damaged[len(damaged) // 2] ^= 0x40
+  (copy / litert.MODEL_FILE).write_bytes(bytes(damaged))
+  with pytest.raises(litert.fileio.InputError,
+                     match=f"{copy}/model.tflite: its bytes are not those export_model.py wrote "
+                           r"\(SHA-256 [0-9a-f]{12}\.\.\., litert_model.json records "
+                           f"{info['model_sha256'][:12]}"):
+    litert.Model(str(copy))
+
+
 @requires_shared
 def test_litert_sentence_embeddings_equal_sentence_transformers(minilm_litert, tmp_path):
   """--pooling=mean --normalize: from the float32 LiteRT encoder, sentence-transformers'
