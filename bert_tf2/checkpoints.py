@@ -113,6 +113,9 @@ def _damaged(prefix, error):
                            f"{', '.join(data)}): {message.strip().splitlines()[0]}")
 
 
+damaged = _damaged  # for the modules that restore a checkpoint themselves (fine_tuning's best/)
+
+
 def _reader(prefix):
   try:
     return tf.train.load_checkpoint(prefix)

@@ -611,7 +611,14 @@ def restore_best(trainer, output_dir):
   if not found:
     return None
   path, step, metric, value = found
-  status = tf.train.Checkpoint(model=trainer.model).restore(path).expect_partial()
-  status.assert_existing_objects_matched()
+  try:
+    status = tf.train.Checkpoint(model=trainer.model).restore(path).expect_partial()
+    status.assert_existing_objects_matched()
+  except AssertionError as e:  # another model's variables, or shapes that differ
+    raise fileio.InputError(f"{path}: the best checkpoint does not fit this model (another task's "
+                            f"or another config's?): {str(e).strip().splitlines()[0][:200]}; "
+                            "give --nouse_best_checkpoint to use the latest") from None
+  except (tf.errors.OpError, ValueError, IndexError) as e:  # truncated or corrupt files
+    raise checkpoints.damaged(path, e) from None
   logging.info("Using the best checkpoint %s (step %d, %s=%s)", path, step, metric, value)
   return step

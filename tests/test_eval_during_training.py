@@ -113,6 +113,16 @@ def test_best_checkpoint_by_dev_loss_survives_a_kill_and_predicts(tmp_path):
                         f"--export_dir={tmp_path / 'served2'}", "--max_seq_length=48"])
   assert refused.returncode == 2 and f"({out}/ckpt-N)" in refused.stderr, refused.stderr[-2000:]
   assert not (tmp_path / "served2").exists()
+  # best/ back but its data file cut short: one line naming its files, not a traceback.
+  shutil.move(str(tmp_path / "moved_best"), str(out / "best"))
+  data_file = out / "best" / f"ckpt-{best}.data-00000-of-00001"
+  data_file.write_bytes(data_file.read_bytes()[:1000])
+  damaged = run_script([a for a in _classifier(data, config, out, "--do_eval")
+                        if not a.startswith("--eval_every")])
+  assert damaged.returncode == 2 and "Traceback" not in damaged.stderr, damaged.stderr[-2000:]
+  assert damaged.stderr.strip().splitlines()[-1].startswith(
+      f"error: checkpoint {out / 'best'}/ckpt-{best} is damaged or incomplete"), (
+          damaged.stderr[-2000:])
 
   kill_at_checkpoint(_classifier(data, config, resumed, *flags), resumed, 8)
   run_ok(_classifier(data, config, resumed, *flags))
