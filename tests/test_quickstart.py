@@ -138,7 +138,10 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
     project = tomllib.load(f)
   package = os.path.join(ROOT, "bert_tf2")
   modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(package, "*.py")))
-  assert project["tool"]["setuptools"]["packages"] == ["bert_tf2"]
+  # bert_tf2 and its one subpackage, the original's API (bert_tf2.original_api).
+  assert project["tool"]["setuptools"]["packages"] == ["bert_tf2", "bert_tf2.original_api"]
+  original_api = sorted(os.path.basename(p)
+                        for p in glob.glob(os.path.join(package, "original_api", "*.py")))
   scripts = project["project"]["scripts"]
   for name in ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
                "extract_features", "export_model", "build_vocab", "convert_checkpoint"):
@@ -150,6 +153,9 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
   (source / "bert_tf2").mkdir()
   for name in modules:
     shutil.copy(os.path.join(package, f"{name}.py"), source / "bert_tf2")
+  (source / "bert_tf2" / "original_api").mkdir()
+  for name in original_api:
+    shutil.copy(os.path.join(package, "original_api", name), source / "bert_tf2" / "original_api")
   for name in ("pyproject.toml", "README.md"):
     shutil.copy(os.path.join(ROOT, name), source)
   pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
@@ -177,6 +183,7 @@ def test_wheel_in_a_fresh_venv_gives_working_console_commands(tmp_path):
                                                    "run_classifier.py", "commands.py")]
   installed = os.listdir(os.path.join(site, "bert_tf2"))
   assert not [m for m in modules if f"{m}.py" not in installed]
+  assert set(original_api) <= set(os.listdir(os.path.join(site, "bert_tf2", "original_api")))
   # A static tool (jedi) resolves each module of the installed package, from a user's file and
   # from inside the package (run_classifier.py's own imports).
   jedi = pytest.importorskip("jedi", reason="jedi is in requirements-test.txt")
