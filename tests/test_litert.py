@@ -4,6 +4,7 @@ close), on real text; bad uses are one error line."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -256,11 +257,21 @@ def test_run_classifier_evaluates_and_predicts_with_a_litert_classifier(tmp_path
 
   # Bad uses: one error line each, nothing written.
   bad = tmp_path / "bad"
+  # Truncated, and (as from an export before checksums were recorded) with no checksum to catch
+  # it: the runtime's refusal is the one line. A recorded checksum is tested above.
   damaged = tmp_path / "damaged"
   damaged.mkdir()
   for name in os.listdir(exported["none"]):
     data = open(os.path.join(exported["none"], name), "rb").read()
+    if name == litert.INFO_FILE:
+      info = json.loads(data)
+      del info["model_sha256"]
+      data = json.dumps(info).encode("utf-8")
     (damaged / name).write_bytes(data[:1000] if name == litert.MODEL_FILE else data)
+  truncated = tmp_path / "truncated"
+  shutil.copytree(exported["none"], truncated)
+  with open(truncated / litert.MODEL_FILE, "r+b") as f:
+    f.truncate(1000)
   encoder = str(tmp_path / "encoder")
   run_ok(["export_model.py", "--format=litert", f"--init_checkpoint={trained}",
           f"--export_dir={encoder}"])
@@ -276,6 +287,8 @@ def test_run_classifier_evaluates_and_predicts_with_a_litert_classifier(tmp_path
        f"error: --litert_model={tmp_path / 'nowhere'} is not a directory"),
       ([f"--litert_model={damaged}", "--do_eval"],
        f"error: {damaged / litert.MODEL_FILE}: not a LiteRT model this runtime can load"),
+      ([f"--litert_model={truncated}", "--do_eval"],
+       f"error: {truncated / litert.MODEL_FILE}: its bytes are not those export_model.py wrote"),
       ([f"--litert_model={exported['none']}", "--do_eval", "--nodo_lower_case"],
        "error: --do_lower_case=False does not match")):
     result = run_script(["run_classifier.py", *common, f"--output_dir={bad}", *flags])
