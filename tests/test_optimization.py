@@ -194,6 +194,32 @@ def test_non_finite_gradients_skip_the_step():
   assert all(np.all(s.numpy() == 0) for s in opt.slots["m"])
 
 
+@pytest.mark.parametrize("name", sorted(optimization.OPTIMIZERS))
+def test_a_skipped_step_midway_leaves_the_run_as_if_it_never_came(name):
+  """Steps g1, g2, (one non-finite gradient), g3 end bit for bit where g1, g2, g3 do: weights,
+  both moments and the step count, with decay, bias correction and LAMB's trust ratio in play."""
+  rng = np.random.default_rng(3)
+  steps = [[rng.standard_normal(v.shape).astype(np.float32) for v in _variables()]
+           for _ in range(3)]
+  poisoned = [g.copy() for g in steps[1]]
+  poisoned[0].flat[0] = np.inf
+  runs = []
+  for sequence in (steps, steps[:2] + [poisoned] + steps[2:]):
+    variables = _variables()
+    opt = optimization.create_optimizer(1e-2, 100, 2, optimizer=name)
+    step = tf.function(lambda grads, opt=opt, variables=variables:
+                       opt.apply_gradients(grads, variables))
+    applied = [bool(step([tf.constant(g) for g in grads])[0]) for grads in sequence]
+    runs.append(([v.numpy() for v in variables] +
+                 [s.numpy() for n in opt.slot_names for s in opt.slots[n]],
+                 int(opt.iterations.numpy()), applied))
+  (clean, clean_steps, _), (skipped, skipped_steps, applied) = runs
+  assert applied == [True, True, False, True]
+  assert clean_steps == skipped_steps == 3
+  for a, b in zip(clean, skipped):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_fp16_loss_scale_halves_on_overflow_and_unscales():
   variables = _variables()
   scale = optimization.DynamicLossScale(initial_scale=1024.0, growth_interval=2)
