@@ -21,7 +21,9 @@ documents; only the text matters here). Two kinds, chosen with --vocab_type:
 With --extend_vocab=OLD_VOCAB (WordPiece), the vocabulary is not learned anew: the
 --num_new_tokens words of the corpus that OLD_VOCAB splits into the most pieces (count x pieces
 saved) are appended to it as whole tokens (vocab_extension.py), and with --init_checkpoint the
-model is written grown to match (OUTPUT_DIR/bert_model.ckpt, bert_config.json, vocab.txt): each
+model is written grown to match (OUTPUT_DIR/bert_model.ckpt, bert_config.json, vocab.txt,
+vocab_extension.json: one model folder that appears whole or not at all, and replaces only an
+empty folder or an earlier extension's, never a corpus, a run or another model): each
 new row of the embedding table (and of the masked-LM output bias) the mean of the rows of the
 pieces the word was split into, every old id and every output on old-vocabulary text unchanged.
 Continue pre-training (run_pretraining.py --init_checkpoint=OUTPUT_DIR/bert_model.ckpt) or
@@ -34,6 +36,7 @@ from bert_tf2 import commands  # pylint: disable=g-bad-import-order
 from bert_tf2 import fileio  # pylint: disable=g-bad-import-order
 
 import collections
+import json
 import os
 import shutil
 import tempfile
@@ -71,6 +74,7 @@ def define_flags():
   flags.DEFINE_integer("num_new_tokens", 1000, "With --extend_vocab: words to add at most.",
                        lower_bound=1, upper_bound=10**6)
   script_flags.define_checkpoint_flags()
+  script_flags.define_overwrite_flag()
   flags.DEFINE_integer("max_sentences", 0,
                        "Read at most this many lines (0 = all): a large corpus's first part "
                        "is usually enough to learn a vocabulary.", lower_bound=0)
@@ -284,7 +288,13 @@ def _main(_):
   fileio.require(input_file=FLAGS.input_file, output_dir=FLAGS.output_dir)
   input_files = fileio.expand_file_patterns(FLAGS.input_file, "--input_file")
   if FLAGS.extend_vocab:
-    _extend(input_files)
+    if FLAGS.init_checkpoint:
+      # Held from the first check to the folder's rename: a second extension into the same folder
+      # is refused at once, not after it has grown its own model.
+      with fileio.writer_lock(FLAGS.output_dir, "output_dir"):
+        _extend(input_files)
+    else:
+      _extend(input_files)
     return
   if FLAGS.init_checkpoint:
     raise fileio.InputError("--init_checkpoint is for --extend_vocab (a model to grow with its "
@@ -315,27 +325,38 @@ def _main(_):
         f"{100 * rate:.3f}% of words [UNK], {pieces:.2f} pieces per word)")
 
 
+# What a model folder of --extend_vocab --init_checkpoint holds: only such a folder (or an empty
+# one) is replaced by a later extension into it; anything else is refused.
+EXTENSION_FILE = "vocab_extension.json"
+EXTENSION_FOLDER_FILES = ("vocab.txt", "bert_config.json", "bert_model.ckpt.index",
+                          "bert_model.ckpt.data-00000-of-00001", EXTENSION_FILE)
+
+
+def is_extension_folder(path):
+  """True for a folder an earlier `--extend_vocab --init_checkpoint` wrote (its marker file and
+  nothing but the files it writes)."""
+  names = set(fileio.listdir(path))
+  return EXTENSION_FILE in names and names <= set(EXTENSION_FOLDER_FILES)
+
+
 def _extend(input_files):
-  """--extend_vocab: the extended vocab.txt, and with --init_checkpoint the grown model."""
+  """--extend_vocab: the extended vocab.txt, and with --init_checkpoint the grown model: one model
+  folder (OUTPUT_DIR) that appears whole or not at all (fileio.atomic_directory, one writer at a
+  time), never over a folder holding anything but an earlier extension."""
   if FLAGS.vocab_type != "wordpiece":
     raise fileio.InputError("--extend_vocab extends a WordPiece vocab.txt (--vocab_type="
                             "wordpiece)")
   vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
   tokenizer = tokenization.load_tokenizer(FLAGS.extend_vocab, FLAGS.do_lower_case)
-  outputs = [("output_dir", vocab_file)]
   inputs = [("input_file", input_files), ("extend_vocab", FLAGS.extend_vocab)]
   if FLAGS.init_checkpoint:
     from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
     from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
     config_path = checkpoints.config_path(FLAGS.bert_config_file, FLAGS.init_checkpoint)
-    prefix = os.path.join(FLAGS.output_dir, "bert_model.ckpt")
-    outputs += [("output_dir", path) for path in (
-        prefix + ".index", prefix + ".data-00000-of-00001",
-        os.path.join(FLAGS.output_dir, "bert_config.json"))]
     inputs += [("init_checkpoint", checkpoints.checkpoint_files(FLAGS.init_checkpoint)),
                ("bert_config_file", config_path)]
-  fileio.check_outputs(files=outputs, inputs=inputs)
-  if FLAGS.init_checkpoint:
+    fileio.check_outputs(replaced_directories=[("output_dir", FLAGS.output_dir)], inputs=inputs)
+    _check_replaceable(FLAGS.output_dir)
     config = modeling.BertConfig.from_json_file(config_path)
     tokenization.check_vocab_fits(len(tokenizer.vocab), config, FLAGS.extend_vocab, config_path)
     if len(tokenizer.vocab) != config.vocab_size:
@@ -343,23 +364,57 @@ def _extend(input_files):
       raise fileio.InputError(
           f"--extend_vocab={FLAGS.extend_vocab} has {len(tokenizer.vocab)} tokens but the model "
           f"has vocab_size={config.vocab_size}: extend the vocab the model was trained with")
+  else:
+    fileio.check_outputs(files=[("output_dir", vocab_file)], inputs=inputs)
   counts = count_words(read_sentences(input_files, FLAGS.max_sentences), FLAGS.do_lower_case)
   added = vocab_extension.new_tokens(counts, tokenizer, FLAGS.num_new_tokens)
   if not added:
     raise fileio.InputError(f"no word of {', '.join(input_files)} is split by --extend_vocab="
                             f"{FLAGS.extend_vocab} into known pieces: nothing to add")
-  with fileio.open_input(FLAGS.extend_vocab) as f:
-    old_lines = f.read().splitlines()
-  write_vocab(old_lines + [word for word, _ in added], vocab_file)
+  # The vocab's own line reader: a token holding a form feed, U+2028 or U+0085 stays one line
+  # (str.splitlines would break there and shift every later id).
+  old_lines = [line for _, line in fileio.read_lines(FLAGS.extend_vocab)]
+  lines = old_lines + [word for word, _ in added]
   saved = sum(counts[word] * (len(pieces) - 1) for word, pieces in added)
   total = sum(counts[word] * len(tokenizer.wordpiece_tokenizer.tokenize(word)) for word in counts)
-  print(f"Extended vocab: {vocab_file} ({len(old_lines)} + {len(added)} tokens; on the corpus "
-        f"{100 * saved / max(total, 1):.1f}% fewer WordPieces)")
-  if FLAGS.init_checkpoint:
-    piece_ids = [tokenizer.convert_tokens_to_ids(pieces) for _, pieces in added]
-    grown, model = vocab_extension.extend_model(config, FLAGS.init_checkpoint, piece_ids)
+  summary = (f"({len(old_lines)} + {len(added)} tokens; on the corpus "
+             f"{100 * saved / max(total, 1):.1f}% fewer WordPieces)")
+  if not FLAGS.init_checkpoint:
+    write_vocab(lines, vocab_file)
+    print(f"Extended vocab: {vocab_file} {summary}")
+    return
+  piece_ids = [tokenizer.convert_tokens_to_ids(pieces) for _, pieces in added]
+  grown, model = vocab_extension.extend_model(config, FLAGS.init_checkpoint, piece_ids)
+  with fileio.atomic_directory(FLAGS.output_dir, replaceable=is_extension_folder,
+                               overwrite=FLAGS.overwrite, flag="output_dir") as staging:
+    write_vocab(lines, os.path.join(staging, "vocab.txt"))
+    prefix = os.path.join(staging, "bert_model.ckpt")
     checkpoints.export_tf1_checkpoint(model, prefix, grown)  # + bert_config.json beside
-    print(f"Extended model: {prefix} (vocab_size {config.vocab_size} -> {grown.vocab_size})")
+    with fileio.open_atomic(os.path.join(staging, EXTENSION_FILE)) as f:
+      json.dump({"extend_vocab": fileio.absolute(FLAGS.extend_vocab),
+                 "init_checkpoint": fileio.absolute(FLAGS.init_checkpoint),
+                 "old_vocab_size": config.vocab_size, "new_tokens": len(added),
+                 "vocab_size": grown.vocab_size}, f, indent=2)
+      f.write("\n")
+  prefix = os.path.join(FLAGS.output_dir, "bert_model.ckpt")
+  print(f"Extended vocab: {vocab_file} {summary}")
+  print(f"Extended model: {prefix} (vocab_size {config.vocab_size} -> {grown.vocab_size})")
+
+
+def _check_replaceable(output_dir):
+  """The refusal atomic_directory makes at the end, made before the corpus is read and the model
+  grown: a folder holding anything but an earlier extension (a corpus, a fine-tuning run, another
+  model) is never replaced without --overwrite."""
+  if FLAGS.overwrite or not fileio.exists(output_dir):
+    return
+  if not fileio.isdir(output_dir):
+    raise fileio.InputError(f"--output_dir={output_dir} exists and is not a directory")
+  if fileio.listdir(output_dir) and not is_extension_folder(output_dir):
+    raise fileio.InputError(
+        f"--output_dir={output_dir} holds files that are not an earlier --extend_vocab model "
+        f"folder ({', '.join(sorted(fileio.listdir(output_dir))[:3])}, ...); with "
+        "--init_checkpoint it becomes one model folder (vocab.txt, bert_config.json, "
+        "bert_model.ckpt.*): choose a new or empty directory, or pass --overwrite to replace it")
 
 
 def cli():

@@ -345,8 +345,14 @@ def export_tf1_checkpoint(module, prefix, config=None, vocab_file=None, global_s
     names.append("global_step")
     tensors.append(tf.constant(global_step, tf.int64))
   # Write under a temporary prefix in the same directory, then rename each file into place (on an
-  # object store: in a local one, then each file uploaded whole, fileio.atomic_path).
-  staging = tempfile.mkdtemp(prefix=".export-", dir=None if remote else directory)
+  # object store: in a local one, then each file uploaded whole, fileio.atomic_path). Named as the
+  # project's temporaries (`.bert_model.ckpt.tmp-PID-...`): one a SIGKILL leaves is swept by the
+  # next export of the same prefix.
+  if remote:
+    staging = tempfile.mkdtemp(prefix=".export-")
+  else:
+    fileio.remove_stale_temporaries([prefix])
+    staging = tempfile.mkdtemp(prefix=fileio.temporary_prefix(prefix), dir=directory)
   try:
     tmp_prefix = os.path.join(staging, "ckpt")
     tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),

@@ -692,6 +692,12 @@ def _temporary_prefix(path):
   return directory, f"{stem}.tmp-{os.getpid()}-"
 
 
+def temporary_prefix(path):
+  """The name prefix of this process's temporaries of `path` (for tempfile's `prefix=`, in
+  `path`'s directory): remove_stale_temporaries sweeps what a killed process left under it."""
+  return _temporary_prefix(path)[1]
+
+
 def _is_input(path):
   real = _remote_key(path) if is_remote(path) else os.path.realpath(path)
   return any(real == i or i.startswith(real.rstrip(os.sep) + os.sep) for i in _INPUTS)
@@ -831,13 +837,78 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
   An existing `path` is replaced only if `replaceable(path)` says it holds what this program
   writes (e.g. a SavedModel), or `overwrite` is set; anything else there is an InputError, so a
   user's directory is never deleted. The result gets ordinary permissions (0777 / 0666 less the
-  umask), readable by a serving process under another user.
+  umask), readable by a serving process under another user. A second run writing the same local
+  `path` while this one does is refused (writer_lock).
   """
   if is_remote(path):
     with _remote_atomic_directory(path, replaceable, overwrite, flag) as staging:
       yield staging
     return
   path = os.path.abspath(path)
+  with writer_lock(path, flag), _local_atomic_directory(path, replaceable, overwrite,
+                                                         flag) as staging:
+    yield staging
+
+
+@contextlib.contextmanager
+def writer_lock(path, flag="output"):
+  """One writer at a time for the local output `path`: an exclusive flock on its hidden sibling
+  `.NAME.lock`, removed when the block ends. A second run writing the same output is refused in
+  one line instead of both succeeding, the last silently replacing the first (two exports, two
+  vocabulary extensions into one folder). The kernel releases the lock however the process ends;
+  a `.lock` left by a killed run is taken over (flock is free on it). Re-entrant within a process:
+  a script may hold it for its whole run around atomic_directory, which takes it too. Remote
+  paths: no lock (an object store has no flock; runs there are refused by lock_directory)."""
+  if is_remote(path):
+    yield
+    return
+  directory, stem = _temporary_stem(path)
+  lock_path = os.path.join(directory, stem + ".lock")
+  if lock_path in _WRITER_LOCKS:
+    yield
+    return
+  os.makedirs(directory, exist_ok=True)
+  while True:
+    try:
+      fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+      if e.errno == errno.ELOOP:
+        raise InputError(f"--{flag}={path}: {lock_path} is a symbolic link; refusing to use it "
+                         "(remove it)") from None
+      raise
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      os.close(fd)
+      if e.errno in (errno.EAGAIN, errno.EACCES):
+        raise InputError(f"--{flag}={path} is being written by another run (it holds "
+                         f"{lock_path}); wait for it to finish or choose another directory"
+                         ) from None
+      raise
+    # The holder before us removes the file before it lets go: a lock taken on a removed file
+    # guards nothing, so take the one at the path now.
+    try:
+      same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+      same = False
+    if same:
+      break
+    os.close(fd)
+  _WRITER_LOCKS.add(lock_path)
+  try:
+    yield
+  finally:
+    _WRITER_LOCKS.discard(lock_path)
+    with contextlib.suppress(OSError):
+      os.remove(lock_path)
+    os.close(fd)
+
+
+_WRITER_LOCKS = set()
+
+
+@contextlib.contextmanager
+def _local_atomic_directory(path, replaceable, overwrite, flag):
   if os.path.lexists(path) and not overwrite:
     if not os.path.isdir(path) or os.path.islink(path):
       raise InputError(f"--{flag}={path} exists and is not a directory; refusing to replace it")

@@ -262,3 +262,130 @@ def test_extend_vocab_adds_domain_words_and_grows_the_model(wordpiece, split, tm
           "--max_predictions_per_seq=10", "--do_train", "--train_batch_size=16",
           "--num_train_steps=2", "--num_warmup_steps=1", "--save_checkpoints_steps=2"])
   assert os.path.exists(tmp_path / "more" / "ckpt-2.index")
+
+
+def _base_model(tmp_path, vocab_size=4000, hidden=256):
+  """A Google-style model folder (bert_model.ckpt.*, bert_config.json) of `vocab_size` ids, with
+  the pre-training heads, made in-process (its weights are random: only the files matter here)."""
+  from bert_tf2 import checkpoints  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
+  config = modeling.BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=2 * hidden,
+                               max_position_embeddings=64)
+  folder = tmp_path / "base_model"
+  checkpoints.export_tf1_checkpoint(modeling.BertPretrainer(config),
+                                    str(folder / "bert_model.ckpt"), config)
+  return folder
+
+
+def _listing(path):
+  return sorted(os.listdir(path)) if os.path.isdir(path) else None
+
+
+@requires_shared
+def test_an_extended_model_folder_appears_whole_or_not_at_all(wordpiece, split, tmp_path):
+  """--extend_vocab --init_checkpoint writes one model folder: killed at any point (SIGKILL,
+  SIGTERM) it is absent or complete (vocab lines = the config's vocab_size = the checkpoint's
+  rows), a later run sweeps what a killed one left; it never replaces a folder holding anything
+  but an earlier extension (a corpus, another model), and a second run writing the same folder at
+  the same time is refused. Each refusal is one error line and changes nothing."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from conftest import ENV, PYTHON, ROOT  # pylint: disable=g-import-not-at-top
+  base = _base_model(tmp_path)
+  domain = tmp_path / "domain.txt"
+  domain.write_text("\n".join(split[1]) + "\n", encoding="utf-8")
+
+  def flags(out):
+    return ["build_vocab.py", f"--input_file={domain}", f"--output_dir={out}",
+            f"--extend_vocab={wordpiece}", f"--init_checkpoint={base / 'bert_model.ckpt'}",
+            "--num_new_tokens=100"]
+
+  def check_whole(out):
+    lines = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    config = json.loads((out / "bert_config.json").read_text())
+    rows = dict(tf.train.list_variables(str(out / "bert_model.ckpt")))
+    assert len(lines) == config["vocab_size"] == 4100
+    assert rows["bert/embeddings/word_embeddings"][0] == 4100
+    assert sorted(os.listdir(out)) == sorted(build_vocab.EXTENSION_FOLDER_FILES)
+
+  # Killed midway: as soon as the folder's staging copy has its vocab.txt, before the checkpoint.
+  out = tmp_path / "extended"
+  def staged():
+    return {n for n in os.listdir(tmp_path) if n.startswith(".extended.tmp-")}
+
+  midway = 0
+  for sig in (signal.SIGKILL, signal.SIGTERM):
+    earlier = staged()
+    process = subprocess.Popen([PYTHON, *flags(out)], cwd=ROOT, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while process.poll() is None and time.time() < deadline:
+      if any(os.path.exists(tmp_path / n / "vocab.txt") for n in staged() - earlier):
+        break
+      time.sleep(0.005)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=120)
+    if os.path.exists(out):  # the rename came first: the whole folder
+      check_whole(out)
+      break
+    midway += 1
+    if sig == signal.SIGKILL:  # killed midway: only its hidden staging folder is left
+      assert staged() - earlier
+    else:  # a signal it handles: its temporaries go with it, one error line
+      assert err.decode().strip().splitlines()[-1].startswith("error:"), err.decode()[-2000:]
+      assert not staged() - earlier
+  assert midway  # the kill did land between the vocab and the checkpoint
+  run_ok(flags(out))
+  check_whole(out)
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".extended")], os.listdir(tmp_path)
+  # An earlier extension's folder is replaced by a new one, whole.
+  run_ok(flags(out))
+  check_whole(out)
+
+  # Never over a folder holding something else; nothing there changes.
+  corpus_folder = tmp_path / "corpus_folder"
+  corpus_folder.mkdir()
+  (corpus_folder / "notes.txt").write_text("mine\n")
+  other_model = tmp_path / "other_model"
+  shutil.copytree(base, other_model)
+  for target in (corpus_folder, other_model):
+    before = {n: (target / n).read_bytes() for n in os.listdir(target)}
+    result = run_script(flags(target))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: --output_dir={target} holds files that are not an earlier --extend_vocab model "
+        "folder"), result.stderr[-2000:]
+    assert {n: (target / n).read_bytes() for n in os.listdir(target)} == before
+
+  # Two at once: while another run writes the folder, a second is refused at once.
+  with fileio.writer_lock(str(out), "output_dir"):
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    result = run_script(flags(out))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: --output_dir={out} is being written by another run"), result.stderr[-2000:]
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
+  assert not os.path.exists(tmp_path / ".extended.lock")
+
+
+@requires_shared
+def test_extension_keeps_a_vocab_line_that_str_splitlines_would_break(wordpiece, split, tmp_path):
+  """Tokens holding U+2028, a form feed or U+0085 (lines the tokenizer's vocab reader keeps
+  whole): the extended vocab keeps every old line as it was, so every old id stays."""
+  lines = open(wordpiece, encoding="utf-8").read().split("\n")[:-1]
+  unused = [i for i, line in enumerate(lines) if line.startswith("[unused")]
+  for i, token in zip(unused, ("a\u2028b", "c\x0cd", "e\x85f")):
+    lines[i] = token
+  old = tmp_path / "odd_vocab.txt"
+  old.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+  domain = tmp_path / "domain.txt"
+  domain.write_text("\n".join(split[1]) + "\n", encoding="utf-8")
+  run_ok(["build_vocab.py", f"--input_file={domain}", f"--output_dir={tmp_path / 'out'}",
+          f"--extend_vocab={old}", "--num_new_tokens=20"])
+  new = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+  assert new[:len(lines)] == lines and len(new) == len(lines) + 20
+  assert tokenization.load_vocab(str(tmp_path / "out" / "vocab.txt"))["e\x85f"] == unused[2]

@@ -46,7 +46,9 @@ def _entry(path):
 
 
 def _no_staging(directory):
-  left = [n for n in os.listdir(directory) if ".tmp-" in n]
+  # Temporaries, and the writer lock beside an output (removed when its run ends).
+  left = [n for n in os.listdir(directory) if ".tmp-" in n or (n.startswith(".")
+                                                               and n.endswith(".lock"))]
   assert not left, left
 
 
@@ -82,6 +84,24 @@ def _earlier_export_at(path, earlier_export):
 
 
 # --- export_model: what --export_dir may replace -------------------------------------------------
+
+
+def test_a_second_export_into_a_folder_being_written_is_refused(tmp_path, earlier_export):
+  """While one run writes an export folder (it holds the folder's writer lock), a second export
+  there is one error line and leaves the earlier model as it was; the lock goes with its run."""
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "model"
+  before = _earlier_export_at(path, earlier_export)
+  with fileio.writer_lock(str(path), "export_dir"):
+    result = run_script(_export(path))
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert _error_line(result).startswith(
+      f"error: --export_dir={path} is being written by another run"), result.stderr[-2000:]
+  assert _snapshot(path) == before
+  _no_staging(tmp_path)
+  run_ok(_export(path))  # once it is free, the earlier export is replaced
+  _no_staging(tmp_path)
+
 
 
 def test_export_refuses_to_replace_what_is_not_an_earlier_saved_model(tmp_path):
@@ -210,11 +230,14 @@ def test_damaged_checkpoints_are_one_error_line_naming_the_file(tmp_path):
            (data, f"{data}/bert_model.ckpt.data-00000-of-00001"),
            (hf, f"{hf}/model.safetensors")]
   before = {str(d): _snapshot(d) for d, _ in cases}
-  results = _run_all([_export(tmp_path / "out", f"--init_checkpoint={d}") for d, _ in cases])
-  for (directory, named), result in zip(cases, results):
+  # Each into its own folder: runs at once into one folder are refused by its writer lock
+  # before they read a checkpoint.
+  results = _run_all([_export(tmp_path / f"out{i}", f"--init_checkpoint={d}")
+                      for i, (d, _) in enumerate(cases)])
+  for i, ((directory, named), result) in enumerate(zip(cases, results)):
     assert named in _error_line(result)
     assert _snapshot(directory) == before[str(directory)]
-  assert not (tmp_path / "out").exists()
+    assert not (tmp_path / f"out{i}").exists()
   _no_staging(tmp_path)
 
 
