@@ -141,10 +141,15 @@ def train_on_records(settings, trainer, train_file, spec, batch, steps, init_fn,
       eval_every_steps=settings.eval_every_steps)
 
 
-def eval_during_training(settings, trainer, evaluate, metric_names=None):
+def eval_during_training(settings, trainer, evaluate, metric_names=None, read_dev=None):
   """The evaluation during training `settings` ask for (EvalDuringTraining over `evaluate()`,
   which returns the dev eval_* metrics; `metric_names` are those it can return, to check
-  --keep_best_checkpoint_metric before training), or None."""
+  --keep_best_checkpoint_metric before training), or None.
+
+  Everything an evaluation will need is checked here, before the first step, not found missing
+  after training has run: `read_dev()` (the dev examples' reader) is called once, so a missing,
+  unreadable, malformed or empty dev file is one error line now; and the best checkpoint's
+  folder must be free for it (EvalDuringTraining)."""
   if settings.eval_every_steps is None:
     for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
       if getattr(settings, name) is not None:
@@ -152,6 +157,10 @@ def eval_during_training(settings, trainer, evaluate, metric_names=None):
     return None
   if not settings.do_train:
     raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
+  if read_dev is not None and not read_dev():
+    raise fileio.InputError("--eval_every_steps evaluates on the dev set, and it has no "
+                            "examples: give a dev file with examples, or leave out "
+                            "--eval_every_steps")
   return EvalDuringTraining(
       trainer, settings.output_dir, evaluate, settings.keep_best_checkpoint_metric,
       settings.early_stopping_patience,
@@ -506,6 +515,7 @@ class EvalDuringTraining:
     self.patience = patience
     self.lower_is_better = bool(self.metric) and self.metric.endswith("loss")
     self.model_files = model_files
+    _check_best_directory_is_free(output_dir)
     self.state_path = os.path.join(output_dir, BEST_STATE)
     self.state = read_best_state(output_dir) or {"metric": self.metric, "best_value": None,
                                                  "best_step": None, "without_improvement": 0,
@@ -584,6 +594,25 @@ class EvalDuringTraining:
         path = os.path.join(self.output_dir, name)
         if fileio.exists(path):
           fileio.copy_file(path, os.path.join(staging, name))
+
+
+def _check_best_directory_is_free(output_dir):
+  """InputError, before training, when output_dir/best/ could not take the best checkpoint: a
+  file, a symbolic link, or a folder holding something else than a best checkpoint (a user's
+  files would otherwise be found in the way at the first evaluation, after training had run)."""
+  best = os.path.join(output_dir, BEST_DIRECTORY)
+  if not fileio.is_remote(best) and os.path.islink(best):
+    raise fileio.InputError(f"{best} is a symbolic link; the best checkpoint is kept in a folder "
+                            "of this run's own there: remove the link, or choose another "
+                            "--output_dir")
+  if not fileio.exists(best):
+    return
+  if not fileio.isdir(best):
+    raise fileio.InputError(f"{best} is a file; the best checkpoint is kept in a folder of that "
+                            "name: move the file, or choose another --output_dir")
+  if fileio.listdir(best) and not is_best_directory(best):
+    raise fileio.InputError(f"{best} holds files that are not a best checkpoint of this run; it "
+                            "would be replaced by one: move them, or choose another --output_dir")
 
 
 def is_best_directory(path):

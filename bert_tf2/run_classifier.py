@@ -493,8 +493,9 @@ def main(_):
           modeling.classifier_losses(processor.is_regression, processor.multi_label), steps,
           warmup_steps, has_checkpoint)
 
-    evaluate = fine_tuning.eval_during_training(s, task.trainer, lambda: task.evaluate()[0],
-                                                task.kind.metric_names(s) + ("loss",))
+    evaluate = fine_tuning.eval_during_training(
+        s, task.trainer, lambda: task.evaluate()[0], task.kind.metric_names(s) + ("loss",),
+        read_dev=lambda: processor.get_dev_examples(s.data_dir))
     if s.do_train:
       train_file = os.path.join(s.output_dir, "train.tf_record")
       fileio.build_unless_current(train_file, task.records_key("train", "input"),

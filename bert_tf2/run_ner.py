@@ -380,7 +380,8 @@ def main(_):
       return summary
 
     evaluate = fine_tuning.eval_during_training(
-        s, trainer, dev_evaluation, ("precision", "recall", "f1", "accuracy", "loss"))
+        s, trainer, dev_evaluation, ("precision", "recall", "f1", "accuracy", "loss"),
+        read_dev=lambda: processor.get_dev_examples(data_dir))
     if s.do_train:
       train_file = os.path.join(out, "train.tf_record")
       fileio.build_unless_current(

@@ -269,7 +269,9 @@ def main(_):
               "eval_loss": metrics.cross_entropy(probabilities, labels),
               "eval_examples": len(examples)}
 
-    evaluate = fine_tuning.eval_during_training(s, trainer, dev_evaluation, ("accuracy", "loss"))
+    evaluate = fine_tuning.eval_during_training(s, trainer, dev_evaluation, ("accuracy", "loss"),
+                                                read_dev=lambda: processor.get_dev_examples(
+                                                    data_dir))
     if s.do_train:
       train_file = os.path.join(out, "train.tf_record")
       fileio.build_unless_current(

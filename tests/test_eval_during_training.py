@@ -180,6 +180,47 @@ def test_flag_errors_are_one_line_before_training(tmp_path):
   for (_, message), result in zip(cases, results):
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [message]
   assert not os.path.exists(out) or not [n for n in os.listdir(out) if n.startswith("ckpt-")]
+
+  # What the first evaluation needs is checked before the first step: the dev file (missing,
+  # malformed, without examples) and a best/ folder free for the best checkpoint (not a file, a
+  # link or a user's folder). One error line each, no checkpoint written.
+  broken = {}
+  for name, dev in (("missing", None), ("malformed", b"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t2\n"),
+                    ("empty", b"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")):
+    folder = tmp_path / f"data_{name}"
+    shutil.copytree(data, folder)
+    os.remove(folder / "dev.tsv")
+    if dev is not None:
+      (folder / "dev.tsv").write_bytes(dev)
+    broken[name] = folder
+  outs = {name: tmp_path / f"out_{name}" for name in ("file", "link", "user")}
+  for name, folder in outs.items():
+    folder.mkdir()
+  (outs["file"] / "best").write_text("a file\n")
+  (outs["link"] / "best").symlink_to(tmp_path)
+  (outs["user"] / "best").mkdir()
+  (outs["user"] / "best" / "notes.txt").write_text("mine\n")
+  cases = [
+      (_classifier(broken["missing"], config, tmp_path / "o1", "--do_train"),
+       f"{broken['missing'] / 'dev.tsv'}"),
+      (_classifier(broken["malformed"], config, tmp_path / "o2", "--do_train"),
+       f"{broken['malformed'] / 'dev.tsv'}:2"),
+      (_classifier(broken["empty"], config, tmp_path / "o3", "--do_train"), "dev"),
+      (_classifier(data, config, outs["file"], "--do_train"), f"{outs['file'] / 'best'} is a file"),
+      (_classifier(data, config, outs["link"], "--do_train"),
+       f"{outs['link'] / 'best'} is a symbolic link"),
+      (_classifier(data, config, outs["user"], "--do_train"),
+       f"{outs['user'] / 'best'} holds files that are not a best checkpoint"),
+  ]
+  results = concurrently([lambda args=args: run_script(args) for args, _ in cases])
+  for (args, named), result in zip(cases, results):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines[-1].startswith("error: ") and named in lines[-1], (
+        args, result.stderr[-2000:])
+    folder = [a.split("=", 1)[1] for a in args if a.startswith("--output_dir=")][0]
+    assert not os.path.exists(folder) or not [n for n in os.listdir(folder)
+                                              if n.startswith("ckpt-")], folder
+  assert (outs["user"] / "best" / "notes.txt").read_text() == "mine\n"
   # The metric a run keeps its best checkpoint by stays that metric.
   run_ok(base + ["--do_train", "--keep_best_checkpoint_metric=f1", "--num_train_epochs=1"])
   result = run_script(base + ["--do_train", "--keep_best_checkpoint_metric=accuracy"])
