@@ -143,7 +143,8 @@ def run_main(main, positional=False):
       _report(e, 2 if isinstance(e, fileio.InputError) else 1)
     except OSError as e:
       where = e.filename or ""
-      _report(f"{where}: {e.strerror or e}" if where else (e.strerror or str(e)), 2, e)
+      _report(f"{where}: {e.strerror or e}" if where else
+              f"{e.strerror or e}{_while_writing()}", 2, e)
     except (KeyboardInterrupt, processes.Interrupted) as e:
       name = "SIGINT (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else str(e)
       _report(f"stopped by {name}; no incomplete output was left under its final name",
@@ -156,6 +157,19 @@ def run_main(main, positional=False):
       raise
 
   app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, positional, main.__module__))
+
+
+# The flags that name a script's outputs, for an OS error that names no file (a write() on a full
+# disk): the shared writers name their output, this is the net under any other write.
+OUTPUT_FLAGS = ("output_dir", "output_file", "export_dir", "output")
+
+
+def _while_writing():
+  """' (while writing --output_dir=PATH)' for the output flags this run set, or ''."""
+  values = flags.FLAGS
+  named = [f"--{name}={getattr(values, name)}" for name in OUTPUT_FLAGS
+           if name in values and getattr(values, name)]
+  return f" (while writing {', '.join(named)})" if named else ""
 
 
 def _report(message, status, error=None):

@@ -430,6 +430,10 @@ def main(_):
     config = checkpoints.load_bert_config(config_file, FLAGS.init_checkpoint,
                                           FLAGS.max_seq_length)
   pooling = None if FLAGS.pooling == "none" else FLAGS.pooling
+  if runner and runner.kind == "embedder" and not pooling:
+    # An embedder pools in the model (its own --pooling, over the last layer): the default
+    # --layers of token features (-1,-2,-3,-4) is not asked for, and fails on a 2-layer model.
+    pooling = runner.info.get("pooling")
   if FLAGS.normalize and not pooling:
     raise fileio.InputError("--normalize scales sentence vectors: give --pooling too")
   layer_indexes = parse_layers(FLAGS.layers if FLAGS["layers"].present or not pooling else "-1",

@@ -785,7 +785,8 @@ def atomic_path(path, sweep=True):
   fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
   os.close(fd)
   try:
-    yield tmp
+    with naming_output(path):  # a full disk while the block writes names the output
+      yield tmp
     os.chmod(tmp, 0o666 & ~_UMASK)
     try:
       os.replace(tmp, path)
@@ -922,7 +923,18 @@ def _local_atomic_directory(path, replaceable, overwrite, flag):
   staging = tempfile.mkdtemp(prefix=prefix, dir=directory)
   old = None
   try:
-    yield staging
+    try:
+      yield staging
+    except OSError as e:
+      # A full disk while the block writes names the output folder (and the file in it), not a
+      # hidden staging folder, nor nothing (a write() names no file).
+      inside = os.fspath(e.filename) if e.filename is not None else None
+      if e.errno is None or not (inside is None or inside.startswith(staging + os.sep)
+                                 or inside == staging):
+        raise
+      where = path if inside in (None, staging) else os.path.join(
+          path, os.path.relpath(inside, staging))
+      raise OSError(e.errno, e.strerror, where) from None
     _ordinary_permissions(staging)
     if os.path.lexists(path):
       old = tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=directory)

@@ -41,3 +41,42 @@ def test_python_m_bert_tf2_help_lists_the_scripts():
   assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 12
   bare = run_process([PYTHON, "-m", "bert_tf2"], cwd=ROOT, env=os.environ, timeout=120)
   assert bare.returncode == 2 and bare.stderr.startswith("error: usage:"), bare.stderr
+
+
+def test_a_write_on_a_full_disk_names_the_output(tmp_path):
+  """A write() that fails for a full disk names no file: the shared writers (a file written
+  atomically, a folder staged and renamed) give the error their output's name, never a hidden
+  temporary's; under any other write, the script's error line names its output flags."""
+  import errno  # pylint: disable=g-import-not-at-top
+  import pytest  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  full = OSError(errno.ENOSPC, "No space left on device")
+  out = tmp_path / "out.txt"
+  with pytest.raises(OSError) as caught:
+    with fileio.open_atomic(out) as f:
+      f.write("x")
+      raise full
+  assert caught.value.filename == str(out) and caught.value.errno == errno.ENOSPC
+  folder = tmp_path / "model"
+  for raised, named in ((full, folder), (None, folder / "variables" / "data")):
+    with pytest.raises(OSError) as caught:
+      with fileio.atomic_directory(str(folder)) as staging:
+        if raised is None:
+          raised = OSError(errno.ENOSPC, "No space left on device",
+                           os.path.join(staging, "variables", "data"))
+        raise raised
+    assert caught.value.filename == str(named), caught.value
+  assert sorted(os.listdir(tmp_path)) == []  # no temporaries, no lock, no half output
+
+  script = ("import errno\n"
+            "from absl import flags\n"
+            "from bert_tf2 import commands\n"
+            "flags.DEFINE_string('output_dir', None, 'out')\n"
+            "def main(argv):\n"
+            "  raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "commands.run_main(main)\n")
+  done = run_process([PYTHON, "-c", script, f"--output_dir={tmp_path / 'run'}"], cwd=ROOT,
+                     timeout=120)
+  assert done.returncode == 2
+  assert done.stderr.strip().splitlines() == [
+      f"error: No space left on device (while writing --output_dir={tmp_path / 'run'})"]

@@ -323,3 +323,31 @@ def test_run_classifier_evaluates_and_predicts_with_a_litert_classifier(tmp_path
   result = run_script(["export_model.py", "--format=litert", f"--init_checkpoint={trained}",
                        f"--export_dir={mine}"])
   assert result.returncode == 2 and (mine / "notes.txt").read_text(encoding="utf-8") == "keep"
+
+
+def test_the_documented_embedder_command_runs_on_a_two_layer_model(tmp_path):
+  """docs/features-and-serving.md's embedder commands, as written (no --layers, no --pooling),
+  on a 2-layer model: the embedder pools its own last layer, so extract_features' default
+  --layers of token features (-1,-2,-3,-4, which a 2-layer model has not) does not apply; one
+  unit-length vector a line. Asking for a layer is still refused in one line."""
+  config = modeling.BertConfig(**SMALL_CONFIG)
+  pretrained = str(tmp_path / "pretrained" / "bert_model.ckpt")
+  checkpoints.export_tf1_checkpoint(modeling.BertModel(config), pretrained, config, VOCAB)
+  embedder = tmp_path / "embedder"
+  run_ok(["export_model.py", "--format=litert", "--quantize=int8", "--model_type=embedder",
+          f"--init_checkpoint={pretrained}", "--normalize", "--max_seq_length=64",
+          f"--export_dir={embedder}"])
+  lines = tmp_path / "sentences.txt"
+  lines.write_text("a first sentence .\nand a second one\n", encoding="utf-8")
+  out = tmp_path / "vectors.jsonl"
+  run_ok(["extract_features.py", f"--litert_model={embedder}", f"--input_file={lines}",
+          f"--output_file={out}", "--max_seq_length=64"])
+  vectors = _embeddings(out)
+  assert vectors.shape == (2, 32)
+  np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+  result = run_script(["extract_features.py", f"--litert_model={embedder}",
+                       f"--input_file={lines}", f"--output_file={tmp_path / 'no.jsonl'}",
+                       "--layers=-2"])
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      f"error: --litert_model={embedder} is an embedder of --pooling=mean"), result.stderr[-2000:]
