@@ -194,6 +194,30 @@ def _first_line(error):
   return text.splitlines()[0] if text else type(error).__name__
 
 
+# How a checkpoint's keys name the fp16 loss scale (optimizer.loss_scale: DynamicLossScale).
+_LOSS_SCALE_KEY = "optimizer/loss_scale/"
+
+
+def _check_same_loss_scaling(path, optimizer, directory):
+  """InputError when checkpoint `path` and this run differ in fp16 loss scaling: resuming an fp16
+  run without it left the loss scale unread (six TensorFlow warnings at exit), and the reverse
+  failed on TensorFlow's "Python objects not bound". A checkpoint that cannot be listed is left to
+  the restore, which reports it as damaged."""
+  try:
+    saved = any(name.startswith(_LOSS_SCALE_KEY) for name, _ in tf.train.list_variables(path))
+  except (tf.errors.OpError, ValueError, IndexError):
+    return
+  ours = getattr(optimizer, "loss_scale", None) is not None
+  if saved and not ours:
+    raise fileio.InputError(
+        f"{path} was written by an fp16 run (it holds a loss scale); resume --output_dir="
+        f"{directory} with --mixed_precision=fp16, or choose a new --output_dir")
+  if ours and not saved:
+    raise fileio.InputError(
+        f"{path} was written without fp16 loss scaling (--mixed_precision none or bf16); resume "
+        f"--output_dir={directory} with that precision, not fp16, or choose a new --output_dir")
+
+
 def _quiet_failed_restores():
   """A restore that failed part-way leaves TensorFlow's record of its unrestored values alive
   until the process exits, when it warns about them at length, after the error line; the error
@@ -385,6 +409,7 @@ class Trainer:
     damaged, error = [], None
     for number in checkpoint_numbers(directory):
       path = os.path.join(directory, f"ckpt-{number}")
+      _check_same_loss_scaling(path, self.optimizer, directory)
       try:
         self.checkpoint.restore(path).assert_existing_objects_matched()
       except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes" (truncated)

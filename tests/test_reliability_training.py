@@ -185,6 +185,35 @@ def test_config_that_does_not_fit_the_checkpoints_leaves_bert_config_json(setup,
   assert _hashes(out) == before and not (out / "bert_config.json").exists()
 
 
+def test_resuming_with_another_loss_scaling_names_the_precision(setup, tmp_path):
+  """An fp16 run's checkpoints hold a loss scale: resumed without fp16 (it was six TensorFlow
+  warnings about unread values), or a run without fp16 resumed with it (TensorFlow's "Python
+  objects not bound"), is one line saying the precision differs, and nothing changes."""
+  config_dir, records, trained = setup
+  out = _copy(trained, tmp_path)  # trained without fp16
+  before = _hashes(out)
+  result = run_script(_pretraining_args(config_dir, records, out, "--num_train_steps=6",
+                                        "--mixed_precision=fp16"))
+  assert _error_line(result) == (
+      f"error: {out / 'ckpt-4'} was written without fp16 loss scaling (--mixed_precision none or "
+      f"bf16); resume --output_dir={out} with that precision, not fp16, or choose a new "
+      "--output_dir"), result.stderr[-2000:]
+  assert _hashes(out) == before
+  fp16 = tmp_path / "fp16"
+  run_ok(_pretraining_args(config_dir, records, fp16, "--mixed_precision=fp16"))
+  before = _hashes(fp16)
+  result = run_script(_pretraining_args(config_dir, records, fp16, "--num_train_steps=6",
+                                        "--mixed_precision=bf16"))
+  assert _error_line(result) == (
+      f"error: {fp16 / 'ckpt-4'} was written by an fp16 run (it holds a loss scale); resume "
+      f"--output_dir={fp16} with --mixed_precision=fp16, or choose a new --output_dir"
+  ), result.stderr[-2000:]
+  assert "Unresolved object" not in result.stderr and _hashes(fp16) == before
+  run_ok(_pretraining_args(config_dir, records, fp16, "--num_train_steps=6",
+                           "--mixed_precision=fp16"))
+  assert os.path.exists(fp16 / "ckpt-6.index")
+
+
 def test_evaluating_with_no_checkpoint_is_an_error(setup, tmp_path):
   config_dir, records, _ = setup
   out = tmp_path / "out"
