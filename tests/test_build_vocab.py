@@ -291,10 +291,9 @@ def test_an_extended_model_folder_appears_whole_or_not_at_all(wordpiece, split, 
   the same time is refused. Each refusal is one error line and changes nothing."""
   import shutil  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from conftest import ENV, PYTHON, ROOT  # pylint: disable=g-import-not-at-top
+  from conftest import PIPE, PYTHON, popen  # pylint: disable=g-import-not-at-top
   base = _base_model(tmp_path)
   domain = tmp_path / "domain.txt"
   domain.write_text("\n".join(split[1]) + "\n", encoding="utf-8")
@@ -320,8 +319,7 @@ def test_an_extended_model_folder_appears_whole_or_not_at_all(wordpiece, split, 
   midway = 0
   for sig in (signal.SIGKILL, signal.SIGTERM):
     earlier = staged()
-    process = subprocess.Popen([PYTHON, *flags(out)], cwd=ROOT, env=ENV,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = popen([PYTHON, *flags(out)], stdout=PIPE, stderr=PIPE)
     deadline = time.time() + 300
     while process.poll() is None and time.time() < deadline:
       if any(os.path.exists(tmp_path / n / "vocab.txt") for n in staged() - earlier):
