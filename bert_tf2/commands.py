@@ -194,6 +194,11 @@ def run_script(name):
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
   package name (never as __main__, so no module is loaded twice) and its cli() runs."""
   processes.stop_quietly_while_starting()  # Ctrl-C while the script's imports load: one line
+  # TensorFlow's C++ INFO lines through the run (XLA service and StreamExecutor, "Compiled cluster
+  # using XLA!", TFRecordDataset buffer sizes, collective and coordination chatter of the workers,
+  # inherited by them) are not for a user: warnings and errors stay. TF_CPP_MIN_LOG_LEVEL=0 (or
+  # any value the user sets) shows what it says.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
   with processes.filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()

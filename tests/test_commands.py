@@ -3,6 +3,7 @@ C++ start-up notices kept off it)."""
 
 import os
 import platform
+import re
 
 from conftest import PYTHON, ROOT, TINY, requires_shared, run_process
 
@@ -23,6 +24,26 @@ def test_tensorflows_start_up_notices_are_kept_off_the_console(tmp_path):
   for noise in ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard"):
     assert noise not in quiet.stderr, quiet.stderr[:2000]
   assert "Wrote the features of 1 lines" in quiet.stderr
+  # Nor TensorFlow's C++ INFO lines later in a run: a training step compiles its optimizer
+  # update with XLA ("XLA service ...", "Compiled cluster using XLA!").
+  records = tmp_path / "records.tfrecord"
+  made = run_process([PYTHON, "create_pretraining_data.py", f"--input_file={words}",
+                      f"--output_file={records}", f"--vocab_file={TINY}/vocab.txt",
+                      "--max_seq_length=16", "--max_predictions_per_seq=2", "--dupe_factor=2",
+                      "--short_seq_prob=1"], cwd=ROOT, env=env, timeout=300)
+  assert made.returncode == 0, made.stderr[-2000:]
+  train = [PYTHON, "run_pretraining.py", f"--input_file={records}",
+           f"--output_dir={tmp_path}/run", f"--init_checkpoint={TINY}/bert_model.ckpt",
+           f"--bert_config_file={TINY}/bert_config.json", "--do_train", "--max_seq_length=16",
+           "--max_predictions_per_seq=2", "--train_batch_size=2", "--num_train_steps=2",
+           "--num_warmup_steps=1"]
+  trained = run_process(train, cwd=ROOT, env=env, timeout=300)
+  assert trained.returncode == 0, trained.stderr[-2000:]
+  cpp_info = re.compile(r"^I\d{4} [\d:. ]+\d+ \S+\.(cc|h):\d+\] ", re.M)
+  assert not cpp_info.search(trained.stderr), trained.stderr[:3000]
+  loud = run_process(train[:3] + [f"--output_dir={tmp_path}/loud"] + train[4:], cwd=ROOT,
+                     env=dict(env, TF_CPP_MIN_LOG_LEVEL="0"), timeout=300)
+  assert loud.returncode == 0 and "Compiled cluster using XLA" in loud.stderr, loud.stderr[-2000:]
   loud = run_process(args, cwd=ROOT, env=dict(env, TF_CPP_MIN_LOG_LEVEL="0"), timeout=300)
   assert loud.returncode == 0, loud.stderr[-2000:]
   if platform.machine() == "x86_64":
