@@ -31,7 +31,7 @@ from bert_tf2 import extract_features as project_extract_features
 from bert_tf2 import fileio
 from bert_tf2 import pretraining_data
 from bert_tf2 import run_classifier as project_run_classifier
-from conftest import SHARED, VOCAB, WIKITEXT, requires_shared
+from conftest import SHARED, SQUAD, VOCAB, WIKITEXT, requires_shared
 
 GLUE = os.path.join(SHARED, "data", "glue")
 ORIGINAL = os.path.join(SHARED, "reference", "original")
@@ -457,3 +457,72 @@ def test_read_examples_and_features_of_a_pair_file(tokenizer, tmp_path):
   assert features[0].input_type_ids[:15] == [0] * 7 + [1] * 7 + [0]
   assert features[1].tokens == ["[CLS]", "[SEP]"] and sum(features[1].input_mask) == 2
   assert sum(len(f.tokens) == 32 for f in features) > 5  # long pairs are cut to 32
+
+
+# --- run_squad ----------------------------------------------------------------------------------
+
+@requires_shared
+def test_squad_examples_windows_records_and_answers_the_originals_way(tokenizer, tmp_path):
+  """The original's pipeline through the root module: read_squad_examples (training: each
+  answer's words found in the context), convert_examples_to_features into a FeatureWriter (the
+  file holds every window, the original's feature names), and write_predictions from RawResults
+  whose logits point at the gold span gives back the gold answer text."""
+  import json  # pylint: disable=g-import-not-at-top
+  import run_squad  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import metrics  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import run_squad as project_run_squad  # pylint: disable=g-import-not-at-top
+  assert run_squad.read_squad_examples is project_run_squad.read_squad_examples
+  assert run_squad.RawResult._fields == ("unique_id", "start_logits", "end_logits")
+  for name in ("model_fn_builder", "create_model", "input_fn_builder"):
+    with pytest.raises(AttributeError, match=f"run_squad.{name} served tf.estimator"):
+      getattr(run_squad, name)
+
+  examples = run_squad.read_squad_examples(SQUAD, is_training=True)[:60]
+  assert len(run_squad.read_squad_examples(SQUAD, is_training=False)) == 10570
+  for example in examples:
+    words = " ".join(example.doc_tokens[example.start_position:example.end_position + 1])
+    assert " ".join(example.orig_answer_text.split()) in words, example
+
+  path = tmp_path / "train.tf_record"
+  writer = run_squad.FeatureWriter(str(path), is_training=True)
+  features = []
+
+  def output_fn(feature):
+    features.append(feature)
+    writer.process_feature(feature)
+
+  count = run_squad.convert_examples_to_features(
+      examples=examples, tokenizer=tokenizer, max_seq_length=128, doc_stride=64,
+      max_query_length=32, is_training=True, output_fn=output_fn)
+  writer.close()
+  assert count == len(features) == writer.num_features > len(examples)
+  records = [tf.train.Example.FromString(r.numpy()).features.feature
+             for r in tf.data.TFRecordDataset(str(path))]
+  assert len(records) == count
+  assert {"unique_ids", "input_ids", "input_mask", "segment_ids", "start_positions",
+          "end_positions", "is_impossible"} == set(records[0])
+  for record, feature in zip(records, features):
+    assert list(record["input_ids"].int64_list.value) == feature.input_ids
+    assert list(record["start_positions"].int64_list.value) == [feature.start_position]
+
+  # Predictions: each window's logits peak at its gold span (or at [CLS] where it holds none).
+  eval_features, results = [], []
+  count = run_squad.convert_examples_to_features(examples, tokenizer, 128, 64, 32, False,
+                                                 eval_features.append)
+  by_window = {(f.example_index, f.doc_span_index): f for f in features}
+  for feature in eval_features:
+    gold = by_window[(feature.example_index, feature.doc_span_index)]
+    start, end = [-10.0] * 128, [-10.0] * 128
+    start[gold.start_position] = end[gold.end_position] = 10.0 if gold.start_position else 0.0
+    results.append(run_squad.RawResult(feature.unique_id, start, end))
+  predictions_file = tmp_path / "predictions.json"
+  run_squad.write_predictions(examples, eval_features, results, 20, 30, True,
+                              str(predictions_file), str(tmp_path / "nbest.json"), None)
+  predictions = json.loads(predictions_file.read_text())
+  # The gold answer's text, or (where it is part of a word: "gold" of "golden") the whole words
+  # its span covers, as the original's word-level positions give it.
+  for example in examples:
+    words = " ".join(example.doc_tokens[example.start_position:example.end_position + 1])
+    assert metrics.normalize_answer(predictions[example.qas_id]) in (
+        metrics.normalize_answer(example.orig_answer_text), metrics.normalize_answer(words)), (
+            predictions[example.qas_id], example.orig_answer_text, words)
