@@ -870,22 +870,10 @@ def writer_lock(path, flag="output"):
     return
   os.makedirs(directory, exist_ok=True)
   while True:
-    try:
-      fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-      if e.errno == errno.ELOOP:
-        raise InputError(f"--{flag}={path}: {lock_path} is a symbolic link; refusing to use it "
-                         "(remove it)") from None
-      raise
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-      os.close(fd)
-      if e.errno in (errno.EAGAIN, errno.EACCES):
-        raise InputError(f"--{flag}={path} is being written by another run (it holds "
-                         f"{lock_path}); wait for it to finish or choose another directory"
-                         ) from None
-      raise
+    fd = _flocked(lock_path, f"--{flag}={path}: {lock_path}")
+    if fd is None:
+      raise InputError(f"--{flag}={path} is being written by another run (it holds "
+                       f"{lock_path}); wait for it to finish or choose another directory")
     # The holder before us removes the file before it lets go: a lock taken on a removed file
     # guards nothing, so take the one at the path now.
     try:
@@ -993,6 +981,32 @@ def _ordinary_permissions(top):
 # --- One run at a time in a directory ------------------------------------------------------------
 
 
+def _flocked(lock_path, label):
+  """The descriptor of `lock_path` (created if absent) with an exclusive flock taken, or None when
+  another process holds it. Never through a symlink, and only a plain file of its own name: a lock
+  file planted as a link to another file (an input) would otherwise be written or removed.
+  `label` names the file in the InputError for those."""
+  try:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+  except OSError as e:
+    if e.errno == errno.ELOOP:
+      raise InputError(f"{label} is a symbolic link; refusing to use it (remove it)") from None
+    raise
+  status = os.fstat(fd)
+  if not (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
+    os.close(fd)
+    raise InputError(f"{label} is not a plain file of its own (a hard link or a special file); "
+                     "refusing to use it (remove it)")
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    os.close(fd)
+    if e.errno in (errno.EAGAIN, errno.EACCES):
+      return None
+    raise
+  return fd
+
+
 def lock_directory(path, flag="output_dir"):
   """Takes an exclusive lock on directory `path` for the life of the process (a `.lock` file
   locked with flock, released by the kernel however the process ends); InputError naming the
@@ -1002,29 +1016,11 @@ def lock_directory(path, flag="output_dir"):
     return _lock_remote(path, flag)
   os.makedirs(path, exist_ok=True)
   lock_path = os.path.join(path, ".lock")
-  # Never through a symlink, and only a plain file of ours with no other name: a .lock planted as
-  # a link to another file (an input) would otherwise be truncated below.
-  try:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-  except OSError as e:
-    if e.errno == errno.ELOOP:
-      raise InputError(f"--{flag}={path}: its .lock is a symbolic link; refusing to use it "
-                       "(remove it)") from None
-    raise
-  status = os.fstat(fd)
-  if not (stat.S_ISREG(status.st_mode) and status.st_nlink == 1):
-    os.close(fd)
-    raise InputError(f"--{flag}={path}: its .lock is not a plain file of its own (a hard link "
-                     "or a special file); refusing to use it (remove it)")
+  fd = _flocked(lock_path, f"--{flag}={path}: its .lock")
+  if fd is None:
+    raise InputError(f"--{flag}={path} is in use by another run (its .lock is held); wait for "
+                     "it to finish or choose another directory")
   lock = os.fdopen(fd, "r+", encoding="utf-8")
-  try:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except OSError as e:
-    lock.close()
-    if e.errno in (errno.EAGAIN, errno.EACCES):
-      raise InputError(f"--{flag}={path} is in use by another run (its .lock is held); wait for "
-                       "it to finish or choose another directory") from None
-    raise
   lock.seek(0)
   lock.truncate()
   lock.write(f"{os.getpid()}\n")
