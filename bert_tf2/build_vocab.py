@@ -347,6 +347,11 @@ def _extend(input_files):
     raise fileio.InputError("--extend_vocab extends a WordPiece vocab.txt (--vocab_type="
                             "wordpiece)")
   vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
+  fileio.check_file(FLAGS.extend_vocab, "--extend_vocab")
+  if tokenization.is_sentencepiece_model(FLAGS.extend_vocab):
+    raise fileio.InputError(f"--extend_vocab={FLAGS.extend_vocab} is a SentencePiece model; "
+                            "--extend_vocab grows a WordPiece vocab.txt (a SentencePiece model "
+                            "is trained anew: --vocab_type=sentencepiece)")
   tokenizer = tokenization.load_tokenizer(FLAGS.extend_vocab, FLAGS.do_lower_case)
   inputs = [("input_file", input_files), ("extend_vocab", FLAGS.extend_vocab)]
   if FLAGS.init_checkpoint:

@@ -432,7 +432,8 @@ class GoEmotionsProcessor(DataProcessor):
         raise fileio.InputError(f"{input_file}:{line}: expected 3 tab-separated columns (text, "
                                 f"label ids, comment id), found {len(fields)}")
       ids = _multi_labels(input_file, line, fields[1], ",", None)
-      if not all(i.isdigit() and int(i) < len(labels) for i in ids):
+      # ASCII digits only: str.isdigit also takes '²', which int() refuses.
+      if not all(re.fullmatch("[0-9]+", i) and int(i) < len(labels) for i in ids):
         raise fileio.InputError(f"{input_file}:{line}: label ids {fields[1]!r} are not numbers "
                                 f"below {len(labels)} (the labels of labels.txt)")
       examples.append(InputExample(guid=f"{set_type}-{fields[2].strip()}",

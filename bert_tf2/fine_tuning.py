@@ -20,6 +20,7 @@ import json
 import os
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from bert_tf2 import checkpoints
@@ -443,15 +444,48 @@ def write_thresholds(directory, global_step, labels, thresholds):
 def read_thresholds(directory, labels):
   """(per-label thresholds in `labels` order, the step they were tuned at) from
   directory/thresholds.json, or None when there is none; InputError when it does not hold
-  these labels' thresholds."""
+  these labels' thresholds (see check_thresholds) at an integer step."""
   path = os.path.join(directory, "thresholds.json")
   if not fileio.exists(path):
     return None
   record = fileio.load_json(path, "thresholds file")
-  try:
-    return [float(record["thresholds"][label]) for label in labels], int(record["global_step"])
-  except (ValueError, KeyError, TypeError) as e:
-    raise fileio.InputError(f"{path}: not the thresholds of these labels ({e})") from None
+  found = record.get("thresholds") if isinstance(record, dict) else None
+  step = record.get("global_step") if isinstance(record, dict) else None
+  if not isinstance(found, dict) or not _is_integer(step):
+    raise fileio.InputError(f"{path}: not a thresholds file (an object with global_step, an "
+                            "integer, and thresholds, one number per label)")
+  missing = [label for label in labels if label not in found]
+  if missing or len(found) != len(labels):
+    extra = [label for label in found if label not in labels]
+    raise fileio.InputError(
+        f"{path}: not the thresholds of these labels ("
+        + (f"none for {', '.join(map(repr, missing[:3]))}" if missing
+           else f"also {', '.join(map(repr, extra[:3]))}")
+        + "); add --do_eval --tune_thresholds to tune them for this model")
+  return check_thresholds([found[label] for label in labels], labels, path), step
+
+
+def check_thresholds(values, labels, where):
+  """`values`, one decision threshold per label of `labels` (a label is predicted when its
+  probability is above it), as a float array; InputError naming `where` unless each is a number
+  strictly between 0 and 1: at 0 (or below) the label fires on every example, at 1 (or above)
+  on none, and a NaN or a string is no threshold at all."""
+  if not isinstance(values, (list, tuple)) or len(values) != len(labels):
+    count = len(values) if isinstance(values, (list, tuple)) else "not a list of"
+    raise fileio.InputError(f"{where}: {count} thresholds for {len(labels)} labels")
+  for label, value in zip(labels, values):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+      raise fileio.InputError(f"{where}: the threshold of label {label!r} is {value!r}, not a "
+                              "number")
+    if not 0 < value < 1:
+      raise fileio.InputError(
+          f"{where}: the threshold of label {label!r} is {value!r}: the label would be predicted "
+          f"for {'every' if value <= 0 else 'no'} example; a threshold is between 0 and 1")
+  return np.array(values, np.float64)
+
+
+def _is_integer(value):
+  return isinstance(value, int) and not isinstance(value, bool)
 
 
 def write_model_files(directory, config, vocab_file):

@@ -107,9 +107,34 @@ def read_info(directory, flag="litert_model"):
       info = json.load(f)
     if not isinstance(info, dict) or info.get("kind") not in KINDS:
       raise ValueError(f"its kind is not one of {', '.join(KINDS)}")
+    for key, value in info.items():
+      if key in _INFO_TYPES and value is not None and not _INFO_TYPES[key](value):
+        raise ValueError(f"{key} is {value!r}, not {_INFO_TYPE_NAMES[key]}")
   except (OSError, ValueError, UnicodeDecodeError) as e:
     raise fileio.InputError(f"{path}: not a LiteRT model description: {e}") from None
   return info
+
+
+# The fields of litert_model.json export_model.py writes, with the type each must have (a file
+# edited by hand or by another program is refused in one line, not a traceback later).
+_is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
+_INFO_TYPES = {
+    "quantize": lambda v: v in QUANTIZATIONS, "do_lower_case": lambda v: isinstance(v, bool),
+    "max_seq_length": _is_int, "global_step": _is_int,
+    "model_sha256": lambda v: isinstance(v, str),
+    "labels": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "regression": lambda v: isinstance(v, bool), "multi_label": lambda v: isinstance(v, bool),
+    "text_pairs": lambda v: isinstance(v, bool), "classifier_pooling": lambda v: isinstance(v, str),
+    "thresholds": lambda v: isinstance(v, list),  # each checked against the labels where used
+    "label_delimiter": lambda v: isinstance(v, str) and v != "",
+    "pooling": lambda v: isinstance(v, str), "normalize": lambda v: isinstance(v, bool)}
+_INFO_TYPE_NAMES = {
+    "quantize": f"one of {', '.join(QUANTIZATIONS)}", "max_seq_length": "an integer",
+    "global_step": "an integer", "labels": "a list of label names", "thresholds": "a list",
+    "label_delimiter": "a non-empty string", "model_sha256": "a string",
+    "classifier_pooling": "a string", "pooling": "a string",
+    **{key: "true or false" for key in ("do_lower_case", "regression", "multi_label",
+                                        "text_pairs", "normalize")}}
 
 
 class Model:
@@ -151,6 +176,12 @@ class Model:
     self.strategy = tf.distribute.get_strategy()
     self.is_chief = True
     self.num_workers = 1
+
+  def output_widths(self):
+    """{output name: its last dimension} of the model's signature (e.g. a classifier's logits:
+    its label count), read from the model itself, not its description."""
+    details = self._runner.get_output_details()
+    return {name: int(d["shape"][-1]) if len(d["shape"]) else 1 for name, d in details.items()}
 
   def __call__(self, input_ids, input_mask, input_type_ids):
     inputs = {"input_word_ids": input_ids, "input_mask": input_mask,

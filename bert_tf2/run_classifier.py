@@ -468,6 +468,10 @@ def main(_):
     has_checkpoint, config, tokenizer = fine_tuning.check_files_and_load(
         s, _OUTPUTS, [("data_dir", processor.data_files(s.data_dir))], pairs)
     label_list = _label_list(s, processor, has_checkpoint)
+    _check_label_names(s, processor, label_list)
+    if runner:
+      _check_litert(s, runner, processor, label_list)
+      training.lock_output_dir(s.output_dir)  # (a Trainer would take it)
     pooling = _classifier_pooling(s, has_checkpoint)
 
     strategy = script_flags.strategy()
@@ -481,7 +485,6 @@ def main(_):
     train_examples = processor.get_train_examples(s.data_dir) if s.do_train else None
     train_records = task.training_records(train_examples)
     if runner:  # the LiteRT model predicts in the place of a trainer's model
-      _check_litert(s, runner, processor, label_list)
       task.trainer, optimizer = runner, None
     else:
       steps, warmup_steps, batch = fine_tuning.train_steps(
@@ -527,7 +530,7 @@ def main(_):
       if details and details[1] is not None:  # the thresholds tuned on dev
         thresholds = details[1]
     elif s.do_predict and processor.multi_label and s.tune_thresholds:
-      thresholds = _read_thresholds(s.output_dir, global_step, label_list)
+      thresholds = _read_thresholds(s, has_checkpoint, global_step, label_list)
 
     if s.do_predict:
       examples = processor.get_test_examples(s.data_dir)
@@ -683,6 +686,48 @@ def _check_litert(settings, runner, processor, label_list):
   if info.get("labels") and list(info["labels"]) != list(label_list):
     raise fileio.InputError(f"{where} predicts the labels {','.join(info['labels'])}, the task "
                             f"has {','.join(label_list)}")
+  # What the model itself computes, whatever its description says (a description edited, or
+  # copied beside another model).
+  widths, want = runner.output_widths(), 1 if processor.is_regression else len(label_list)
+  if widths.get("logits") != want:
+    found = (f"logits for {widths['logits']} labels" if "logits" in widths
+             else f"only {', '.join(sorted(widths))}")
+    raise fileio.InputError(f"{where}: its {litert.MODEL_FILE} computes {found}, not the "
+                            f"{want} {'output' if want == 1 else 'labels'} of its description "
+                            f"and --task_name={s.task_name}; export the classifier again")
+  if processor.multi_label and info.get("thresholds") is not None:
+    fine_tuning.check_thresholds(info["thresholds"], label_list,
+                                 os.path.join(s.litert_model, litert.INFO_FILE))
+
+
+# The flags that say how to read a task of your own files (DelimitedProcessor); the other tasks'
+# processors know their files' columns and labels.
+_DELIMITED_ONLY = ("labels", "text_a_column", "text_b_column", "label_column", "skip_header",
+                   "regression")
+
+
+def _check_label_names(settings, processor, label_list):
+  """A multi-label task's labels are written joined by --label_delimiter (test_predictions.tsv,
+  the exported model's `label` output): a label holding the delimiter could not be told from
+  two."""
+  if not processor.multi_label:
+    return
+  delimiter = settings.label_delimiter
+  for label in label_list:
+    if delimiter in label or "\t" in label or "\n" in label:
+      held = repr(delimiter) if delimiter in label else "a tab or a line break"
+      raise fileio.InputError(
+          f"the label {label!r} (of {_label_source(settings, processor)}) holds {held}: joined "
+          f"with the label delimiter {delimiter!r} it would read as other labels; "
+          + ("choose another --label_delimiter" if delimiter in label else "rename the label"))
+
+
+def _label_source(settings, processor):
+  if settings.labels is not None:
+    return "--labels"
+  if isinstance(processor, classifier_tasks.GoEmotionsProcessor):
+    return os.path.join(settings.data_dir or "", "labels.txt")
+  return "the task"
 
 
 def _check_flags(settings, processor):
@@ -693,9 +738,21 @@ def _check_flags(settings, processor):
     raise fileio.InputError(
         f"--multi_label is for --task_name=tsv or csv; --task_name={s.task_name} is "
         + ("multi-label already" if processor.multi_label else "a single-label task"))
+  if not isinstance(processor, classifier_tasks.DelimitedProcessor):
+    for name in _DELIMITED_ONLY:
+      if name in s.given:
+        raise fileio.InputError(
+            f"--{name} is for --task_name=tsv or csv (your own files); --task_name="
+            f"{s.task_name} reads its own columns and labels, which the flag would not change: "
+            "leave it out")
   for name in ("label_delimiter", "threshold", "tune_thresholds"):
     if name in s.given and not processor.multi_label:
       raise fileio.InputError(f"--{name} is for multi-label tasks (--multi_label, goemotions)")
+  if "threshold" in s.given and not 0 < s.threshold < 1:
+    raise fileio.InputError(
+        f"--threshold={s.threshold:g} would predict {'every' if s.threshold <= 0 else 'no'} label "
+        "for every example (a label is predicted when its probability is above it); give a value "
+        "between 0 and 1")
   if s.tune_thresholds and not (s.do_eval or s.do_predict):
     raise fileio.InputError("--tune_thresholds picks thresholds with --do_eval (and --do_predict "
                             "uses them)")
@@ -778,7 +835,7 @@ def _thresholds(settings, runner, processor, label_list):
   given."""
   if (runner and processor.multi_label and runner.info.get("thresholds")
       and "threshold" not in settings.given):
-    return np.array(runner.info["thresholds"])
+    return np.array(runner.info["thresholds"], np.float64)
   return np.full(len(label_list), settings.threshold)
 
 
@@ -830,18 +887,24 @@ def _write_thresholds(out, global_step, label_list, thresholds):
     fine_tuning.write_thresholds(directory, global_step, label_list, thresholds)
 
 
-def _read_thresholds(out, global_step, label_list):
-  """The tuned thresholds in `out`/thresholds.json, which must be those of this checkpoint."""
-  path = os.path.join(out, "thresholds.json")
-  found = fine_tuning.read_thresholds(out, label_list)
+def _read_thresholds(settings, has_checkpoint, global_step, label_list):
+  """The tuned thresholds of the model that predicts: thresholds.json beside its checkpoints (in
+  --output_dir, else beside a fine-tuned --init_checkpoint), which must be those of its
+  checkpoint (the same step)."""
+  directory = settings.output_dir
+  if not has_checkpoint and settings.init_checkpoint:
+    directory = checkpoints.checkpoint_directory(settings.init_checkpoint)
+    global_step = checkpoints.global_step(settings.init_checkpoint)
+  path = os.path.join(directory, "thresholds.json")
+  found = fine_tuning.read_thresholds(directory, label_list)
   if found is None:
     raise fileio.InputError(f"--tune_thresholds: {path} does not exist; add --do_eval to tune "
                             "the thresholds on dev")
   values, step = found
-  if step != global_step:
+  if global_step is not None and step != global_step:
     raise fileio.InputError(f"{path} was tuned at step {step}, the checkpoint is at step "
                             f"{global_step}; add --do_eval to tune them again")
-  return np.array(values)
+  return values
 
 
 def cli():

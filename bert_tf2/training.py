@@ -231,9 +231,11 @@ def _quiet_failed_restores():
 _LOCKED = set()
 
 
-def _lock(directory):
+def lock_output_dir(directory):
   """One run at a time per output_dir: a second one would rotate out and save over the first
-  one's checkpoints. (A process may build several Trainers on one directory.)"""
+  one's checkpoints, or write its results into a folder whose model is changing under it. (A
+  process may build several Trainers on one directory; a script that predicts without a Trainer,
+  from a LiteRT model, takes it here.)"""
   real = fileio.real_path(directory)
   if real not in _LOCKED:
     fileio.lock_directory(directory)
@@ -288,7 +290,7 @@ class Trainer:
       if _is_chief(strategy):
         directory = output_dir
         fileio.check_outputs(directories=[("output_dir", directory)])
-        _lock(directory)
+        lock_output_dir(directory)
         _remove_partial_saves(directory)
         _repair_checkpoint_state(directory)
       else:

@@ -157,6 +157,16 @@ def test_sentencepiece_model_from_build_vocab_runs_through_the_scripts(split, tm
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.strip().splitlines()[-1].startswith(
       f"error: --vocab_file={spm_model} is a SentencePiece model"), result.stderr[-2000:]
+  # --extend_vocab grows a WordPiece vocab: a SentencePiece model is one line (it was a
+  # traceback), with or without a model to grow.
+  for extra in ([], [f"--init_checkpoint={out}", f"--bert_config_file={config}"]):
+    result = run_script(["build_vocab.py", f"--input_file={split[0]}",
+                         f"--output_dir={tmp_path / 'extended'}", f"--extend_vocab={spm_model}",
+                         *extra], timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: --extend_vocab={spm_model} is a SentencePiece model"), result.stderr[-2000:]
+    assert not (tmp_path / "extended").exists()
 
 
 def test_bad_inputs(tmp_path):

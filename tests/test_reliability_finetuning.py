@@ -490,3 +490,176 @@ def test_records_are_byte_identical_across_processes_and_hash_seeds(tmp_path):
     if script == "run_classifier.py":
       assert set(records[0]) == {"train.tf_record", "eval.tf_record", "predict.tf_record"}
   assert {k: v for k, v in _hashes(tmp_path).items() if k in before} == before
+
+
+# --- round 4, classes 2 / 3: thresholds and labels read from files and flags ---------------------
+
+
+def _goemotions(tmp_path, name="go", labels=None, rows=(24, 16, 12)):
+  """Real GoEmotions rows (their first lines) with its labels.txt, or `labels` instead."""
+  directory = tmp_path / name
+  for split, count in zip(("train", "dev", "test"), rows):
+    _head(os.path.join(DATA, "goemotions", f"{split}.tsv"), directory / f"{split}.tsv", count)
+  if labels is None:
+    _head(os.path.join(DATA, "goemotions", "labels.txt"), directory / "labels.txt", 28)
+  else:
+    (directory / "labels.txt").write_text("".join(f"{l}\n" for l in labels), encoding="utf-8")
+  return directory
+
+
+def _edited(source, target, name, edit):
+  """A copy of the folder `source` whose JSON file `name` went through `edit(record)`."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.copytree(source, target)
+  path = target / name
+  record = json.loads(path.read_text(encoding="utf-8"))
+  edit(record)
+  path.write_text(json.dumps(record), encoding="utf-8")
+  return target
+
+
+def test_thresholds_and_label_names_from_files_and_flags_are_checked(tmp_path):
+  """A multi-label model's decision thresholds, wherever they are read (thresholds.json for
+  --do_predict --tune_thresholds and for export, a LiteRT model's description, --threshold), are
+  numbers strictly between 0 and 1, one per label; a LiteRT classifier's model must compute the
+  labels its description names; label names must not hold the label delimiter; GoEmotions label
+  ids are ASCII digits; flags that only the tsv/csv tasks read are refused elsewhere. Each is
+  one line naming the file or flag, and nothing is written."""
+  go = _goemotions(tmp_path)
+  labels = [l.strip() for l in (go / "labels.txt").read_text().splitlines()]
+  run = tmp_path / "run"
+  common = [f"--vocab_file={TINY_VOCAB}", "--max_seq_length=16", "--predict_batch_size=4",
+            "--eval_batch_size=4"]
+  _ok("run_classifier.py", "--task_name=goemotions", f"--data_dir={go}", *common,
+      f"--init_checkpoint={TINY_CKPT}", f"--output_dir={run}", "--do_train", "--do_eval",
+      "--tune_thresholds", "--train_batch_size=8", "--num_train_epochs=1")
+  litert_dir = tmp_path / "litert"
+  _ok("export_model.py", "--format=litert", "--model_type=classifier",
+      f"--init_checkpoint={run}", f"--export_dir={litert_dir}", "--max_seq_length=16")
+  encoder = tmp_path / "encoder"
+  _ok("export_model.py", "--format=litert", f"--init_checkpoint={run}",
+      f"--export_dir={encoder}", "--max_seq_length=16")
+
+  def thresholds_file(name, edit):
+    return _edited(run, tmp_path / name, "thresholds.json", edit)
+
+  def set_threshold(value):
+    return lambda record: record["thresholds"].update({labels[3]: value})
+
+  def info(name, edit):
+    return _edited(litert_dir, tmp_path / name, "litert_model.json", edit)
+
+  def info_set(key, value):
+    return lambda record: record.update({key: value})
+
+  bad_runs = {
+      "nan": (set_threshold(float("nan")), f"the threshold of label '{labels[3]}' is nan, not a "
+                                           "number"),
+      "string": (set_threshold("0.3"), f"the threshold of label '{labels[3]}' is '0.3', not a "
+                                       "number"),
+      "above": (set_threshold(1.5), f"the threshold of label '{labels[3]}' is 1.5: the label "
+                                    "would be predicted for no example"),
+      "zero": (set_threshold(0), f"the threshold of label '{labels[3]}' is 0: the label would be "
+                                 "predicted for every example"),
+      "few": (lambda record: record["thresholds"].pop(labels[0]),
+              f"not the thresholds of these labels (none for '{labels[0]}')"),
+      "step": (lambda record: record.update(global_step="30"), "not a thresholds file"),
+  }
+  # A LiteRT classifier whose model.tflite is an encoder's, and one whose description and data
+  # name 27 labels while its model computes 28.
+  swapped = info("swapped", lambda record: None)
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.copy(encoder / "model.tflite", swapped / "model.tflite")
+  swapped_info = json.loads((swapped / "litert_model.json").read_text())
+  swapped_info["model_sha256"] = json.loads(
+      (encoder / "litert_model.json").read_text())["model_sha256"]
+  (swapped / "litert_model.json").write_text(json.dumps(swapped_info))
+  fewer = info("fewer", lambda record: record.update(labels=record["labels"][:27],
+                                                     thresholds=record["thresholds"][:27]))
+  go27 = _goemotions(tmp_path, "go27", labels=labels[:27])
+  lines = (go27 / "test.tsv").read_text().splitlines(keepends=True)
+  (go27 / "test.tsv").write_text("".join(l for l in lines if "27" not in l.split("\t")[1]))
+  bad_litert = {
+      "strings": (info_set("thresholds", ["0.5"] * 28),
+                  f"the threshold of label '{labels[0]}' is '0.5', not a number"),
+      "nan": (info_set("thresholds", [float("nan")] * 28),
+              f"the threshold of label '{labels[0]}' is nan, not a number"),
+      "short": (info_set("thresholds", [0.5] * 3), "3 thresholds for 28 labels"),
+      "labels": (info_set("labels", "admiration"), "not a LiteRT model description: labels is "
+                                                   "'admiration', not a list of label names"),
+      "flag": (info_set("multi_label", "yes"), "not a LiteRT model description: multi_label is "
+                                               "'yes', not true or false"),
+  }
+  _write_rows = lambda path, text: (path.parent.mkdir(parents=True, exist_ok=True),
+                                    path.write_text(text, encoding="utf-8"))
+  superscript = _goemotions(tmp_path, "superscript")
+  with open(superscript / "dev.tsv", "a", encoding="utf-8") as f:
+    f.write("a squared comment\t\u00b2\teeeeeee\n")
+  comma = _goemotions(tmp_path, "comma", labels=labels[:27] + ["neutral,calm"])
+  tags = tmp_path / "tags"
+  _write_rows(tags / "train.tsv", "text\ttags\nred apple\tfruit;red\nsky\t\n")
+  _write_rows(tags / "dev.tsv", "text\ttags\nplum\tfruit\n")
+  def predict(data, *flags):
+    litert_model = any(flag.startswith("--litert_model=") for flag in flags)
+    return ["run_classifier.py", "--task_name=goemotions", f"--data_dir={data}",
+            *(common[1:] if litert_model else common), *flags]
+
+  cases = [
+      *[(predict(go, f"--init_checkpoint={thresholds_file(name, edit)}", "--do_predict",
+                 "--tune_thresholds"),
+         f"{tmp_path / name / 'thresholds.json'}: {message}")
+        for name, edit_message in bad_runs.items() for edit, message in [edit_message]],
+      (["export_model.py", "--model_type=classifier", f"--init_checkpoint={tmp_path / 'nan'}",
+        "--max_seq_length=16"],
+       f"{tmp_path / 'nan' / 'thresholds.json'}: the threshold of label"),
+      *[(predict(go, f"--litert_model={info(f'litert_{name}', edit)}", "--do_predict"),
+         f"{tmp_path / f'litert_{name}' / 'litert_model.json'}: {message}")
+        for name, (edit, message) in bad_litert.items()],
+      (predict(go, f"--litert_model={swapped}", "--do_predict"),
+       f"--litert_model={swapped}: its model.tflite computes only "),
+      (predict(go27, f"--litert_model={fewer}", "--do_predict"),
+       f"--litert_model={fewer}: its model.tflite computes logits for 28 labels, not the 27 "
+       "labels of its description"),
+      (predict(go, f"--init_checkpoint={run}", "--do_predict", "--threshold=0"),
+       "--threshold=0 would predict every label for every example"),
+      (predict(go, f"--init_checkpoint={run}", "--do_predict", "--threshold=1"),
+       "--threshold=1 would predict no label for every example"),
+      (predict(go, f"--init_checkpoint={run}", "--do_predict", "--labels=joy,anger"),
+       "--labels is for --task_name=tsv or csv (your own files); --task_name=goemotions reads "
+       "its own columns and labels"),
+      (["run_classifier.py", "--task_name=mrpc", f"--data_dir={go}", *common,
+        f"--init_checkpoint={TINY_CKPT}", "--do_train", "--text_a_column=text"],
+       "--text_a_column is for --task_name=tsv or csv"),
+      (predict(superscript, f"--init_checkpoint={run}", "--do_eval"),
+       f"{superscript / 'dev.tsv'}:17: label ids '\u00b2' are not numbers below 28"),
+      (predict(comma, f"--init_checkpoint={TINY_CKPT}", "--do_train", "--train_batch_size=8"),
+       f"the label 'neutral,calm' (of {comma / 'labels.txt'}) holds ','"),
+      (["run_classifier.py", "--task_name=tsv", f"--data_dir={tags}", "--text_a_column=text",
+        "--label_column=tags", "--multi_label", "--label_delimiter=;", "--labels=fruit;red,sky",
+        *common, f"--init_checkpoint={TINY_CKPT}", "--do_train", "--train_batch_size=8"],
+       "the label 'fruit;red' (of --labels) holds ';'"),
+  ]
+  before = _hashes(tmp_path)
+  out = tmp_path / "out"
+  results = concurrently([functools.partial(_run, *args, f"--output_dir={out}{i}")
+                          if args[0] == "run_classifier.py" else
+                          functools.partial(_run, *args, f"--export_dir={out}{i}")
+                          for i, (args, _) in enumerate(cases)])
+  _assert_messages(cases, results)
+  assert _hashes(tmp_path) == before
+  assert not any(name.startswith("out") for name in os.listdir(tmp_path))
+  # The thresholds of this run, and a threshold strictly inside (0, 1), still predict.
+  _ok(*predict(go, f"--init_checkpoint={run}", "--do_predict", "--tune_thresholds",
+               f"--output_dir={out}ok"))
+  _ok(*predict(go, f"--litert_model={litert_dir}", "--do_predict", "--threshold=0.01",
+               f"--output_dir={out}ok2"))
+  # Evaluating with a LiteRT model (no Trainer) into the folder of a training run in progress is
+  # refused as a second Trainer would be: the run's .lock, held here as the training holds it.
+  import fcntl  # pylint: disable=g-import-not-at-top
+  with open(run / ".lock", "a+", encoding="utf-8") as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    before = _hashes(run)
+    line = _error_line(_run(*predict(go, f"--litert_model={litert_dir}", "--do_eval",
+                                     f"--output_dir={run}")))
+    assert line.startswith(f"error: --output_dir={run} is in use by another run"), line
+    assert _hashes(run) == before
