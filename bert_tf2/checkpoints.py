@@ -472,11 +472,15 @@ def global_step(checkpoint):
 def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint"):
   """--bert_config_file, else the config beside `checkpoint`; InputError when neither is."""
   path = bert_config_file or (config_beside(checkpoint) if checkpoint else None)
-  if not path and checkpoint and not (fileio.exists(checkpoint)
-                                      or fileio.glob_files(fileio.escape(checkpoint) + ".*")):
+  label = f"{checkpoint_flag}={checkpoint}"
+  if not path and checkpoint and not (fileio.exists(checkpoint, label)
+                                      or fileio.prefix_files(checkpoint, label)):
     # A mistyped path is named as such, not as a missing config.
-    raise fileio.InputError(f"{checkpoint_flag}={checkpoint}: no checkpoint there (no such "
-                            f"folder, and no {os.path.basename(checkpoint)}.* files)")
+    base = os.path.basename(checkpoint.rstrip("/"))
+    raise fileio.InputError(
+        f"{label}: no checkpoint there "
+        + (f"(no object under that prefix, and no {base}.* objects)" if fileio.is_remote(checkpoint)
+           else f"(no such folder, and no {base}.* files)"))
   if not path:
     raise fileio.InputError(f"--bert_config_file is required (no config.json / bert_config.json "
                             f"beside {checkpoint_flag})")

@@ -154,10 +154,11 @@ def _bucket_missing(path):
   return None if _gfile(path).isdir(root) else root
 
 
-def exists(path):
-  """os.path.exists, or for a remote path its object store's answer."""
+def exists(path, label=None):
+  """os.path.exists, or for a remote path its object store's answer (an error names `label`, the
+  flag that gave the path, when given)."""
   if is_remote(path):
-    with remote_errors(path):
+    with remote_errors(path, label=label):
       return _gfile(path).exists(path)
   return os.path.exists(path)
 
@@ -214,6 +215,16 @@ def glob_files(pattern):
   if is_remote(pattern):
     with remote_errors(pattern):
       return _gfile(pattern).glob(pattern)
+  return glob.glob(pattern)
+
+
+def prefix_files(prefix, label=None):
+  """The files named `prefix`.* (a checkpoint prefix's index and data files, its .meta); a remote
+  error names `label` (the flag that gave the prefix) when given, not the pattern."""
+  pattern = escape(prefix) + ".*"
+  if is_remote(prefix):
+    with remote_errors(prefix, label=label):
+      return _gfile(prefix).glob(pattern)
   return glob.glob(pattern)
 
 
@@ -491,6 +502,19 @@ def _check_remote_outputs(files, inputs, directories, replaced):
   object there, so that a missing bucket, a denied permission or an unreachable service is one
   error before any work."""
   remote_inputs = [(flag, path) for flag, path in inputs if is_remote(path)]
+  # The output directories first: a missing bucket or a denied permission is then named by the
+  # directory flag's own value, not by a file name the script appends to it.
+  for flag, path in directories + replaced:
+    if not is_remote(path):
+      continue
+    label = f"--{flag}={path}"
+    for in_flag, in_path in remote_inputs:
+      if _remote_key(path) == _remote_key(in_path) and isfile(in_path):
+        raise InputError(f"--{flag}={path} is the input given by --{in_flag}")
+    with remote_errors(path, label=label):
+      if _gfile(path).exists(path) and not _gfile(path).isdir(path):
+        raise InputError(f"--{flag}={path} exists and is not a directory")
+    _probe_writable(flag, path, _remote_key(path))
   remote_files = [(flag, path) for flag, path in files if is_remote(path)]
   for i, (flag, path) in enumerate(remote_files):
     for in_flag, in_path in remote_inputs:
@@ -503,15 +527,6 @@ def _check_remote_outputs(files, inputs, directories, replaced):
     if isdir(path):
       raise InputError(f"--{flag}={path} is an existing directory; give a file path")
     _probe_writable(flag, path, _remote_key(path).rsplit("/", 1)[0])
-  for flag, path in directories + replaced:
-    if not is_remote(path):
-      continue
-    for in_flag, in_path in remote_inputs:
-      if _remote_key(path) == _remote_key(in_path) and isfile(in_path):
-        raise InputError(f"--{flag}={path} is the input given by --{in_flag}")
-    if isfile(path):
-      raise InputError(f"--{flag}={path} exists and is not a directory")
-    _probe_writable(flag, path, _remote_key(path))
   for flag, path in replaced:
     for in_flag, in_path in remote_inputs:
       if is_remote(path) and (_remote_inside(in_path, path) or _remote_inside(path, in_path)):

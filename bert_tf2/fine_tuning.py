@@ -188,7 +188,8 @@ def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_
       files=[("output_dir", [os.path.join(output_dir, name) for name in names])],
       inputs=[*inputs, ("vocab_file", vocab_file), ("bert_config_file", bert_config_file),
               ("init_checkpoint",
-               [init_checkpoint, *fileio.glob_files(fileio.escape(init_checkpoint) + ".*")]
+               [init_checkpoint, *fileio.prefix_files(init_checkpoint,
+                                                      f"--init_checkpoint={init_checkpoint}")]
                if init_checkpoint else None)],
       directories=[("output_dir", output_dir)])
   return bool(training.checkpoint_numbers(output_dir))

@@ -282,6 +282,23 @@ def test_hostile_object_store_cases_each_one_error_line(gcs, gcs_emulator, tmp_p
   line = make_data("s3://bucket/corpus.txt", gcs.path("out.tfrecord"))
   assert "s3://" in line and "tensorflow-io" in line, line
   assert gcs.names() == ["corpus.txt", "vocab.txt"]  # nothing written anywhere
+  # A fine-tuning run names the flag and the path as typed: not the output_dir with the file the
+  # script writes there appended, not the pattern of a checkpoint's files, and no "folder".
+  def fine_tune(output_dir, init_checkpoint=os.path.join(TINY, "bert_model.ckpt")):
+    return _error(["run_classifier.py", "--task_name=sst-2", f"--data_dir={SST}",
+                   f"--vocab_file={TINY}/vocab.txt", f"--init_checkpoint={init_checkpoint}",
+                   f"--output_dir={output_dir}", "--do_train", "--max_seq_length=16"], gcs.env)
+  for bucket, cause in (("no-such-bucket-here", "does not exist"),
+                        (DENIED_BUCKET, "permission denied")):
+    line = fine_tune(f"gs://{bucket}/run")
+    assert line.startswith(f"error: --output_dir=gs://{bucket}/run: ") and cause in line, line
+    line = fine_tune(tmp_path / "run", f"gs://{bucket}/model")
+    assert line.startswith(f"error: --init_checkpoint=gs://{bucket}/model: ") and cause in line, \
+        line
+  line = fine_tune(tmp_path / "run", gcs.path("nomodel"))
+  assert line == (f"error: --init_checkpoint={gcs.path('nomodel')}: no checkpoint there (no "
+                  "object under that prefix, and no nomodel.* objects)"), line
+  assert gcs.names() == ["corpus.txt", "vocab.txt"] and not (tmp_path / "run").exists()
 
   # A remote output_dir whose .lock names a live process of this machine (this test's) is in use.
   import socket  # pylint: disable=g-import-not-at-top
