@@ -14,6 +14,7 @@ never meet.
 
 import ast
 import importlib
+import logging as std_logging
 import math
 import os
 import re
@@ -189,6 +190,21 @@ SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_
            "convert_checkpoint", "quickstart")
 
 
+# The checkout (bert_tf2/, the root scripts, tests/): INFO lines logged from a file here are the
+# project's own.
+_PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGES = f"{os.sep}site-packages{os.sep}"  # (a virtual environment inside the checkout)
+
+
+def _tensorflow_warnings_only(record):
+  """A filter of the loggers TensorFlow's Python code logs through (its own, and absl's, which it
+  shares with the project): the project's lines, everyone's warnings and errors, and everything
+  with --verbosity=1 or more."""
+  return (record.levelno >= std_logging.WARNING
+          or (record.pathname.startswith(_PROJECT) and _PACKAGES not in record.pathname)
+          or logging.get_verbosity() >= logging.DEBUG)
+
+
 def run_script(name):
   """Runs the script bert_tf2/NAME.py: what `python NAME.py` (the checkout's entry point), the
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
@@ -199,6 +215,11 @@ def run_script(name):
   # inherited by them) are not for a user: warnings and errors stay. TF_CPP_MIN_LOG_LEVEL=0 (or
   # any value the user sets) shows what it says.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+  # The same for its Python INFO lines (a SavedModel's "Assets written to", "Writing fingerprint",
+  # "Sharding callback duration" at every checkpoint, signature renames), printed twice once a
+  # library adds a root handler: --verbosity=1 shows them.
+  std_logging.getLogger("tensorflow").addFilter(_tensorflow_warnings_only)
+  std_logging.getLogger("absl").addFilter(_tensorflow_warnings_only)
   with processes.filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()

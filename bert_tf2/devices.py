@@ -7,6 +7,7 @@ and script_flags.compute_dtype are one-line calls into here), the benchmarks cal
 """
 
 import functools
+import json
 import os
 
 from absl import logging
@@ -123,6 +124,7 @@ def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=
     if "TF_CONFIG" not in os.environ:
       raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
     return tf.distribute.MultiWorkerMirroredStrategy()
+  _warn_of_an_unused_cluster(name)
   gpus = tf.config.list_physical_devices("GPU")
   if name == "mirrored":
     if gpus:
@@ -132,6 +134,20 @@ def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
   return tf.distribute.get_strategy()
+
+
+def _warn_of_an_unused_cluster(name):
+  """A TF_CONFIG that names several workers, read by no strategy but multi_worker_mirrored: each
+  process would train alone (and all but one be refused their shared --output_dir), so say so."""
+  try:
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+    workers = sum(len(cluster.get(kind) or ()) for kind in ("chief", "worker"))
+  except (ValueError, AttributeError, TypeError):
+    return
+  if workers > 1:
+    logging.warning("TF_CONFIG names a cluster of %d workers, but --distribution_strategy=%s "
+                    "trains in this process alone: give --distribution_strategy="
+                    "multi_worker_mirrored on every worker to train as one", workers, name)
 
 
 def split_cpu(n):

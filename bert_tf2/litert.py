@@ -26,11 +26,13 @@ embedder `embedding` [batch, hidden]; classifier `logits` [batch, labels] float3
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
 
 from bert_tf2 import fileio
+from bert_tf2 import processes
 
 MODEL_FILE = "model.tflite"
 INFO_FILE = "litert_model.json"
@@ -59,7 +61,15 @@ def convert(function, owner, quantize):
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
   if quantize == "int8":
     converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
-  return converter.convert()
+  with processes.filtered_stderr(_CONVERTER_NOISE):
+    return converter.convert()
+
+
+# The converter's C++ warnings that every conversion prints: options its own Python front end
+# passes and its MLIR back end ignores (TF_CPP_MIN_LOG_LEVEL=0 shows them).
+_CONVERTER_NOISE = re.compile(
+    r"W\d{4} [\d:. ]+\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored "
+    r"(output_format|drop_control_dependency)\.")
 
 
 def is_litert_directory(path):

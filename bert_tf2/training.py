@@ -34,6 +34,7 @@ from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
 from bert_tf2 import optimization
+from bert_tf2 import processes
 
 
 class TrainingError(fileio.ReportedError, RuntimeError):
@@ -226,6 +227,19 @@ def _quiet_failed_restores():
   for obj in gc.get_objects():
     if type(obj).__name__ == "_CheckpointRestoreCoordinatorDeleter":
       obj.set_expect_partial(True)
+
+
+# TensorFlow's C++ warning as a mirrored strategy (one worker's devices, or several workers) makes
+# an iterator: its per-device generator datasets are not rewritten by tf.data's optimizer, which
+# is harmless and said once per iterator and worker. TF_CPP_MIN_LOG_LEVEL=0 shows it.
+_ITERATOR_NOISE = re.compile(r"W\d{4} [\d:. ]+\d+ dataset\.cc:\d+\] Input of "
+                             r"GeneratorDatasetOp::Dataset will not be optimized")
+
+
+def _iterator(distributed):
+  """iter() of a distributed dataset, without _ITERATOR_NOISE on the console."""
+  with processes.filtered_stderr(_ITERATOR_NOISE):
+    return iter(distributed)
 
 
 _LOCKED = set()
@@ -509,7 +523,8 @@ class Trainer:
     if start >= num_train_steps:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
       return {}
-    iterator = iter(self.distribute(dataset_fn, skip_batches=start, stack=self.accumulation))
+    iterator = _iterator(self.distribute(dataset_fn, skip_batches=start,
+                                         stack=self.accumulation))
     # The chief's scalars only: every worker's would be a second event file in one run.
     writer = (tf.summary.create_file_writer(summary_dir) if summary_dir and self.is_chief
               else None)
@@ -669,7 +684,7 @@ class Trainer:
     totals, steps = None, 0
     dataset, cut = self._finite_batches(dataset_fn)
     weights = self._cast_weights()
-    for features in dataset:
+    for features in _iterator(dataset):
       if max_steps is not None and steps >= max_steps:
         break
       stats = self._eval_step(features, cut, weights)
@@ -769,7 +784,7 @@ class Trainer:
     dataset, cut = self._finite_batches(dataset_fn)
     workers = self.num_workers
     weights = self._cast_weights()
-    for features in dataset:
+    for features in _iterator(dataset):
       outputs = self._predict_step(features, tuple(output_keys), cut, weights)
       batch = {}
       for k, v in outputs.items():

@@ -101,3 +101,63 @@ def test_a_write_on_a_full_disk_names_the_output(tmp_path):
   assert done.returncode == 2
   assert done.stderr.strip().splitlines() == [
       f"error: No space left on device (while writing --output_dir={tmp_path / 'run'})"]
+
+
+@requires_shared
+def test_every_console_line_of_training_and_a_litert_export_is_the_projects(tmp_path):
+  """At the default verbosity a run's console holds the project's own log lines only: none of
+  TensorFlow's Python INFO lines (a checkpoint's "Sharding callback duration", a SavedModel's
+  "Assets written to" twice and its fingerprint, signature renames), nor the LiteRT converter's
+  two C++ warnings, nor the mirrored strategy's warning about its iterator's generator datasets.
+  --verbosity=1 shows TensorFlow's lines again. A TF_CONFIG cluster that the strategy flag
+  ignores is one warning line."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  ours = {name[:-3] for name in os.listdir(os.path.join(ROOT, "bert_tf2")) if name.endswith(".py")}
+  line_format = re.compile(r"^[IWE]\d{4} [\d:.]+ +\d+ (\w+)\.py:\d+\] ")
+
+  def foreign(stderr):
+    """The lines that are neither a project module's log line nor one's indented continuation
+    (the file lists create_pretraining_data prints, as the original did)."""
+    return [line for line in stderr.splitlines() if not line.startswith("  ") and not (
+        line_format.match(line) and line_format.match(line).group(1) in ours)]
+
+  words = tmp_path / "words.txt"
+  words.write_text("all work and no play\nmakes jack a dull boy\n\nall play and no work\n")
+  records = tmp_path / "records.tfrecord"
+  made = run_process([PYTHON, "create_pretraining_data.py", f"--input_file={words}",
+                      f"--output_file={records}", f"--vocab_file={TINY}/vocab.txt",
+                      "--max_seq_length=16", "--max_predictions_per_seq=2", "--dupe_factor=4"],
+                     cwd=ROOT, env=env, timeout=300)
+  assert made.returncode == 0 and not foreign(made.stderr), made.stderr[-3000:]
+  train = [PYTHON, "run_pretraining.py", f"--input_file={records}",
+           f"--init_checkpoint={TINY}/bert_model.ckpt",
+           f"--bert_config_file={TINY}/bert_config.json", "--do_train", "--do_eval",
+           "--max_seq_length=16", "--max_predictions_per_seq=2", "--train_batch_size=2",
+           "--eval_batch_size=2", "--max_eval_steps=2", "--num_train_steps=3",
+           "--num_warmup_steps=1", "--save_checkpoints_steps=1",
+           "--distribution_strategy=mirrored"]
+  trained = run_process(train + [f"--output_dir={tmp_path}/run"], cwd=ROOT, env=env,
+                        timeout=300)
+  assert trained.returncode == 0 and "Saved checkpoint" in trained.stderr, trained.stderr[-3000:]
+  assert not foreign(trained.stderr), trained.stderr[-3000:]
+  loud = run_process(train + [f"--output_dir={tmp_path}/loud", "--verbosity=1"], cwd=ROOT,
+                     env=env, timeout=300)
+  assert loud.returncode == 0 and "Sharding callback duration" in loud.stderr, loud.stderr[-3000:]
+  exported = run_process([PYTHON, "export_model.py", "--format=litert",
+                          f"--init_checkpoint={tmp_path}/run", f"--export_dir={tmp_path}/litert",
+                          f"--vocab_file={TINY}/vocab.txt", "--max_seq_length=16"], cwd=ROOT,
+                         env=env, timeout=300)
+  assert exported.returncode == 0 and "Wrote LiteRT model" in exported.stderr, \
+      exported.stderr[-3000:]
+  assert not foreign(exported.stderr), exported.stderr[-3000:]
+  # TF_CONFIG naming two workers, with no --distribution_strategy=multi_worker_mirrored.
+  cluster = ('{"cluster": {"worker": ["localhost:1", "localhost:2"]}, '
+             '"task": {"type": "worker", "index": 0}}')
+  alone = run_process(train[:-1] + [f"--output_dir={tmp_path}/alone"], cwd=ROOT,
+                      env=dict(env, TF_CONFIG=cluster), timeout=300)
+  assert alone.returncode == 0, alone.stderr[-3000:]
+  warnings = [line for line in alone.stderr.splitlines() if "TF_CONFIG" in line]
+  assert len(warnings) == 1 and warnings[0].startswith("W") and warnings[0].endswith(
+      "TF_CONFIG names a cluster of 2 workers, but --distribution_strategy=default trains in "
+      "this process alone: give --distribution_strategy=multi_worker_mirrored on every worker to "
+      "train as one"), alone.stderr[-3000:]
