@@ -187,7 +187,7 @@ def _report(message, status, error=None):
 
 SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad", "run_ner",
            "run_swag", "evaluate_squad", "extract_features", "export_model", "build_vocab",
-           "convert_checkpoint", "quickstart")
+           "convert_checkpoint", "query_model", "quickstart")
 
 
 # The checkout (bert_tf2/, the root scripts, tests/): INFO lines logged from a file here are the
@@ -300,6 +300,10 @@ def build_vocab():
 
 def convert_checkpoint():
   run_script("convert_checkpoint")
+
+
+def query_model():
+  run_script("query_model")
 
 
 def quickstart():

@@ -472,10 +472,8 @@ def _main(argv):
   for text, label, probs in zip(QUERIES, answers["label"].numpy(),
                                 answers["probabilities"].numpy()):
     print(f"  {label.decode():12s} p={probs.max():.2f}  {text}")
-  cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-  print(f"Try it yourself: {cli} run --dir {classifier_model} --tag_set serve "
-        "--signature_def serving_default --input_exprs 'text_a=[\"Read the next line from the "
-        "file.\"]'")
+  print(f"Try it yourself: python query_model.py --export_dir={classifier_model} "
+        "--input='text_a=Read the next line from the file.'")
   timings = ", ".join(f"{k} {v:.0f} s" for k, v in run.timings.items())
   print(f"Steps: {timings}")
   print(f"Total: {time.monotonic() - start:.0f} s")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (PYTHON, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
-                      minilm_dir, requires_shared, run_ok, run_script)
+from conftest import (PYTHON, ROOT, SHARED, SQUAD, TINY, VOCAB, corpus_texts, import_script,
+                      minilm_dir, requires_shared, run_ok, run_process, run_script)
 from bert_tf2 import checkpoints
 from bert_tf2 import classifier_tasks
 from bert_tf2 import export_model
@@ -745,3 +745,61 @@ def test_embedder_saved_model_gives_sentence_transformers_vectors(tmp_path):
     result = run_script(["export_model.py", f"--init_checkpoint={model_dir}",
                          f"--export_dir={tmp_path / 'other'}", *flags], timeout=None)
     assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr
+
+
+@requires_shared
+def test_query_model_prints_the_signatures_outputs_as_one_json_line(tmp_path):
+  """query_model.py, the quiet way to query an export: one JSON line on stdout with the serving
+  signature's outputs (an embedder's text input, an encoder's id inputs), no TensorFlow line on
+  stderr (saved_model_cli prints ~16), and one error line for a wrong input name, a missing
+  input, a value of the wrong type, a LiteRT directory or a directory without a SavedModel."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  embedder, encoder = str(tmp_path / "embedder"), str(tmp_path / "encoder")
+  for model_type, directory in (("embedder", embedder), ("encoder", encoder)):
+    export_model.export(model_type, directory, init_checkpoint=f"{TINY}/bert_model.ckpt",
+                        vocab_file=f"{TINY}/vocab.txt", max_seq_length=16)
+  text = "all work and no play makes jack a dull boy"
+  ids = [[2, 5, 6, 7, 3, 0]]
+  for directory, inputs, call in (
+      (embedder, [f"--input=text={text}"], dict(text=tf.constant([text]))),
+      (encoder, [f"--input=input_word_ids={ids}", "--input=input_mask=[[1, 1, 1, 1, 1, 0]]",
+                 "--input=input_type_ids=[[0, 0, 0, 0, 0, 0]]"],
+       dict(input_word_ids=tf.constant(ids, tf.int32),
+            input_mask=tf.constant([[1, 1, 1, 1, 1, 0]], tf.int32),
+            input_type_ids=tf.zeros([1, 6], tf.int32)))):
+    result = run_process([PYTHON, "query_model.py", f"--export_dir={directory}", *inputs],
+                         cwd=ROOT, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == "", result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout[-3000:]
+    got = json.loads(lines[0])
+    want = tf.saved_model.load(directory).signatures["serving_default"](**call)
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+      np.testing.assert_allclose(np.array(got[name]), value.numpy(), rtol=1e-6, atol=1e-6)
+  litert_dir = tmp_path / "litert"
+  litert_dir.mkdir()
+  (litert_dir / "model.tflite").write_bytes(b"x")
+  (litert_dir / "litert_model.json").write_text("{}")
+  for args, message in (
+      ([f"--export_dir={embedder}", "--input=txt=a"],
+       "error: --input=txt=a: give NAME=VALUE for one of the inputs text (string)"),
+      ([f"--export_dir={encoder}", f"--input=input_word_ids={ids}"],
+       "error: --input: give input_mask, input_type_ids too"),
+      ([f"--export_dir={encoder}", "--input=input_word_ids=[[1, 2]", "--input=input_mask=[[1]]",
+        "--input=input_type_ids=[[0]]"],
+       "error: --input=input_word_ids=[[1, 2]: input_word_ids (int32) takes a JSON array"),
+      ([f"--export_dir={encoder}", "--input=input_word_ids=[[1, 2]]", "--input=input_mask=[[1]]",
+        "--input=input_type_ids=[[0, 0]]"],
+       "error: --input: the model does not take these values"),
+      ([f"--export_dir={litert_dir}", "--input=text=a"],
+       f"error: --export_dir={litert_dir} is a LiteRT model directory"),
+      ([f"--export_dir={tmp_path}", "--input=text=a"],
+       f"error: --export_dir={tmp_path} holds no SavedModel"),
+      ([f"--export_dir={embedder}", "--signature=nope", "--input=text=a"],
+       f"error: --signature=nope: {embedder} has serving_default")):
+    result = run_process([PYTHON, "query_model.py", *args], cwd=ROOT, env=env, timeout=300)
+    assert result.returncode == 2 and result.stdout == "", result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(message), result.stderr[-3000:]

@@ -33,7 +33,7 @@ SUBMODULES = sorted("original_api." + os.path.basename(p)[:-3]
                     for p in glob.glob(os.path.join(PACKAGE, "original_api", "*.py")))
 SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad", "run_ner",
            "run_swag", "evaluate_squad", "extract_features", "export_model", "build_vocab",
-           "convert_checkpoint", "quickstart")
+           "convert_checkpoint", "query_model", "quickstart")
 DESIGN_CARD_LIBRARIES = ("modeling", "optimization", "tokenization")
 
 
