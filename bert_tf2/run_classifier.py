@@ -726,7 +726,7 @@ def _label_source(settings, processor):
   if settings.labels is not None:
     return "--labels"
   if isinstance(processor, classifier_tasks.GoEmotionsProcessor):
-    return os.path.join(settings.data_dir or "", "labels.txt")
+    return classifier_tasks.GoEmotionsProcessor.labels_file(settings.data_dir or "")
   return "the task"
 
 

@@ -503,3 +503,20 @@ def test_the_guard_fails_a_test_the_scan_missed(monkeypatch):
   with pytest.raises(pytest.fail.Exception, match="the static scan did not mark it: "
                                                   r"tests/test_layout.py::test_the_guard"):
     helper(["-c", "pass"])
+
+
+def test_the_gpu_set_up_installs_tensorflows_cuda_build_with_the_same_pins(tmp_path):
+  """`make setup-gpu`'s requirements: requirements.txt with tensorflow-cpu replaced by
+  tensorflow[and-cuda] at the same version (pip cannot drop a line of an included file, and two
+  lists of pins would drift apart)."""
+  target = tmp_path / "requirements-gpu.txt"
+  made = run_process(["make", "-s", f"GPU_REQUIREMENTS={target}", str(target)], cwd=ROOT,
+                     env=ENV, timeout=60)
+  assert made.returncode == 0, made.stderr
+  with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+    cpu = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+  gpu = [line.strip() for line in target.read_text().splitlines()
+         if line.strip() and not line.startswith("#")]
+  version = next(line.split("==")[1] for line in cpu if line.startswith("tensorflow-cpu=="))
+  assert sorted(gpu) == sorted([line for line in cpu if not line.startswith("tensorflow-cpu==")]
+                               + [f"tensorflow[and-cuda]=={version}"])

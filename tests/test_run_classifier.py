@@ -508,6 +508,14 @@ def test_multi_label_files_errors_name_file_and_line(tmp_path):
     path = _write(data / "dev.tsv", f"fine\t1\tb1\n{row}\n")
     with pytest.raises(fileio.InputError, match=f"{path}:2: {message}"):
       classifier_tasks.get_processor("goemotions").get_dev_examples(str(data))
+  # The release's own folder names the label file emotions.txt: read as labels.txt.
+  os.rename(data / "labels.txt", data / "emotions.txt")
+  processor = classifier_tasks.get_processor("goemotions")
+  assert processor.get_labels(str(data)) == ["joy", "anger"]
+  assert str(data / "emotions.txt") in processor.data_files(str(data))
+  os.remove(data / "emotions.txt")
+  with pytest.raises(fileio.InputError, match=f"{data / 'labels.txt'}"):
+    classifier_tasks.get_processor("goemotions").get_labels(str(data))
 
   # tsv with --multi_label: labels separated by --label_delimiter, an empty field is no label.
   data = tmp_path / "tags"
