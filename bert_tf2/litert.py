@@ -56,8 +56,7 @@ def convert(function, owner, quantize):
   LiteRT ops only, int8 weights when `quantize` is "int8"."""
   if quantize not in QUANTIZATIONS:
     raise fileio.InputError(f"--quantize={quantize}: one of {', '.join(QUANTIZATIONS)}")
-  converter = tf.lite.TFLiteConverter.from_concrete_functions(
-      [function.get_concrete_function()], owner)
+  converter = converter_class().from_concrete_functions([function.get_concrete_function()], owner)
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
   if quantize == "int8":
     converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
@@ -70,6 +69,21 @@ def convert(function, owner, quantize):
 _CONVERTER_NOISE = re.compile(
     r"W\d{4} [\d:. ]+\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored "
     r"(output_format|drop_control_dependency)\.")
+
+
+def converter_class():
+  """The TensorFlow-graph-to-LiteRT converter: tf.lite.TFLiteConverter, in the TensorFlow wheel
+  (2.20 and 2.21 carry it). LiteRT's own packages run models but take no TensorFlow graph:
+  ai-edge-litert is the runtime (interpreter.py), litert-converter builds models from MLIR /
+  StableHLO, litert-torch converts PyTorch. A TensorFlow whose wheel no longer carries tf.lite
+  is one line saying which one to export with (docs/features-and-serving.md)."""
+  converter = getattr(getattr(tf, "lite", None), "TFLiteConverter", None)
+  if converter is None:
+    raise fileio.InputError(
+        f"--format=litert: TensorFlow {tf.__version__} has no tf.lite converter (the LiteRT "
+        "packages convert no TensorFlow graph); export the LiteRT model with TensorFlow 2.21 "
+        "or 2.20 (requirements.txt), or export a SavedModel (--format=saved_model)")
+  return converter
 
 
 def is_litert_directory(path):

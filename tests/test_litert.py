@@ -351,3 +351,17 @@ def test_the_documented_embedder_command_runs_on_a_two_layer_model(tmp_path):
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1].startswith(
       f"error: --litert_model={embedder} is an embedder of --pooling=mean"), result.stderr[-2000:]
+
+
+def test_the_converter_is_tensorflows_and_a_wheel_without_it_is_one_line(monkeypatch):
+  """LiteRT's packages run models but convert no TensorFlow graph, so the converter is the
+  TensorFlow wheel's tf.lite.TFLiteConverter; a TensorFlow without tf.lite (announced to leave the
+  wheel) makes --format=litert one line naming the versions that carry it, before any work."""
+  import types  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import fileio  # pylint: disable=g-import-not-at-top
+  assert litert.converter_class() is tf.lite.TFLiteConverter
+  monkeypatch.setattr(tf, "lite", types.SimpleNamespace(Interpreter=None))
+  with pytest.raises(fileio.InputError, match=r"--format=litert: TensorFlow .* has no tf\.lite "
+                     r"converter .*export the LiteRT model with TensorFlow 2\.21 or 2\.20"):
+    litert.convert(None, None, "int8")
