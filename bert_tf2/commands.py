@@ -14,6 +14,8 @@ never meet.
 
 import ast
 import importlib
+import importlib.abc
+import importlib.machinery
 import logging as std_logging
 import math
 import os
@@ -205,6 +207,41 @@ def _tensorflow_warnings_only(record):
           or logging.get_verbosity() >= logging.DEBUG)
 
 
+class _QuietFirstImport(importlib.abc.MetaPathFinder):
+  """TensorFlow's start-up notices for a script that imports it only when a step needs it
+  (build_vocab's WordPiece learner, a record writer): the first import of these packages runs in
+  the filter the script's own imports run in (a no-op inside it)."""
+
+  NAMES = ("tensorflow", "tensorflow_text", "tensorflow_hub")
+
+  def find_spec(self, name, path=None, target=None):
+    del target
+    if name not in self.NAMES:
+      return None
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
+    if spec is not None and spec.loader is not None:
+      spec.loader = _QuietLoader(spec.loader)
+    return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+  """A package's own loader (every other attribute is its), executing the package in the filter
+  of TensorFlow's start-up notices."""
+
+  def __init__(self, loader):
+    self._loader = loader
+
+  def __getattr__(self, name):
+    return getattr(self._loader, name)
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    with processes.filtered_stderr(_START_UP_NOISE):
+      self._loader.exec_module(module)
+
+
 def run_script(name):
   """Runs the script bert_tf2/NAME.py: what `python NAME.py` (the checkout's entry point), the
   `bert-NAME` command and `python -m bert_tf2 NAME` all do. The script is imported under its
@@ -220,6 +257,7 @@ def run_script(name):
   # library adds a root handler: --verbosity=1 shows them.
   std_logging.getLogger("tensorflow").addFilter(_tensorflow_warnings_only)
   std_logging.getLogger("absl").addFilter(_tensorflow_warnings_only)
+  sys.meta_path.insert(0, _QuietFirstImport())
   with processes.filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()

@@ -106,6 +106,7 @@ def test_a_write_on_a_full_disk_names_the_output(tmp_path):
 @requires_shared
 def test_every_console_line_of_training_and_a_litert_export_is_the_projects(tmp_path):
   """At the default verbosity a run's console holds the project's own log lines only: none of
+  TensorFlow's start-up notices when a script loads it late (build_vocab's learner), none of
   TensorFlow's Python INFO lines (a checkpoint's "Sharding callback duration", a SavedModel's
   "Assets written to" twice and its fingerprint, signature renames), nor the LiteRT converter's
   two C++ warnings, nor the mirrored strategy's warning about its iterator's generator datasets.
@@ -123,6 +124,12 @@ def test_every_console_line_of_training_and_a_litert_export_is_the_projects(tmp_
 
   words = tmp_path / "words.txt"
   words.write_text("all work and no play\nmakes jack a dull boy\n\nall play and no work\n")
+  # A script that imports TensorFlow only when a step needs it (the WordPiece learner).
+  learned = run_process([PYTHON, "build_vocab.py", f"--input_file={words}",
+                         f"--output_dir={tmp_path}/vocab", "--vocab_size=40", "--num_unused=0"],
+                        cwd=ROOT, env=env, timeout=300)
+  assert learned.returncode == 0 and "Wrote" in learned.stderr, learned.stderr[-3000:]
+  assert not foreign(learned.stderr), learned.stderr[-3000:]
   records = tmp_path / "records.tfrecord"
   made = run_process([PYTHON, "create_pretraining_data.py", f"--input_file={words}",
                       f"--output_file={records}", f"--vocab_file={TINY}/vocab.txt",
