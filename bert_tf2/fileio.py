@@ -853,11 +853,12 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
   An existing `path` is replaced only if `replaceable(path)` says it holds what this program
   writes (e.g. a SavedModel), or `overwrite` is set; anything else there is an InputError, so a
   user's directory is never deleted. The result gets ordinary permissions (0777 / 0666 less the
-  umask), readable by a serving process under another user. A second run writing the same local
-  `path` while this one does is refused (writer_lock).
+  umask), readable by a serving process under another user. A second run writing the same
+  `path` while this one does is refused (writer_lock), on the local disk and on an object store.
   """
   if is_remote(path):
-    with _remote_atomic_directory(path, replaceable, overwrite, flag) as staging:
+    with writer_lock(path, flag), _remote_atomic_directory(path, replaceable, overwrite,
+                                                           flag) as staging:
       yield staging
     return
   path = os.path.abspath(path)
@@ -868,20 +869,25 @@ def atomic_directory(path, replaceable=None, overwrite=False, flag="output"):
 
 @contextlib.contextmanager
 def writer_lock(path, flag="output"):
-  """One writer at a time for the local output `path`: an exclusive flock on its hidden sibling
+  """One writer at a time for the output `path`: an exclusive flock on its hidden sibling
   `.NAME.lock`, removed when the block ends. A second run writing the same output is refused in
   one line instead of both succeeding, the last silently replacing the first (two exports, two
   vocabulary extensions into one folder). The kernel releases the lock however the process ends;
   a `.lock` left by a killed run is taken over (flock is free on it). Re-entrant within a process:
-  a script may hold it for its whole run around atomic_directory, which takes it too. Remote
-  paths: no lock (an object store has no flock; runs there are refused by lock_directory)."""
-  if is_remote(path):
-    yield
-    return
+  a script may hold it for its whole run around atomic_directory, which takes it too. A remote
+  path's lock is the object `.NAME.lock` beside it (object_store.Lock, as lock_directory's)."""
   directory, stem = _temporary_stem(path)
-  lock_path = os.path.join(directory, stem + ".lock")
+  lock_path = (directory + "/" if is_remote(path) else os.path.join(directory, "")) + stem + ".lock"
   if lock_path in _WRITER_LOCKS:
     yield
+    return
+  if is_remote(path):
+    with _remote_writer_lock(path, flag, directory, stem + ".lock"):
+      _WRITER_LOCKS.add(lock_path)
+      try:
+        yield
+      finally:
+        _WRITER_LOCKS.discard(lock_path)
     return
   os.makedirs(directory, exist_ok=True)
   while True:
@@ -909,6 +915,25 @@ def writer_lock(path, flag="output"):
 
 
 _WRITER_LOCKS = set()
+
+
+@contextlib.contextmanager
+def _remote_writer_lock(path, flag, directory, name):
+  """writer_lock on an object store: the lock object `name` in `directory`, held (rewritten every
+  30 s) until the block ends; another live run's is an InputError naming it."""
+  from bert_tf2 import object_store  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  with remote_errors(path, label=f"--{flag}={path}"):
+    try:
+      lock = object_store.Lock(directory, name).acquire()
+    except object_store.LockHeld as e:
+      raise InputError(f"--{flag}={path} is being written by another run ({e}: its "
+                       f"{directory}/{name} object); wait for it to finish or choose another "
+                       "directory (a lock left by a killed run on another machine expires after "
+                       f"{object_store.STALE_LOCK} s)") from None
+  try:
+    yield
+  finally:
+    lock.release()
 
 
 @contextlib.contextmanager

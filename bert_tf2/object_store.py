@@ -181,10 +181,11 @@ class LockHeld(Exception):
 
 
 class Lock:
-  """The `.lock` object of a remote directory, held by this process (see the module docstring)."""
+  """The `.lock` object of a remote directory (or the object `name` in it: fileio.writer_lock's
+  `.NAME.lock` beside an output), held by this process (see the module docstring)."""
 
-  def __init__(self, directory):
-    self.path = posixpath.join(os.fspath(directory).rstrip("/"), ".lock")
+  def __init__(self, directory, name=".lock"):
+    self.path = posixpath.join(os.fspath(directory).rstrip("/"), name)
     self.owner = f"{_HOST} {os.getpid()} {uuid.uuid4().hex}\n"
     self._stop = threading.Event()
     self._thread = None

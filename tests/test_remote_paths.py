@@ -321,6 +321,22 @@ def test_hostile_object_store_cases_each_one_error_line(gcs, gcs_emulator, tmp_p
   gcs.upload(tmp_lock, "held/.lock")
   _ok(pretrain, gcs.env)
   assert gcs.exists(gcs.path("held", "ckpt-2.index")) and "held/.lock" not in gcs.names("held/")
+  # Two writers of one model folder (an export): the second finds the first's `.NAME.lock`
+  # object beside it and is refused; a killed writer's is taken over.
+  export = ["export_model.py", f"--init_checkpoint={TINY}/bert_model.ckpt",
+            f"--vocab_file={TINY}/vocab.txt", "--max_seq_length=16",
+            f"--export_dir={gcs.path('models', 'encoder')}"]
+  tmp_lock.write_text(f"{host} {os.getpid()} 4567cdef\n")
+  gcs.upload(tmp_lock, "models/.encoder.lock")
+  line = _error(export, gcs.env)
+  assert line.startswith(f"error: --export_dir={gcs.path('models', 'encoder')} is being written "
+                         f"by another run (process {os.getpid()} on {host}: its "), line
+  assert gcs.names("models/") == ["models/.encoder.lock"]
+  tmp_lock.write_text(f"{host} {_dead_pid()} 4567cdef\n")
+  gcs.upload(tmp_lock, "models/.encoder.lock")
+  _ok(export, gcs.env)
+  assert gcs.exists(gcs.path("models", "encoder", "saved_model.pb"))
+  assert "models/.encoder.lock" not in gcs.names("models/")
 
 
 @requires_shared
