@@ -56,6 +56,9 @@ class PretrainingRecords:
   # The size of the vocabulary dynamic records were written with (0: masked records, or written
   # before it was recorded).
   vocab_words: int = 0
+  # --no_nsp records: single segments, no next-sentence task (told by the first record having no
+  # segment-1 token: a pair's second segment is never empty).
+  single_segment: bool = False
 
   @classmethod
   def of_file(cls, path):
@@ -70,9 +73,11 @@ class PretrainingRecords:
       budget = dict(max_predictions=feature["max_predictions_per_seq"].int64_list.value[0],
                     masked_lm_prob=feature["masked_lm_prob"].float_list.value[0])
     words = feature["vocab_words"].int64_list.value if "vocab_words" in feature else [0]
+    segments = feature["segment_ids"].int64_list.value if "segment_ids" in feature else [1]
     return cls(dynamic="token_kinds" in feature, packed=packed,
                max_instances=len(feature["next_sentence_labels"].int64_list.value) if packed
-               else 1, vocab_words=int(words[0]) if words else 0, **budget)
+               else 1, vocab_words=int(words[0]) if words else 0,
+               single_segment=1 not in segments, **budget)
 
   @classmethod
   def of_files(cls, input_files):
@@ -88,7 +93,8 @@ class PretrainingRecords:
     return kinds[first]
 
   def describe(self):
-    kinds = [k for k, on in (("unmasked (--dynamic_masking)", self.dynamic),
+    kinds = [k for k, on in (("single segments, masked-LM only (--no_nsp)", self.single_segment),
+                             ("unmasked (--dynamic_masking)", self.dynamic),
                              (f"packed, up to {self.max_instances} instances a sequence",
                               self.packed),
                              (f"for at most {self.max_predictions} predictions a sequence at "

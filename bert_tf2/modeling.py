@@ -765,14 +765,24 @@ class NextSentenceHead(tf.Module):
 
 
 class BertPretrainer(tf.Module):
-  """BertModel plus the two pre-training heads, named `bert/...` and `cls/...` as the original."""
+  """BertModel plus the two pre-training heads, named `bert/...` and `cls/...` as the original.
 
-  def __init__(self, config, compute_dtype=tf.float32):
+  `next_sentence=False`: masked-LM only (RoBERTa's and the later recipes'), for single-segment
+  records (create_pretraining_data --no_nsp): no next-sentence head, and the pooler, which only
+  that head reads, is in `unused_variables` (the training loop leaves it at its initial values).
+  """
+
+  def __init__(self, config, compute_dtype=tf.float32, next_sentence=True):
     super().__init__(name="pretrainer")
     self.bert = BertModel(config, compute_dtype)
     with tf.name_scope("cls"):
       self.masked_lm = MaskedLMHead(config)
-      self.next_sentence = NextSentenceHead(config)
+      self.next_sentence = NextSentenceHead(config) if next_sentence else None
+
+  @property
+  def unused_variables(self):
+    """Variables no loss reaches: masked-LM only, the pooler's."""
+    return () if self.next_sentence else tuple(self.bert.pooler.trainable_variables)
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     """Packed sequences (features with instance_ids and next_sentence_labels [batch, k]) get the
@@ -791,18 +801,21 @@ class BertPretrainer(tf.Module):
       k = features["next_sentence_labels"].shape[-1]
       packing = {"position_ids": packed_position_ids(instance_ids), "instance_ids": instance_ids}
       starts = instance_starts(instance_ids, k)
+    if self.next_sentence is None:  # masked-LM only: no [CLS] is read
+      k, starts = 0, starts[:, :0]
     outputs = self.bert(features["input_ids"], features["input_mask"], features["segment_ids"],
                         training=training, dropout_seed=dropout_seed,
                         output_positions=tf.concat([starts, masked], axis=1),
                         inference_weights=inference_weights, **packing)
     selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
     hidden = self.bert.config.hidden_size
-    # The pooler over every instance's [CLS], not outputs' pooled_output (the first one's only).
-    pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]), training=training,
-                                    inference_weights=inference_weights)
     outputs["masked_lm_log_probs"] = self.masked_lm(tf.reshape(selected[:, k:], [-1, hidden]),
                                                     self.bert.embedding_table, training)
-    outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
+    if self.next_sentence is not None:
+      # The pooler over every instance's [CLS], not outputs' pooled_output (the first one's).
+      pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]),
+                                      training=training, inference_weights=inference_weights)
+      outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
     return outputs
 
 
@@ -820,23 +833,23 @@ def pretraining_losses(features, outputs):
   mlm_nll = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=1)
   mlm_correct = tf.cast(tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32),
                                  tf.cast(label_ids, tf.int32)), tf.float32)
+  mlm_count = tf.reduce_sum(label_weights)
+  losses = {"masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
+            "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count)}
+  if "next_sentence_log_probs" not in outputs:  # masked-LM only
+    return losses
   nsp_log_probs = outputs["next_sentence_log_probs"]
   nsp_labels = tf.cast(tf.reshape(features["next_sentence_labels"], [-1]), tf.int32)
   nsp_nll = -tf.gather(nsp_log_probs, nsp_labels, batch_dims=1)
   nsp_correct = tf.cast(tf.equal(tf.argmax(nsp_log_probs, -1, output_type=tf.int32), nsp_labels),
                         tf.float32)
-  mlm_count = tf.reduce_sum(label_weights)
   nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
   if "next_sentence_weights" in features:  # packed: the sequences' unused instance slots are 0
     nsp_weights = tf.cast(tf.reshape(features["next_sentence_weights"], [-1]), tf.float32)
     nsp_nll, nsp_correct = nsp_nll * nsp_weights, nsp_correct * nsp_weights
     nsp_count = tf.reduce_sum(nsp_weights)
-  return {
-      "masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
-      "next_sentence_loss": (tf.reduce_sum(nsp_nll), nsp_count),
-      "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count),
-      "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), nsp_count),
-  }
+  return {**losses, "next_sentence_loss": (tf.reduce_sum(nsp_nll), nsp_count),
+          "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), nsp_count)}
 
 
 class OutputLayer(tf.Module):

@@ -78,6 +78,28 @@ def check_config_matches_output_dir(config, output_dir, config_file):
           "use that config, or a new --output_dir")
 
 
+def check_task_matches_output_dir(records, output_dir, records_file):
+  """Refuses records whose task (masked-LM + next sentence, or masked-LM only) is not the one the
+  checkpoints in output_dir were trained on: resuming would drop or add a head half-way."""
+  latest = tf.train.latest_checkpoint(output_dir) if training.checkpoint_numbers(output_dir) \
+      else None
+  if not latest:
+    return
+  try:
+    names = {name for name, _ in tf.train.list_variables(latest)}
+  except (tf.errors.OpError, ValueError):
+    return  # a damaged checkpoint is named when it is restored
+  trained_nsp = any(name.startswith("model/next_sentence/") for name in names)
+  if trained_nsp == records.single_segment:
+    trained = "masked LM and next sentence" if trained_nsp else "masked LM only"
+    given = ("single segments (create_pretraining_data --no_nsp): masked LM only"
+             if records.single_segment else "sentence pairs with next-sentence labels")
+    raise fileio.InputError(
+        f"--output_dir={output_dir} holds a model trained on {trained} ({latest}); "
+        f"--input_file {records_file} holds {given}: give records of its kind, or a new "
+        "--output_dir")
+
+
 def check_prediction_budget(records, source):
   """Refuses masking flags that make more predictions in a packed sequence than the generator
   packed it for: its masker keeps the first --max_predictions_per_seq of a sequence, so the rest
@@ -178,6 +200,7 @@ def main(_):
         f"sequence, but at most {FLAGS.max_seq_length // 3} instances fit --max_seq_length="
         f"{FLAGS.max_seq_length}")
   check_vocab_size(records, config, input_files[0], FLAGS.bert_config_file)
+  check_task_matches_output_dir(records, FLAGS.output_dir, input_files[0])
   masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq, records)
@@ -186,6 +209,9 @@ def main(_):
                                                    records)
   input_pipeline.check_records(input_files, name_to_features, limits)
   logging.info("Reading %d input files: %s records", len(input_files), records.describe())
+  if records.single_segment:
+    logging.info("Training masked LM only: no next-sentence head (the records have no sentence "
+                 "pairs); the pooler, which only that head reads, keeps its initial values")
 
   accumulation = FLAGS.gradient_accumulation_steps
   # Both batch sizes are checked now rather than the evaluation's after hours of training.
@@ -195,7 +221,8 @@ def main(_):
                                                "eval_batch_size") if FLAGS.do_eval else None
   settings = script_flags.settings(training.Settings)  # the training loop's knobs
   with strategy.scope():
-    model = modeling.BertPretrainer(config, script_flags.compute_dtype())
+    model = modeling.BertPretrainer(config, script_flags.compute_dtype(),
+                                    next_sentence=not records.single_segment)
     optimizer = training.optimizer_for(settings, FLAGS.learning_rate, FLAGS.num_train_steps,
                                        FLAGS.num_warmup_steps)
   # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an

@@ -291,7 +291,10 @@ class Trainer:
     # evaluate() / predict() (each replica its own), not at every batch.
     self._takes_inference_weights = "inference_weights" in inspect.signature(model).parameters
     self._cast_weights = tf.function(self._replica_cast_weights)
-    self.variables = model.trainable_variables
+    # (A model's `unused_variables`, reached by no loss, are left as they are: no zero gradient,
+    # no weight decay.)
+    unused = {id(v) for v in getattr(model, "unused_variables", ())}
+    self.variables = [v for v in model.trainable_variables if id(v) not in unused]
     if optimizer is not None:
       with strategy.scope():
         optimizer.build(self.variables)

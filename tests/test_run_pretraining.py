@@ -184,3 +184,77 @@ def test_pretraining_from_scratch_beats_the_most_frequent_token(tmp_path):
   accuracy = float(results["masked_lm_accuracy"])
   print(f"masked LM accuracy {accuracy:.3f}, most-frequent-token baseline {baseline:.3f}")
   assert accuracy > 1.5 * baseline, (accuracy, baseline)
+
+
+@requires_shared
+def test_masked_lm_only_on_no_nsp_records_trains_no_next_sentence_head(tmp_path):
+  """Single-segment records (create_pretraining_data --no_nsp), masked or unmasked and packed,
+  train masked LM alone: no next-sentence head in the checkpoints and no next-sentence loss or
+  accuracy (it was trained on the constant label 0, accuracy 1.0 counted in the loss); the
+  pooler, which only that head reads, keeps its initial values while the encoder trains; the
+  checkpoint fine-tunes. Resuming with records of the other task is one line, in both ways."""
+  corpus = os.path.join(SHARED, "data", "corpus", "wikitext2_valid.sent_per_line.txt")
+  with open(corpus, encoding="utf-8") as f:
+    docs = [list(run) for nonblank, run in itertools.groupby(f, key=lambda l: bool(l.strip()))
+            if nonblank][:20]
+  text = tmp_path / "corpus.txt"
+  text.write_text("\n".join("".join(d) for d in docs), encoding="utf-8")
+  config = tmp_path / "bert_config.json"
+  config.write_text(TINY_CONFIG)
+  kinds = {"masked": [], "packed": ["--mode=fast", "--dynamic_masking", "--pack_sequences"]}
+  for kind, flags in kinds.items():
+    records = tmp_path / f"{kind}.tfrecord"
+    run_ok(["create_pretraining_data.py", f"--input_file={text}", f"--output_file={records}",
+            f"--vocab_file={VOCAB}", "--max_seq_length=64", "--max_predictions_per_seq=10",
+            "--no_nsp", "--num_workers=1", *flags])
+    out = tmp_path / kind
+    trained = run_ok(["run_pretraining.py", f"--bert_config_file={config}",
+                      f"--input_file={records}", f"--output_dir={out}", "--do_train", "--do_eval",
+                      "--train_batch_size=8", "--eval_batch_size=8", "--max_eval_steps=2",
+                      "--num_train_steps=3", "--num_warmup_steps=1", "--learning_rate=1e-3",
+                      "--save_checkpoints_steps=1", "--max_seq_length=64",
+                      "--max_predictions_per_seq=10"])
+    assert "single segments, masked-LM only (--no_nsp)" in trained.stderr, trained.stderr[-2000:]
+    assert "next_sentence" not in trained.stderr, trained.stderr[-2000:]
+    results = dict(line.split(" = ") for line in
+                   (out / "eval_results.txt").read_text().splitlines())
+    assert set(results) == {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss"}
+    assert results["loss"] == results["masked_lm_loss"] and results["global_step"] == "3"
+    first, last = (dict(tf.train.list_variables(str(out / f"ckpt-{n}"))) for n in (1, 3))
+    assert not [name for name in last if "next_sentence" in name]
+    values = lambda n, name: tf.train.load_variable(str(out / f"ckpt-{n}"), name)
+    pooler = "model/bert/pooler/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    np.testing.assert_array_equal(values(1, pooler), values(3, pooler))
+    assert not [name for name in last if "pooler" in name and "optimizer" in name]
+    layer = next(name for name in first if "encoder" in name and "kernel" in name
+                 and "optimizer" not in name)
+    assert np.abs(values(1, layer) - values(3, layer)).max() > 0
+  # The checkpoint fine-tunes (its pooler learns there, or --classifier_pooling=mean).
+  mrpc = tmp_path / "mrpc"
+  mrpc.mkdir()
+  for split in ("train", "dev"):
+    with open(os.path.join(SHARED, "data", "glue", "MRPC", f"{split}.tsv"), "rb") as f:
+      (mrpc / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(17)))
+  run_ok(["run_classifier.py", "--task_name=mrpc", f"--data_dir={mrpc}", f"--vocab_file={VOCAB}",
+          f"--bert_config_file={config}", f"--init_checkpoint={tmp_path / 'masked'}",
+          f"--output_dir={tmp_path / 'classifier'}", "--do_train", "--do_eval",
+          "--max_seq_length=64", "--train_batch_size=8", "--num_train_epochs=1"])
+  assert (tmp_path / "classifier" / "eval_results.txt").exists()
+  # The other task's records into a run's folder: one line, nothing trained.
+  pairs = run_ok(["run_pretraining.py", f"--bert_config_file={config}", f"--input_file={RECORDS}",
+                  f"--output_dir={tmp_path / 'pairs'}", "--do_train", "--train_batch_size=8",
+                  "--num_train_steps=1", "--num_warmup_steps=0"])
+  del pairs
+  for records, out, message in (
+      (RECORDS, tmp_path / "masked", "holds a model trained on masked LM only"),
+      (tmp_path / "masked.tfrecord", tmp_path / "pairs",
+       "holds a model trained on masked LM and next sentence")):
+    before = sorted(os.listdir(out))
+    result = run_script(["run_pretraining.py", f"--bert_config_file={config}",
+                         f"--input_file={records}", f"--output_dir={out}", "--do_train",
+                         "--train_batch_size=8", "--num_train_steps=6", "--max_seq_length=64",
+                         "--max_predictions_per_seq=10"])
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: --output_dir={out} {message}"), result.stderr[-2000:]
+    assert sorted(os.listdir(out)) == before
