@@ -27,6 +27,7 @@ import tensorflow as tf
 from google.protobuf import message
 
 from bert_tf2 import fileio
+from bert_tf2 import masking
 
 
 def int_feature(length):
@@ -151,7 +152,7 @@ class DynamicMasking:
   of its tokens other than [CLS] and [SEP] (capped at those it has) are predicted, chosen at
   random (with `whole_word_mask`, words in random order, each taken when all its WordPieces still
   fit, else skipped); a prediction becomes [MASK] 80% of the time, a random id of the vocabulary
-  10%, and stays 10%. A packed sequence holds at most max_predictions_per_seq predictions in all:
+  10%, and stays 10% (`split`, --mask_split). A packed sequence holds at most max_predictions_per_seq predictions in all:
   the generator packs so that its own flags' predictions fit, and run_pretraining refuses a
   larger masked_lm_prob or a smaller max_predictions_per_seq than the records were packed for
   (the last predictions of a sequence would be dropped).
@@ -164,6 +165,7 @@ class DynamicMasking:
   max_predictions_per_seq: int
   vocab_size: int
   whole_word_mask: bool = False
+  split: masking.MaskSplit = masking.MaskSplit()  # [MASK] / random / kept (--mask_split)
 
   def __call__(self, batch, seed):
     """A batch of dynamic records -> the same batch masked, with masked_lm_positions,
@@ -213,8 +215,8 @@ class DynamicMasking:
     # 80% [MASK], 10% a random id, 10% unchanged, as the original: [MASK] never occurs in
     # fine-tuning, so the model also sees real tokens at predicted positions (random ones, and
     # unchanged ones, which keep the representation tied to the observed word).
-    replacement = tf.where(draw < 0.8, batch["mask_token_id"][:, :1],
-                           tf.where(draw < 0.9, random_ids, labels))
+    replacement = tf.where(draw < self.split.mask_below, batch["mask_token_id"][:, :1],
+                           tf.where(draw < self.split.random_below, random_ids, labels))
     # Only the valid slots are written back: an unused slot's position 0 is [CLS]'s.
     chosen = tf.where(valid)  # [predictions, 2]: (row, slot)
     targets = tf.stack([chosen[:, 0], tf.cast(tf.gather_nd(positions, chosen), tf.int64)], 1)

@@ -55,6 +55,7 @@ from absl import logging
 import numpy as np
 
 from bert_tf2 import fileio
+from bert_tf2 import masking
 from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
 
@@ -84,6 +85,7 @@ class Options:
   random_seed: int = 12345
   dupe_factor: int = 10
   masked_lm_prob: float = 0.15
+  mask_split: str = masking.DEFAULT  # [MASK], random, kept, in percent (masking.MaskSplit)
   short_seq_prob: float = 0.1
   mode: str = "exact"
   no_nsp: bool = False
@@ -117,6 +119,10 @@ def validate_options(options):
   if not 0.0 < options.masked_lm_prob <= 1.0:
     raise fileio.InputError(
         f"--masked_lm_prob={options.masked_lm_prob} must be in (0, 1] (0.15 in BERT)")
+  split = masking.MaskSplit.parse(options.mask_split)
+  if options.dynamic_masking and split != masking.MaskSplit():
+    raise fileio.InputError(f"--mask_split={options.mask_split} with --dynamic_masking: the "
+                            "records are masked by run_pretraining, give it --mask_split there")
   if not 0.0 <= options.short_seq_prob <= 1.0:
     raise fileio.InputError(f"--short_seq_prob={options.short_seq_prob} must be in [0, 1]")
   if options.dupe_factor < 1:
@@ -581,15 +587,16 @@ def assemble_batch(tokens, instances, max_seq_length, vocab_ids):
 
 
 def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_ids, rng,
-                                 do_whole_word_mask=False, segment_a_length=None):
+                                 do_whole_word_mask=False, segment_a_length=None,
+                                 split=masking.MaskSplit()):
   """Masks one instance; returns (masked tokens, positions, label ids), positions ascending.
 
   A random round(len * masked_lm_prob) positions (at least 1, at most max_predictions_per_seq)
   other than [CLS]/[SEP] are predicted. With whole-word masking a word is skipped when all its
   WordPieces would exceed that number. Of the predicted positions, 80% become [MASK], 10% a random
-  word and 10% stay unchanged: [MASK] never occurs in fine-tuning, so the model must also learn
-  real tokens at predicted positions, and keeping some unchanged ties the representation to the
-  observed word.
+  word and 10% stay unchanged (`split`, a masking.MaskSplit): [MASK] never occurs in fine-tuning,
+  so the model must also learn real tokens at predicted positions, and keeping some unchanged
+  ties the representation to the observed word.
 
   A caller that knows [CLS] and [SEP] occur only at their places in the layout (position 0,
   `segment_a_length` - 1 and the end) passes `segment_a_length` to skip looking for them.
@@ -635,18 +642,20 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
   mask_id = vocab_ids.mask_id
   # The original draws these while it selects; selecting draws nothing, so drawing afterwards
   # in the same order consumes the stream identically. random() >= 0.5 is its random-word
-  # branch (randbelow(n) being its randint(0, n - 1)); below 0.5 it keeps the token.
+  # branch (randbelow(n) being its randint(0, n - 1)); below 0.5 it keeps the token. (Those are
+  # the default split's thresholds, exactly.)
+  mask_below, keep_below = split.mask_below, split.keep_of_rest
   for index in chosen:
-    if random_() < 0.8:
+    if random_() < mask_below:
       output[index] = mask_id
-    elif random_() >= 0.5:
+    elif random_() >= keep_below:
       output[index] = word_ids[randbelow(len(word_ids))]
   chosen.sort()
   return output, chosen, [tokens[p] for p in chosen]
 
 
 def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, vocab_ids,
-                         np_rng, do_whole_word_mask=False):
+                         np_rng, do_whole_word_mask=False, split=masking.MaskSplit()):
   """Fast mode's masking of many instances at once with numpy (same rules, other draws).
 
   `ids` [N, S] (see assemble_batch) are masked in place. Returns (positions [N, P], label ids
@@ -681,8 +690,9 @@ def mask_instances_batch(ids, lengths, masked_lm_prob, max_predictions_per_seq, 
 
   draw = np_rng.random((n, preds))
   random_words = vocab_ids.word_ids_array[np_rng.integers(0, len(vocab_ids.word_ids), (n, preds))]
-  # The original's 80% [MASK], 10% random word, 10% unchanged, with numpy's draws.
-  replacement = np.where(draw < 0.8, vocab_ids.mask_id, np.where(draw < 0.9, random_words, labels))
+  # The original's 80% [MASK], 10% random word, 10% unchanged (`split`), with numpy's draws.
+  replacement = np.where(draw < split.mask_below, vocab_ids.mask_id,
+                         np.where(draw < split.random_below, random_words, labels))
   row_index = np.nonzero(valid)[0]
   ids[row_index, positions[valid]] = replacement[valid]
   return positions, labels, counts
@@ -1067,6 +1077,7 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
   only their bytes wait in memory for the final shuffle.
   """
   rng = ExactRandom(options.random_seed)
+  split = masking.MaskSplit.parse(options.mask_split)
   documents = corpus.documents
   rng.shuffle(documents)
   # Text never tokenizes to [CLS] or [SEP] (brackets are split off as punctuation); checked once
@@ -1086,7 +1097,7 @@ def create_exact_records(corpus, options, vocab_ids, tokenizer=None, progress_se
         tokens, segment_a_length = instance_tokens(corpus.tokens, instance, vocab_ids)
         masked, positions, labels = create_masked_lm_predictions(
             tokens, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids, rng,
-            options.do_whole_word_mask, segment_a_length if layout_only else None)
+            options.do_whole_word_mask, segment_a_length if layout_only else None, split)
         is_random_next = instance[4]
         records.append(encoder.encode(masked, segment_a_length, positions, labels,
                                       is_random_next))
@@ -1188,7 +1199,7 @@ def process_chunk(chunk_index, line_documents, options, tokenizer, vocab_ids, en
     else:
       masks = positions, labels, counts = mask_instances_batch(
           ids, lengths, options.masked_lm_prob, options.max_predictions_per_seq, vocab_ids,
-          np_rng, options.do_whole_word_mask)
+          np_rng, options.do_whole_word_mask, masking.MaskSplit.parse(options.mask_split))
     if options.dynamic_masking or options.pack_sequences:
       batch = encode_instances(encoder, options, vocab_ids, ids, lengths, segment_a_lengths,
                                is_random_next, masks)

@@ -23,6 +23,7 @@ from absl import logging
 
 from bert_tf2 import checkpoints
 from bert_tf2 import input_pipeline
+from bert_tf2 import masking
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
 from bert_tf2 import training
@@ -151,7 +152,7 @@ def dynamic_masking(records, config, source):
   """The masking of records written with --dynamic_masking (None for masked records: the masking
   flags then change nothing, which a warning says when they were given)."""
   if not records.dynamic:
-    given = [f"--{name}" for name in ("masked_lm_prob", "do_whole_word_mask")
+    given = [f"--{name}" for name in ("masked_lm_prob", "do_whole_word_mask", "mask_split")
              if FLAGS[name].present]
     if given:
       logging.warning("%s: ignored, the records are masked already (only records written with "
@@ -165,7 +166,8 @@ def dynamic_masking(records, config, source):
         f"--max_seq_length={FLAGS.max_seq_length}")
   check_prediction_budget(records, source)
   return input_pipeline.DynamicMasking(FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
-                                       config.vocab_size, FLAGS.do_whole_word_mask)
+                                       config.vocab_size, FLAGS.do_whole_word_mask,
+                                       masking.MaskSplit.parse(FLAGS.mask_split))
 
 
 def _text(path):

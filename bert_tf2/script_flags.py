@@ -220,6 +220,9 @@ def define_masking_flags():
           "one by one).")
   _define(flags.DEFINE_float, "masked_lm_prob", 0.15, "Fraction of tokens to mask, in (0, 1].",
           lower_bound=0.0, upper_bound=1.0)
+  _define(flags.DEFINE_string, "mask_split", "80,10,10",
+          "What the predicted positions become, in whole percent: [MASK],random token,kept "
+          "(BERT's 80,10,10; e.g. 100,0,0 at higher --masked_lm_prob).")
 
 
 def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=128,

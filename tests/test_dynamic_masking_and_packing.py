@@ -527,3 +527,54 @@ def test_a_config_larger_or_smaller_than_the_records_vocabulary_is_named(tmp_pat
   run_pretraining.check_vocab_size(input_pipeline.PretrainingRecords.of_file(classic),
                                    config(words + 500), classic, "c.json")
   assert len(warnings) == 1
+
+
+def _split_shares(inputs, labels, positions, weights, mask_id):
+  """The shares of the real predictions whose input is [MASK], another token, or the label."""
+  rows = np.broadcast_to(np.arange(len(inputs))[:, None], weights.shape)
+  real = weights > 0
+  seen = inputs[rows[real], positions[real]]
+  label = labels[real]
+  masked = seen == mask_id
+  kept = ~masked & (seen == label)
+  return np.array([masked.mean(), (~masked & ~kept).mean(), kept.mean()])
+
+
+@requires_shared
+@pytest.mark.parametrize("split", ["100,0,0", "50,50,0", "80,10,10"])
+def test_mask_split_sets_what_predictions_become_in_every_masking_path(tmp_path, tokenizer,
+                                                                       split):
+  """--mask_split=MASK,RANDOM,KEEP (percent) in exact mode's static masks, fast mode's and
+  run_pretraining's dynamic ones: the shares of [MASK], random and kept inputs at the predicted
+  positions are the split's (within sampling error; 0 exactly where it says 0). BERT's 80,10,10
+  stays the default, and exact mode's records at it stay the original's (its byte-identity tests).
+  A malformed split, and one given to --dynamic_masking records' generator, are one line."""
+  from bert_tf2 import masking  # pylint: disable=g-import-not-at-top
+  want = np.array([int(p) for p in split.split(",")]) / 100
+  mask_id = tokenizer.vocab["[MASK]"]
+  shares = {}
+  for mode in ("exact", "fast"):
+    path, _ = generate(tmp_path, f"{mode}.tfrecord", mode=mode, mask_split=split)
+    records = read(path)
+    shares[mode] = _split_shares(records["input_ids"], records["masked_lm_ids"],
+                                 records["masked_lm_positions"], records["masked_lm_weights"],
+                                 mask_id)
+  path, _ = generate(tmp_path, "dynamic.tfrecord", dynamic_masking=True)
+  dynamic = input_pipeline.DynamicMasking(0.15, PREDS, len(tokenizer.vocab),
+                                          split=masking.MaskSplit.parse(split))
+  original, masked = _unmasked_and_masked(path, dynamic)
+  del original
+  shares["dynamic"] = _split_shares(masked["input_ids"], masked["masked_lm_ids"],
+                                    masked["masked_lm_positions"], masked["masked_lm_weights"],
+                                    mask_id)
+  for where, got in shares.items():
+    # A random replacement is its own label 1 time in ~30,000: within the tolerance.
+    np.testing.assert_allclose(got, want, atol=0.02, err_msg=where)
+    assert all(got[i] == 0 for i in (0, 1) if want[i] == 0), (where, got)
+  assert masking.MaskSplit() == masking.MaskSplit.parse(masking.DEFAULT)
+  for bad, message in (("80,10", "give MASK,RANDOM,KEEP"), ("80,10,5", "the three percentages sum to 95, not 100"),
+                       ("0.8,0.1,0.1", "give MASK,RANDOM,KEEP")):
+    with pytest.raises(fileio.InputError, match=f"--mask_split={bad}: {message}"):
+      masking.MaskSplit.parse(bad)
+  with pytest.raises(fileio.InputError, match="--mask_split=100,0,0 with --dynamic_masking"):
+    generate(tmp_path, "refused.tfrecord", dynamic_masking=True, mask_split="100,0,0")
