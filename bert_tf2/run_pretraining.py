@@ -82,14 +82,17 @@ def check_config_matches_output_dir(config, output_dir, config_file):
 def check_task_matches_output_dir(records, output_dir, records_file):
   """Refuses records whose task (masked-LM + next sentence, or masked-LM only) is not the one the
   checkpoints in output_dir were trained on: resuming would drop or add a head half-way."""
-  latest = tf.train.latest_checkpoint(output_dir) if training.checkpoint_numbers(output_dir) \
-      else None
-  if not latest:
+  # The newest checkpoint that reads, by its files (the `checkpoint` state file may be damaged:
+  # the Trainer rebuilds it later, and skips a truncated checkpoint as this does).
+  for step in training.checkpoint_numbers(output_dir):
+    latest = os.path.join(output_dir, f"ckpt-{step}")
+    try:
+      names = {name for name, _ in tf.train.list_variables(latest)}
+      break
+    except (tf.errors.OpError, ValueError):
+      continue
+  else:
     return
-  try:
-    names = {name for name, _ in tf.train.list_variables(latest)}
-  except (tf.errors.OpError, ValueError):
-    return  # a damaged checkpoint is named when it is restored
   trained_nsp = any(name.startswith("model/next_sentence/") for name in names)
   if trained_nsp == records.single_segment:
     trained = "masked LM and next sentence" if trained_nsp else "masked LM only"

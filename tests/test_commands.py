@@ -59,7 +59,7 @@ def test_python_m_bert_tf2_help_lists_the_scripts():
   assert done.returncode == 0, done.stderr
   assert done.stdout.startswith("usage: python -m bert_tf2 SCRIPT")
   assert "run_classifier          BERT fine-tuning for sentence and sentence-pair" in done.stdout
-  assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 12
+  assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 13
   bare = run_process([PYTHON, "-m", "bert_tf2"], cwd=ROOT, env=os.environ, timeout=120)
   assert bare.returncode == 2 and bare.stderr.startswith("error: usage:"), bare.stderr
 
