@@ -71,11 +71,9 @@ MODEL_TYPES = ("encoder", "preprocessor", "classifier", "squad", "embedder")
 
 def define_flags():
   """The flags of export_model.py: its own, then the shared groups (script_flags)."""
+  script_flags.define_export_dir_flag()
   flags.DEFINE_enum("model_type", "encoder", list(MODEL_TYPES),
                     "What to export (see the module docstring).")
-  flags.DEFINE_string("export_dir", None,
-                      "Directory the SavedModel is written to. An existing one is replaced only "
-                      "if it holds an earlier SavedModel (or with --overwrite).")
   flags.DEFINE_enum("format", "saved_model", ["saved_model", "litert"],
                     "saved_model: a TensorFlow SavedModel (text in for the fine-tuned kinds). "
                     "litert: a LiteRT (TFLite) model directory for CPU serving, token ids in "

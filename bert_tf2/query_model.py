@@ -4,10 +4,10 @@ The quiet way to query an export: `saved_model_cli run` prints about sixteen lin
 start-up notices and deprecation warnings around the result; this prints one JSON object.
 
   python query_model.py --export_dir=/tmp/mrpc_served \\
-      --input='text_a=The cat sat.' --input='text_b=A cat was sitting.'
+      --feed='text_a=The cat sat.' --feed='text_b=A cat was sitting.'
 
-Each --input is NAME=VALUE for one input of the serving signature: a text input takes the text
-(one example); a numeric one a JSON array, batch first (`--input='input_word_ids=[[101, 102]]'`).
+Each --feed is NAME=VALUE for one input of the serving signature: a text input takes the text
+(one example); a numeric one a JSON array, batch first (`--feed='input_word_ids=[[101, 102]]'`).
 The output is one JSON object on stdout, each output of the signature as a (nested) list, texts
 decoded as UTF-8. A LiteRT model directory is run by the scripts' --litert_model instead.
 """
@@ -23,6 +23,7 @@ from absl import flags
 
 from bert_tf2 import litert
 from bert_tf2 import processes
+from bert_tf2 import script_flags
 
 FLAGS = flags.FLAGS
 
@@ -31,16 +32,15 @@ _FAILED_CALL_NOISE = re.compile(r"W\d{4} [\d:. ]+\d+ local_rendezvous\.cc:\d+\] 
 
 
 def define_flags():
-  flags.DEFINE_string("export_dir", None, "The SavedModel directory (export_model.py "
-                      "--export_dir).")
-  flags.DEFINE_multi_string("input", [], "NAME=VALUE, once per input of the signature: a text "
+  script_flags.define_export_dir_flag()
+  flags.DEFINE_multi_string("feed", [], "NAME=VALUE, once per input of the signature: a text "
                             "for a string input, a JSON array (batch first) for a numeric one.")
   flags.DEFINE_string("signature", "serving_default", "The signature to run.")
 
 
 def query(export_dir, inputs, signature_name="serving_default"):
   """{output name: value as plain Python} of the signature `signature_name` of the SavedModel
-  in `export_dir`, run on `inputs` ([NAME=VALUE, ...], as the --input flags)."""
+  in `export_dir`, run on `inputs` ([NAME=VALUE, ...], as the --feed flags)."""
   if fileio.isdir(export_dir) and litert.is_litert_directory(export_dir):
     raise fileio.InputError(f"--export_dir={export_dir} is a LiteRT model directory: run it with "
                             "a script's --litert_model (run_classifier.py, extract_features.py)")
@@ -59,20 +59,20 @@ def query(export_dir, inputs, signature_name="serving_default"):
   except (TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
     # (The whole text: the one error line picks its status line, not "Graph execution error:".)
     message = (getattr(e, "message", None) or str(e)).strip()
-    raise fileio.InputError(f"--input: the model does not take these values: {message}") from None
+    raise fileio.InputError(f"--feed: the model does not take these values: {message}") from None
   return {name: _plain(value.numpy()) for name, value in sorted(outputs.items())}
 
 
 def _inputs(pairs, specs):
-  """The tensors of the --input NAME=VALUE pairs for the signature's input `specs`."""
+  """The tensors of the --feed NAME=VALUE pairs for the signature's input `specs`."""
   values = {}
   expected = ", ".join(f"{name} ({spec.dtype.name})" for name, spec in sorted(specs.items()))
   for pair in pairs:
     name, equals, text = pair.partition("=")
     if not equals or name not in specs:
-      raise fileio.InputError(f"--input={pair}: give NAME=VALUE for one of the inputs {expected}")
+      raise fileio.InputError(f"--feed={pair}: give NAME=VALUE for one of the inputs {expected}")
     if name in values:
-      raise fileio.InputError(f"--input: {name} is given twice")
+      raise fileio.InputError(f"--feed: {name} is given twice")
     spec = specs[name]
     if spec.dtype == tf.string:
       value = [text] if spec.shape.rank == 1 else text
@@ -80,15 +80,15 @@ def _inputs(pairs, specs):
       try:
         value = json.loads(text)
       except ValueError:
-        raise fileio.InputError(f"--input={pair}: {name} ({spec.dtype.name}) takes a JSON array, "
+        raise fileio.InputError(f"--feed={pair}: {name} ({spec.dtype.name}) takes a JSON array, "
                                 "batch first, e.g. [[101, 102]]") from None
     try:
       values[name] = tf.constant(value, spec.dtype)
     except (TypeError, ValueError) as e:
-      raise fileio.InputError(f"--input={pair}: not {spec.dtype.name} values ({e})") from None
+      raise fileio.InputError(f"--feed={pair}: not {spec.dtype.name} values ({e})") from None
   missing = sorted(set(specs) - set(values))
   if missing:
-    raise fileio.InputError(f"--input: give {', '.join(missing)} too (the inputs are "
+    raise fileio.InputError(f"--feed: give {', '.join(missing)} too (the inputs are "
                             f"{expected})")
   return values
 
@@ -106,7 +106,7 @@ def _plain(value):
 
 def main(_):
   fileio.require(export_dir=FLAGS.export_dir)
-  print(json.dumps(query(FLAGS.export_dir, FLAGS.input, FLAGS.signature), ensure_ascii=False))
+  print(json.dumps(query(FLAGS.export_dir, FLAGS.feed, FLAGS.signature), ensure_ascii=False))
 
 
 def cli():

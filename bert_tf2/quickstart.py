@@ -473,7 +473,7 @@ def _main(argv):
                                 answers["probabilities"].numpy()):
     print(f"  {label.decode():12s} p={probs.max():.2f}  {text}")
   print(f"Try it yourself: python query_model.py --export_dir={classifier_model} "
-        "--input='text_a=Read the next line from the file.'")
+        "--feed='text_a=Read the next line from the file.'")
   timings = ", ".join(f"{k} {v:.0f} s" for k, v in run.timings.items())
   print(f"Steps: {timings}")
   print(f"Total: {time.monotonic() - start:.0f} s")

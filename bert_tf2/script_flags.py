@@ -343,6 +343,14 @@ def define_multi_label_flag():
           "with --label_delimiter; export_model: classifier, default from task.json).")
 
 
+def define_export_dir_flag():
+  """--export_dir: the model directory export_model.py writes and query_model.py reads."""
+  _define(flags.DEFINE_string, "export_dir", None,
+          "The exported model's directory. export_model.py writes it: an existing one is replaced "
+          "only if it holds an earlier export (or with --overwrite). query_model.py reads the "
+          "SavedModel there.")
+
+
 def define_overwrite_flag():
   """--overwrite: replace an existing output that is not the script's own earlier output."""
   _define(flags.DEFINE_bool, "overwrite", False,

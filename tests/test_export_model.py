@@ -761,9 +761,9 @@ def test_query_model_prints_the_signatures_outputs_as_one_json_line(tmp_path):
   text = "all work and no play makes jack a dull boy"
   ids = [[2, 5, 6, 7, 3, 0]]
   for directory, inputs, call in (
-      (embedder, [f"--input=text={text}"], dict(text=tf.constant([text]))),
-      (encoder, [f"--input=input_word_ids={ids}", "--input=input_mask=[[1, 1, 1, 1, 1, 0]]",
-                 "--input=input_type_ids=[[0, 0, 0, 0, 0, 0]]"],
+      (embedder, [f"--feed=text={text}"], dict(text=tf.constant([text]))),
+      (encoder, [f"--feed=input_word_ids={ids}", "--feed=input_mask=[[1, 1, 1, 1, 1, 0]]",
+                 "--feed=input_type_ids=[[0, 0, 0, 0, 0, 0]]"],
        dict(input_word_ids=tf.constant(ids, tf.int32),
             input_mask=tf.constant([[1, 1, 1, 1, 1, 0]], tf.int32),
             input_type_ids=tf.zeros([1, 6], tf.int32)))):
@@ -783,21 +783,21 @@ def test_query_model_prints_the_signatures_outputs_as_one_json_line(tmp_path):
   (litert_dir / "model.tflite").write_bytes(b"x")
   (litert_dir / "litert_model.json").write_text("{}")
   for args, message in (
-      ([f"--export_dir={embedder}", "--input=txt=a"],
-       "error: --input=txt=a: give NAME=VALUE for one of the inputs text (string)"),
-      ([f"--export_dir={encoder}", f"--input=input_word_ids={ids}"],
-       "error: --input: give input_mask, input_type_ids too"),
-      ([f"--export_dir={encoder}", "--input=input_word_ids=[[1, 2]", "--input=input_mask=[[1]]",
-        "--input=input_type_ids=[[0]]"],
-       "error: --input=input_word_ids=[[1, 2]: input_word_ids (int32) takes a JSON array"),
-      ([f"--export_dir={encoder}", "--input=input_word_ids=[[1, 2]]", "--input=input_mask=[[1]]",
-        "--input=input_type_ids=[[0, 0]]"],
-       "error: --input: the model does not take these values"),
-      ([f"--export_dir={litert_dir}", "--input=text=a"],
+      ([f"--export_dir={embedder}", "--feed=txt=a"],
+       "error: --feed=txt=a: give NAME=VALUE for one of the inputs text (string)"),
+      ([f"--export_dir={encoder}", f"--feed=input_word_ids={ids}"],
+       "error: --feed: give input_mask, input_type_ids too"),
+      ([f"--export_dir={encoder}", "--feed=input_word_ids=[[1, 2]", "--feed=input_mask=[[1]]",
+        "--feed=input_type_ids=[[0]]"],
+       "error: --feed=input_word_ids=[[1, 2]: input_word_ids (int32) takes a JSON array"),
+      ([f"--export_dir={encoder}", "--feed=input_word_ids=[[1, 2]]", "--feed=input_mask=[[1]]",
+        "--feed=input_type_ids=[[0, 0]]"],
+       "error: --feed: the model does not take these values"),
+      ([f"--export_dir={litert_dir}", "--feed=text=a"],
        f"error: --export_dir={litert_dir} is a LiteRT model directory"),
-      ([f"--export_dir={tmp_path}", "--input=text=a"],
+      ([f"--export_dir={tmp_path}", "--feed=text=a"],
        f"error: --export_dir={tmp_path} holds no SavedModel"),
-      ([f"--export_dir={embedder}", "--signature=nope", "--input=text=a"],
+      ([f"--export_dir={embedder}", "--signature=nope", "--feed=text=a"],
        f"error: --signature=nope: {embedder} has serving_default")):
     result = run_process([PYTHON, "query_model.py", *args], cwd=ROOT, env=env, timeout=300)
     assert result.returncode == 2 and result.stdout == "", result.stderr[-3000:]
