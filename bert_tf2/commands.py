@@ -124,7 +124,7 @@ def _first_line(text):
 # are on" (twice: two libraries) and the CPU-feature note with its second line.
 _START_UP_NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|I\d{4} [\d:. ]+\d+ (port|cpu_feature_guard)\.cc:\d+\] "
+    rf"|{processes.cpp_log_line('(port|cpu_feature_guard)', level='I')}"
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
 
 

@@ -66,9 +66,8 @@ def convert(function, owner, quantize):
 
 # The converter's C++ warnings that every conversion prints: options its own Python front end
 # passes and its MLIR back end ignores (TF_CPP_MIN_LOG_LEVEL=0 shows them).
-_CONVERTER_NOISE = re.compile(
-    r"W\d{4} [\d:. ]+\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored "
-    r"(output_format|drop_control_dependency)\.")
+_CONVERTER_NOISE = re.compile(processes.cpp_log_line(
+    "tf_tfl_flatbuffer_helpers", r"Ignored (output_format|drop_control_dependency)\."))
 
 
 def converter_class():

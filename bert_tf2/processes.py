@@ -38,6 +38,12 @@ def _raise_interrupted(signum, frame):
 _TERMINAL_FD = None
 
 
+def cpp_log_line(source, message="", level="W"):
+  """The regex (text) of a TensorFlow C++ log line of `source`.cc at `level` (I, W, E) starting
+  with `message` (a regex), as filtered_stderr's noise: `W0000 00:00:1795.. 853 dataset.cc:997] ...`."""
+  return rf"{level}\d{{4}} [\d:. ]+\d+ {source}\.cc:\d+\] {message}"
+
+
 @contextlib.contextmanager
 def filtered_stderr(noise, drop_all_if_stopped=False):
   """While the block runs, what is written to file descriptor 2 (this process' C++ libraries,

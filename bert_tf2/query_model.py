@@ -28,7 +28,7 @@ from bert_tf2 import script_flags
 FLAGS = flags.FLAGS
 
 # What TensorFlow's C++ runtime prints when a call fails on its inputs (the error line says it).
-_FAILED_CALL_NOISE = re.compile(r"W\d{4} [\d:. ]+\d+ local_rendezvous\.cc:\d+\] |\t \[\[")
+_FAILED_CALL_NOISE = re.compile(processes.cpp_log_line("local_rendezvous") + r"|\t \[\[")
 
 
 def define_flags():

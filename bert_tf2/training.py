@@ -232,8 +232,8 @@ def _quiet_failed_restores():
 # TensorFlow's C++ warning as a mirrored strategy (one worker's devices, or several workers) makes
 # an iterator: its per-device generator datasets are not rewritten by tf.data's optimizer, which
 # is harmless and said once per iterator and worker. TF_CPP_MIN_LOG_LEVEL=0 shows it.
-_ITERATOR_NOISE = re.compile(r"W\d{4} [\d:. ]+\d+ dataset\.cc:\d+\] Input of "
-                             r"GeneratorDatasetOp::Dataset will not be optimized")
+_ITERATOR_NOISE = re.compile(processes.cpp_log_line(
+    "dataset", "Input of GeneratorDatasetOp::Dataset will not be optimized"))
 
 
 def _iterator(distributed):
