@@ -254,12 +254,15 @@ OPTIMIZERS = {"adamw": AdamW, "adam_weight_decay": AdamWeightDecay, "lamb": Lamb
 
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
                      weight_decay_rate=0.01, clip_norm=1.0, loss_scale=None,
-                     decay_after_warmup=False):
+                     decay_after_warmup=False, time_budget=None):
   """The original's `create_optimizer`, returning an optimizer module; `optimizer` is a key of
   OPTIMIZERS (adamw: bias-corrected, adam_weight_decay: the original's, lamb);
-  `decay_after_warmup` see LinearWarmupLinearDecay."""
+  `decay_after_warmup` see LinearWarmupLinearDecay; `time_budget` (a time_budget.TimeBudget)
+  lays the schedule over wall-clock time instead of the steps."""
   schedule = LinearWarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps,
                                      decay_after_warmup)
+  if time_budget is not None:
+    schedule = time_budget.schedule(schedule)
   if optimizer not in OPTIMIZERS:
     raise ValueError(f"--optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
   return OPTIMIZERS[optimizer](schedule, weight_decay_rate=weight_decay_rate,

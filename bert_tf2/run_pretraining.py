@@ -26,6 +26,7 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import masking
 from bert_tf2 import modeling
 from bert_tf2 import script_flags
+from bert_tf2 import time_budget
 from bert_tf2 import training
 
 FLAGS = flags.FLAGS
@@ -45,6 +46,13 @@ def define_flags():
   flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.", lower_bound=0,
                        upper_bound=training.MAX_STEPS)
   flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.", lower_bound=1)
+  flags.DEFINE_float("train_budget_minutes", None, "Train for this many minutes of training "
+                     "time: warm-up and decay follow the time spent, not the steps (the "
+                     "--num_warmup_steps / --num_train_steps share of it warms up); the run ends "
+                     "when it is spent, --num_train_steps a cap. Resumable (time_budget.py).",
+                     upper_bound=training.MAX_STEPS)
+  flags.register_validator("train_budget_minutes", lambda value: value is None or value > 0,
+                           message="must be > 0")
 
 
 # Keys that change no trained weight: a resumed run may change them.
@@ -79,9 +87,11 @@ def check_config_matches_output_dir(config, output_dir, config_file):
           "use that config, or a new --output_dir")
 
 
-def check_task_matches_output_dir(records, output_dir, records_file):
+def check_run_matches_output_dir(records, timed, output_dir, records_file):
   """Refuses records whose task (masked-LM + next sentence, or masked-LM only) is not the one the
-  checkpoints in output_dir were trained on: resuming would drop or add a head half-way."""
+  checkpoints in output_dir were trained on (resuming would drop or add a head half-way), and a
+  resume that switches between a schedule over steps and one over a time budget (`timed`; None
+  when not training)."""
   # The newest checkpoint that reads, by its files (the `checkpoint` state file may be damaged:
   # the Trainer rebuilds it later, and skips a truncated checkpoint as this does).
   for step in training.checkpoint_numbers(output_dir):
@@ -93,6 +103,13 @@ def check_task_matches_output_dir(records, output_dir, records_file):
       continue
   else:
     return
+  trained_timed = time_budget.in_checkpoint(names)
+  if timed is not None and trained_timed != timed:  # (None: not training, any schedule reads)
+    raise fileio.InputError(
+        f"--output_dir={output_dir} holds a run scheduled over "
+        f"{'a time budget' if trained_timed else 'its steps'} ({latest}): resume it "
+        f"{'with' if trained_timed else 'without'} --train_budget_minutes, or use a new "
+        "--output_dir")
   trained_nsp = any(name.startswith("model/next_sentence/") for name in names)
   if trained_nsp == records.single_segment:
     trained = "masked LM and next sentence" if trained_nsp else "masked LM only"
@@ -205,7 +222,9 @@ def main(_):
         f"sequence, but at most {FLAGS.max_seq_length // 3} instances fit --max_seq_length="
         f"{FLAGS.max_seq_length}")
   check_vocab_size(records, config, input_files[0], FLAGS.bert_config_file)
-  check_task_matches_output_dir(records, FLAGS.output_dir, input_files[0])
+  check_run_matches_output_dir(
+      records, FLAGS.train_budget_minutes is not None if FLAGS.do_train else None,
+      FLAGS.output_dir, input_files[0])
   masking = dynamic_masking(records, config, f"--input_file={FLAGS.input_file}")
   name_to_features = input_pipeline.pretraining_features(FLAGS.max_seq_length,
                                                          FLAGS.max_predictions_per_seq, records)
@@ -228,8 +247,10 @@ def main(_):
   with strategy.scope():
     model = modeling.BertPretrainer(config, script_flags.compute_dtype(),
                                     next_sentence=not records.single_segment)
+    budget = (time_budget.TimeBudget(FLAGS.train_budget_minutes * 60)
+              if FLAGS.train_budget_minutes is not None else None)
     optimizer = training.optimizer_for(settings, FLAGS.learning_rate, FLAGS.num_train_steps,
-                                       FLAGS.num_warmup_steps)
+                                       FLAGS.num_warmup_steps, time_budget=budget)
   # Locks --output_dir and restores its newest checkpoint: one that does not fit the config is an
   # error here, before bert_config.json is replaced.
   trainer = training.Trainer.from_settings(strategy, model, modeling.pretraining_losses,
@@ -252,7 +273,7 @@ def main(_):
           steps_per_loop=FLAGS.iterations_per_loop, examples_per_step=FLAGS.train_batch_size,
           init_fn=init_fn,
           summary_dir=os.path.join(FLAGS.output_dir, "train"),
-          max_nonfinite_loops=FLAGS.max_nonfinite_loops)
+          max_nonfinite_loops=FLAGS.max_nonfinite_loops, time_budget=budget)
 
   if FLAGS.do_eval:
     if FLAGS.do_train:

@@ -69,14 +69,16 @@ class Settings:
   given: frozenset = frozenset()
 
 
-def optimizer_for(settings, learning_rate, num_train_steps, num_warmup_steps):
-  """The optimizer `settings` name (--optimizer) on --lr_schedule's warm-up and decay; fp16
+def optimizer_for(settings, learning_rate, num_train_steps, num_warmup_steps, time_budget=None):
+  """The optimizer `settings` name (--optimizer) on --lr_schedule's warm-up and decay, over the
+  steps or over `time_budget` (a time_budget.TimeBudget, given to train() too); fp16
   (--mixed_precision) also scales the loss dynamically (bf16 has float32's range and needs no
   scaling)."""
   loss_scale = (optimization.DynamicLossScale() if settings.mixed_precision == "fp16" else None)
   return optimization.create_optimizer(
       learning_rate, num_train_steps, num_warmup_steps, optimizer=settings.optimizer,
-      loss_scale=loss_scale, decay_after_warmup=settings.lr_schedule == "decay_after_warmup")
+      loss_scale=loss_scale, decay_after_warmup=settings.lr_schedule == "decay_after_warmup",
+      time_budget=time_budget)
 
 
 def per_replica_batch_size(global_batch_size, strategy, flag_name, accumulation_steps=1):
@@ -430,7 +432,9 @@ class Trainer:
       path = os.path.join(directory, f"ckpt-{number}")
       _check_same_loss_scaling(path, self.optimizer, directory)
       try:
-        self.checkpoint.restore(path).assert_existing_objects_matched()
+        # Every value the model and optimizer hold is restored; the checkpoint may hold more
+        # (a time budget's clock, read back by an evaluation with no schedule): not warned of.
+        self.checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
       except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes" (truncated)
         reason = _first_line(e) if fileio.exists(path + ".index") else "no .index file"
         logging.warning("Checkpoint %s is damaged (%s); falling back to the previous one", path,
@@ -504,9 +508,14 @@ class Trainer:
 
   def train(self, dataset_fn, num_train_steps, save_checkpoints_steps=1000, steps_per_loop=100,
             examples_per_step=None, init_fn=None, summary_dir=None, max_nonfinite_loops=3,
-            log_every_seconds=30, evaluate=None, eval_every_steps=None):
+            log_every_seconds=30, evaluate=None, eval_every_steps=None, time_budget=None):
     """Trains to `num_train_steps` optimizer steps, resuming if output_dir has a checkpoint.
     Returns the metrics of the last loop.
+
+    With `time_budget` (the time_budget.TimeBudget the optimizer's schedule was laid over),
+    training ends when the budget is spent or at `num_train_steps`, whichever comes first; the
+    loops' time is added to it as they end (saved with the checkpoints), the last loop is sized
+    to end at the budget, and the progress line's ETA is the budget left.
 
     `evaluate(step)`, when given, is called after each multiple of `eval_every_steps` and after
     the last step (loops end there), and when a resumed run starts at such a step (it is its own
@@ -518,13 +527,18 @@ class Trainer:
     of multi_worker_mirrored must run the same loops), after about `log_every_seconds` of
     steps at the measured rate: a line every 30 s by default, whatever the loop size."""
     start = self.restore_or_initialize(init_fn, for_training=True)
-    due = lambda step: evaluate and step > 0 and (step % eval_every_steps == 0
-                                                  or step >= num_train_steps)
+    budget = time_budget
+    finished = lambda step: step >= num_train_steps or bool(budget and budget.is_spent())
+    due = lambda step: evaluate and step > 0 and (step % eval_every_steps == 0 or finished(step))
     if due(start) and evaluate(start):
       logging.info("Early stopping ended this training run at step %d; not resuming", start)
       return {}
     if start >= num_train_steps:
       logging.info("Already at step %d >= num_train_steps %d", start, num_train_steps)
+      return {}
+    if finished(start):
+      logging.info("The time budget of %s is spent (at step %d); not training further",
+                   _duration(budget.seconds), start)
       return {}
     iterator = _iterator(self.distribute(dataset_fn, skip_batches=start,
                                          stack=self.accumulation))
@@ -537,7 +551,7 @@ class Trainer:
     step_seconds, loops = None, 0  # the step time of the loops after the first (it traces)
     timed_loops = self.num_workers == 1 and log_every_seconds
     try:
-      while step < num_train_steps and not stop.requested:
+      while not finished(step) and not stop.requested:
         next_save = (step // save_checkpoints_steps + 1) * save_checkpoints_steps
         n = min(steps_per_loop - step % steps_per_loop, num_train_steps - step, next_save - step)
         if evaluate:
@@ -546,14 +560,23 @@ class Trainer:
           n = 1
         elif timed_loops:
           n = min(n, max(1, int(log_every_seconds / step_seconds)) if step_seconds else 10)
+        if budget:
+          n = budget.plan_loop(step, n, step_seconds)
         loop_start = time.time()
         stats = self._train_loop(iterator, tf.constant(n))
         step = int(self.optimizer.iterations.numpy())
+        elapsed = time.time() - loop_start
+        if budget:
+          # Every worker must size its loops alike: they agree on one clock.
+          elapsed = self._agreed_seconds(elapsed)
+          # Only training counts: the first loop's one step, which traces and compiles the step
+          # (again after each resume), is counted at the next loop's rate.
+          budget.end_loop(step, 0.0 if loops == 0 else elapsed * (n + 1) / n if loops == 1
+                          else elapsed)
         # Summed over the loop's steps (each replica adding 1 / replicas): the steps applied.
         applied = int(round(float(stats.pop("applied_steps")[0])))
         metrics = metrics_from_stats(stats)
         metrics["learning_rate"] = float(self.optimizer.learning_rate(step))
-        elapsed = time.time() - loop_start
         if loops:
           step_seconds = elapsed / n
         loops += 1
@@ -575,7 +598,8 @@ class Trainer:
           continue
         bad_loops = 0
         self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied,
-                           first=loops == 1)
+                           first=loops == 1,
+                           budget_left=budget.remaining_seconds() if budget else None)
         if loops == 1:
           # The first loop (one step) includes tracing and compiling the step: the rate, and so
           # the ETA, count from its end (step 1 of a 2-minute run once said 15 minutes).
@@ -585,7 +609,7 @@ class Trainer:
             for k, v in metrics.items():
               tf.summary.scalar(k, v)
           writer.flush()
-        if self.manager and (step % save_checkpoints_steps == 0 or step >= num_train_steps):
+        if self.manager and (step % save_checkpoints_steps == 0 or finished(step)):
           self.save()
         if due(step) and evaluate(step):
           break
@@ -630,13 +654,30 @@ class Trainer:
     logging.info("Saved checkpoint %s", path)
     return path
 
+  def _agreed_seconds(self, seconds):
+    """`seconds` measured by this process; under multi_worker_mirrored, the workers' mean (a
+    collective every worker calls at the same point), so that they take the same decisions."""
+    if self.num_workers == 1:
+      return seconds
+    return float(self._mean_over_replicas(tf.constant(seconds, tf.float32)))
+
+  @tf.function
+  def _mean_over_replicas(self, value):
+    # (tf.identity: the value made on the replica's device, where the collective reads it.)
+    per_replica = self.strategy.run(
+        lambda v: tf.distribute.get_replica_context().all_reduce("MEAN", tf.identity(v)),
+        args=(value,))
+    return self.strategy.experimental_local_results(per_replica)[0]
+
   @staticmethod
-  def _log_progress(step, total, metrics, s0, t0, skipped, first=False):
+  def _log_progress(step, total, metrics, s0, t0, skipped, first=False, budget_left=None):
     """One progress line. The ETA is at the rate since the first loop ended ("estimating" after
-    the first, whose time is mostly compilation)."""
+    the first, whose time is mostly compilation), or the time budget left."""
     rate = (step - s0) / max(time.time() - t0, 1e-9)
     eta = "estimating" if first and step < total else _duration(
         (total - step) / rate if rate > 0 else float("inf"))
+    if budget_left is not None:
+      eta = f"{_duration(budget_left)} (time budget)"
     shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
                      if k not in ("steps_per_second", "examples_per_second"))
     speed = f"{metrics['steps_per_second']:.2f} steps/s"
