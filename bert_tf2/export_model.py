@@ -673,6 +673,9 @@ def export(model_type, export_dir, init_checkpoint=None, bert_config_file=None, 
                                                       vocab_file)
     inputs = [("init_checkpoint", checkpoints.checkpoint_files(init_checkpoint)),
               ("bert_config_file", config_path), ("vocab_file", vocab_path)]
+    # Read now, before export_dir is locked: a bad config is its own one-line error, even while
+    # another export holds the lock (CI saw a lock error in its place).
+    modeling.BertConfig.from_json_file(config_path)
   with fileio.no_new_empty_directories(export_dir):  # It appears only when complete.
     fileio.check_outputs(replaced_directories=[("export_dir", export_dir)], inputs=inputs)
   replaceable = (litert.is_litert_directory if export_format == "litert"

@@ -73,8 +73,8 @@ def _progress(stderr):
 @requires_shared
 def test_a_budget_run_ends_at_its_budget_with_the_rate_at_zero_and_resumes(tmp_path):
   out = tmp_path / "out"
-  budget_s = 12.0
-  # Interrupted half-way (SIGTERM: a checkpoint at the end of the loop), then resumed.
+  budget_s = 30.0
+  # Interrupted early (SIGTERM: a checkpoint at the end of the loop), then resumed.
   proc = popen([PYTHON] + _args(tmp_path, out, budget_s / 60), cwd=ROOT, env=ENV,
                stdout=DEVNULL, stderr=PIPE, text=True)
   lines, deadline = [], time.time() + 300
@@ -82,7 +82,6 @@ def test_a_budget_run_ends_at_its_budget_with_the_rate_at_zero_and_resumes(tmp_p
     lines.append(line)
     match = PROGRESS.search(line)
     if match and int(match.group(1)) > 1:  # past the first (compiling) loop
-      time.sleep(budget_s / 4)
       proc.send_signal(signal.SIGTERM)
       break
     assert time.time() < deadline
@@ -91,26 +90,30 @@ def test_a_budget_run_ends_at_its_budget_with_the_rate_at_zero_and_resumes(tmp_p
   first_spent = _spent(out)
   assert 0 < first_spent < budget_s
   first = _progress(stderr)
-  # Warm-up (10,000 of 100,000 steps: the first 1.2 s of the budget), then a falling rate.
-  assert max(lr for _, lr in first) <= 1e-3 + 1e-9 and first[-1][1] < 1e-3
+  # Warm-up (10,000 of 100,000 steps: the first 3 s of the budget), never above the peak.
+  assert max(lr for _, lr in first) <= 1e-3 + 1e-9
 
   resumed = run_ok(_args(tmp_path, out, budget_s / 60)).stderr
   assert "Resumed from" in resumed
   second = _progress(resumed)
   steps = [s for s, _ in second]
-  # The rate carries on from where it stopped (the clock was checkpointed), falls to 0 at the end.
-  assert second[0][0] == first[-1][0] + 1 and second[0][1] <= first[-1][1] + 1e-9
+  # The rate carries on from where it stopped (the clock was checkpointed: a schedule started
+  # afresh would begin at 0), rises to its peak at 10% of the budget, then falls to 0 at the end.
+  assert second[0][0] == first[-1][0] + 1 and second[0][1] > 0
   assert second[-1][1] == 0.0 and all(lr > 0 for _, lr in second[:-1])
-  rates = [lr for _, lr in second]
-  assert rates == sorted(rates, reverse=True)
-  # The budget is spent, by at most about one loop of 20 steps (~1 s here); the cap of 100,000
-  # steps was far from reached.
+  rates = [lr for _, lr in first + second]
+  peak = rates.index(max(rates))
+  assert rates[:peak + 1] == sorted(rates[:peak + 1])
+  assert rates[peak:] == sorted(rates[peak:], reverse=True) and len(rates) - peak > 3
+  # The budget is spent, overshot by no more than a misjudged last step or two (the last loop is
+  # sized to end at it; a busy machine makes steps uneven); the cap of 100,000 steps was far from
+  # reached.
   spent = _spent(out)
-  assert budget_s <= spent < budget_s + 10, spent
+  assert budget_s <= spent < budget_s * 1.5, spent
   assert steps[-1] < 100000
   # Spent: a rerun trains no further; a larger budget continues.
   again = run_ok(_args(tmp_path, out, budget_s / 60)).stderr
-  assert "time budget of 0:00:12 is spent" in again
+  assert "time budget of 0:00:30 is spent" in again
   assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{steps[-1]}")
 
   # Evaluation reads the checkpoint without the flag, and without warnings of unread values.
@@ -153,4 +156,4 @@ def test_two_workers_agree_on_the_clock_and_end_together(tmp_path):
   progress = [_progress(log) for log in logs]
   assert progress[0] and progress[0] == progress[1]
   assert progress[0][-1][1] == 0.0
-  assert 10 <= _spent(out) < 20
+  assert 10 <= _spent(out) < 15
