@@ -83,8 +83,6 @@ GPU BERT-base at --steps=20000 --train_batch_size=256 is a few hours a side, and
       --max_train_docs=50 --downstream_tasks= --nopeer --work_dir=/tmp/pp     # smoke test
 """
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -479,32 +477,15 @@ def main(argv):
                                  f"together), --dupe_factor={FLAGS.dupe_factor}",
               "modern_recipe": "--mode=fast --dynamic_masking --pack_sequences --dupe_factor=1, NSP kept "
                                "(one label per packed instance)",
-              "corpus": FLAGS.corpus, "eval_text": FLAGS.eval_text or "held-out documents",
-              "heldout_fraction": FLAGS.heldout_fraction, "max_train_docs": FLAGS.max_train_docs,
-              "seed": FLAGS.seed, "downstream_tasks": FLAGS.downstream_tasks,
-              "downstream_seeds": FLAGS.seeds, "downstream_epochs": FLAGS.downstream_epochs,
-              "downstream_max_steps": FLAGS.downstream_max_steps,
-              "downstream_learning_rate": FLAGS.downstream_learning_rate,
+              **runs.data_settings(),
               "wall_clock": "seconds from each training process' start (imports, tracing and "
                             "our checkpoint saves included; evaluation excluded)",
               "plot": plot}
   details = {"data": data, "ours": ours, "peer": hf, "speedup_to_hf_loss": speedups,
              "downstream_means": means, "downstream_runs": downstream}
-  captured = io.StringIO()
-  with contextlib.redirect_stdout(captured):
-    line = common.emit("pretraining_parity", figures, settings, details,
-                       peer_name="HF transformers BertForPreTraining + torch.optim.AdamW "
-                                 "(plain torch loop, the original recipe's records)",
-                       peer_missing=peer_missing)
-  line = {**{k: v for k, v in line.items() if k not in ("figures", "settings", "details",
-                                                        "machine", "versions")},
-          **top, **{k: line[k] for k in ("figures", "settings", "details", "machine",
-                                         "versions")}}
-  text = json.dumps(line)
-  with open(_path("pretraining_parity.json"), "w", encoding="utf-8") as f:
-    f.write(text + "\n")
-  print(text, flush=True)
-
+  runs.emit(figures, settings, details, top,
+            peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (plain torch loop, "
+                      "the original recipe's records)", peer_missing=peer_missing)
 
 if __name__ == "__main__":
   app.run(main)

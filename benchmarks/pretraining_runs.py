@@ -9,6 +9,7 @@ trainer's flags for its run; the benchmark scripts hold their tables.
 """
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -420,3 +421,33 @@ def plot(runs, file_path, title):
   os.makedirs(os.path.dirname(os.path.abspath(file_path)), exist_ok=True)
   fig.savefig(file_path, dpi=100)
   plt.close(fig)
+
+
+# --- the JSON line --------------------------------------------------------------------------------
+
+
+def data_settings():
+  """The settings of the text, the held-out scoring and the fine-tuning every such benchmark
+  records."""
+  return {"corpus": FLAGS.corpus, "eval_text": FLAGS.eval_text or "held-out documents",
+          "heldout_fraction": FLAGS.heldout_fraction, "max_train_docs": FLAGS.max_train_docs,
+          "seed": FLAGS.seed, "downstream_tasks": FLAGS.downstream_tasks,
+          "downstream_seeds": FLAGS.seeds, "downstream_epochs": FLAGS.downstream_epochs,
+          "downstream_max_steps": FLAGS.downstream_max_steps,
+          "downstream_learning_rate": FLAGS.downstream_learning_rate}
+
+
+def emit(figures, settings, details, top, peer_name, peer_missing=None):
+  """common.emit's line with the benchmark's headline keys (`top`) after the first figure's,
+  printed and written to <work_dir>/<benchmark>.json."""
+  captured = io.StringIO()
+  with contextlib.redirect_stdout(captured):
+    line = common.emit(benchmark_name(), figures, settings, details, peer_name=peer_name,
+                       peer_missing=peer_missing)
+  rest = ("figures", "settings", "details", "machine", "versions")
+  line = {**{k: v for k, v in line.items() if k not in rest}, **top,
+          **{k: line[k] for k in rest}}
+  text = json.dumps(line)
+  with open(path(f"{benchmark_name()}.json"), "w", encoding="utf-8") as f:
+    f.write(text + "\n")
+  print(text, flush=True)

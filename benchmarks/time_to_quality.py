@@ -51,9 +51,6 @@ fine-tuning (~30 s each on 2 cores): about 2 h 15 min by default on the project'
       --downstream_tasks= --work_dir=/tmp/ttq                    # smoke test
 """
 
-import contextlib
-import io
-import json
 import time
 
 from absl import app  # pylint: disable=g-import-not-at-top
@@ -210,31 +207,14 @@ def main(argv):
               "eval_every_steps": every, "probe_steps_per_second": rate,
               "eval": "single segments of held-out text, fixed 15% masks (80/10/10), "
                       f"{runs.eval_batches() * FLAGS.eval_batch_size} instances",
-              "corpus": FLAGS.corpus, "eval_text": FLAGS.eval_text or "held-out documents",
-              "heldout_fraction": FLAGS.heldout_fraction, "max_train_docs": FLAGS.max_train_docs,
-              "seed": FLAGS.seed, "downstream_tasks": FLAGS.downstream_tasks,
-              "downstream_seeds": FLAGS.seeds, "downstream_epochs": FLAGS.downstream_epochs,
-              "downstream_max_steps": FLAGS.downstream_max_steps,
-              "downstream_learning_rate": FLAGS.downstream_learning_rate,
+              **runs.data_settings(),
               "wall_clock": "seconds from each training command's start (start-up, tracing "
                             "and checkpoint saves included; evaluation excluded)",
               "plot": plot}
   details = {"data": data, "ours": results, "original_on_pairs": original_on_pairs,
              "downstream_means": means, "downstream_runs": downstream}
-  captured = io.StringIO()
-  with contextlib.redirect_stdout(captured):
-    line = common.emit("time_to_quality", figures, settings, details,
-                       peer_name="this project's original recipe (the paper's)",
-                       peer_missing=None)
-  line = {**{k: v for k, v in line.items() if k not in ("figures", "settings", "details",
-                                                        "machine", "versions")},
-          **top, **{k: line[k] for k in ("figures", "settings", "details", "machine",
-                                         "versions")}}
-  text = json.dumps(line)
-  with open(runs.path("time_to_quality.json"), "w", encoding="utf-8") as f:
-    f.write(text + "\n")
-  print(text, flush=True)
-
+  runs.emit(figures, settings, details, top,
+            peer_name="this project's original recipe (the paper's)")
 
 if __name__ == "__main__":
   app.run(main)
