@@ -741,11 +741,22 @@ class MaskedLMHead(tf.Module):
   def __call__(self, x, embedding_table, training=False):
     """The last layer at the masked positions [batch * n, hidden] -> float32 log-probabilities
     [batch * n, vocab]."""
+    return self.log_probs(self.logits(x, embedding_table, training))
+
+  def logits(self, x, embedding_table, training=False):
+    """[batch * n, hidden] -> [batch * n, vocab] in x's dtype, without output_bias."""
     x = self.layer_norm(self.dense(x, training=training))
     # Output weights tied to the input embeddings, as the original: no second vocab x hidden
     # matrix to learn and store.
-    logits = tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+    return tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+
+  def log_probs(self, logits):
     return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+  def loss(self, logits, labels):
+    """(nll, correct) float32 [batch * n] of `labels`: kernels.masked_lm_loss, the same numbers
+    as from log_probs in two compiled passes."""
+    return kernels.masked_lm_loss(logits, self.output_bias, tf.cast(labels, tf.int32))
 
 
 class NextSentenceHead(tf.Module):
@@ -809,8 +820,14 @@ class BertPretrainer(tf.Module):
                         inference_weights=inference_weights, **packing)
     selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
     hidden = self.bert.config.hidden_size
-    outputs["masked_lm_log_probs"] = self.masked_lm(tf.reshape(selected[:, k:], [-1, hidden]),
-                                                    self.bert.embedding_table, training)
+    logits = self.masked_lm.logits(tf.reshape(selected[:, k:], [-1, hidden]),
+                                   self.bert.embedding_table, training)
+    # Inside a tf.function, what no one reads is pruned: a training step reads the loss's two
+    # numbers a prediction, not the [batch * n, vocab] log-probabilities.
+    outputs["masked_lm_log_probs"] = self.masked_lm.log_probs(logits)
+    if "masked_lm_ids" in features:
+      outputs["masked_lm_nll"], outputs["masked_lm_correct"] = self.masked_lm.loss(
+          logits, tf.reshape(features["masked_lm_ids"], [-1]))
     if self.next_sentence is not None:
       # The pooler over every instance's [CLS], not outputs' pooled_output (the first one's).
       pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]),
@@ -826,13 +843,9 @@ def pretraining_losses(features, outputs):
   replicas and accumulation steps: the loss of a batch is then the same however it is split. Names
   ending in `_loss` are added up into the training loss; the rest are metrics.
   """
-  log_probs = outputs["masked_lm_log_probs"]
-  label_ids = tf.reshape(features["masked_lm_ids"], [-1])
   # Padding predictions (weight 0) exist to give a fixed shape; they must not count.
   label_weights = tf.cast(tf.reshape(features["masked_lm_weights"], [-1]), tf.float32)
-  mlm_nll = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=1)
-  mlm_correct = tf.cast(tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32),
-                                 tf.cast(label_ids, tf.int32)), tf.float32)
+  mlm_nll, mlm_correct = outputs["masked_lm_nll"], outputs["masked_lm_correct"]
   mlm_count = tf.reduce_sum(label_weights)
   losses = {"masked_lm_loss": (tf.reduce_sum(mlm_nll * label_weights), mlm_count),
             "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * label_weights), mlm_count)}

@@ -118,6 +118,51 @@ def test_training_layer_norm_has_the_output_and_gradients_of_the_plain_one():
       np.testing.assert_allclose(fused, plain, rtol=tolerance, atol=tolerance * np.abs(plain).max())
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_masked_lm_loss_kernel_is_log_softmax_gather_and_argmax(dtype):
+  """kernels.masked_lm_loss against what it replaced: -log_softmax(logits + bias)[label], argmax
+  == label (ties to the first index: bfloat16 logits tie, here on purpose), and autodiff's
+  gradients of a weighted sum of it, for the logits and the bias."""
+  rng = np.random.default_rng(3)
+  rows, vocab = 96, 3000
+  values = rng.normal(size=(rows, vocab)) * 3.0
+  bias = rng.normal(size=vocab) * 0.1
+  # Rows 0-7: the largest logit + bias twice, at a lower and a higher index; the label is one of
+  # them.
+  for row in range(8):
+    pair = sorted(rng.choice(vocab, 2, replace=False))
+    values[row, pair] = values[row].max() + 1.0
+    bias[pair] = 0.0
+  logits, bias = tf.constant(values, dtype), tf.constant(bias, tf.float32)
+  z = tf.cast(logits, tf.float32) + bias
+  best = tf.argmax(z, -1, output_type=tf.int32)
+  # Rows 0-7 labelled with a tied maximum (alternately the first, which argmax picks, and the
+  # second, which it does not), rows 8-23 with their argmax, the rest at random.
+  tied = [int(np.flatnonzero(z[row] == tf.reduce_max(z[row]))[row % 2]) for row in range(8)]
+  labels = tf.constant(tied + list(best[8:24].numpy()) + list(rng.integers(0, vocab, rows - 24)),
+                       tf.int32)
+  weights = tf.constant(rng.random(rows), tf.float32)
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([logits, bias])
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32) + bias)
+    plain_nll = -tf.gather(log_probs, labels, batch_dims=1)
+    plain_correct = tf.cast(tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32), labels),
+                            tf.float32)
+    nll, correct = kernels.masked_lm_loss(logits, bias, labels)
+    plain_loss, loss = tf.reduce_sum(plain_nll * weights), tf.reduce_sum(nll * weights)
+  assert nll.dtype == correct.dtype == tf.float32
+  np.testing.assert_allclose(nll.numpy(), plain_nll.numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(correct.numpy(), plain_correct.numpy())
+  assert correct.numpy()[:8].tolist() == [1.0, 0.0] * 4 and correct.numpy()[8:24].all()
+  for variable in (logits, bias):
+    plain, fused = tape.gradient(plain_loss, variable), tape.gradient(loss, variable)
+    assert fused.dtype == variable.dtype
+    np.testing.assert_allclose(tf.cast(fused, tf.float32).numpy(),
+                               tf.cast(plain, tf.float32).numpy(), rtol=1e-5, atol=1e-6)
+  empty_nll, empty_correct = kernels.masked_lm_loss(logits[:0], bias, labels[:0])
+  assert empty_nll.shape == empty_correct.shape == (0,)
+
+
 @pytest.mark.parametrize("act", ["gelu", "gelu_exact"])
 def test_training_gelu_has_the_gradient_of_tf_nn_gelu(act):
   x = tf.constant(np.linspace(-8, 8, 4001), tf.float32)
@@ -408,10 +453,16 @@ def test_a_batch_of_zero_rows_gives_empty_outputs():
   empty = tf.zeros([0, 6], tf.int32)
   full = model.bert(empty, empty, empty)
   assert full["sequence_output"].shape == (0, 6, 16) and full["pooled_output"].shape == (0, 16)
-  out = model({"input_ids": empty, "input_mask": empty, "segment_ids": empty,
-               "masked_lm_positions": tf.zeros([0, 3], tf.int32)}, training=True)
+  features = {"input_ids": empty, "input_mask": empty, "segment_ids": empty,
+              "masked_lm_positions": tf.zeros([0, 3], tf.int32),
+              "masked_lm_ids": tf.zeros([0, 3], tf.int32),
+              "masked_lm_weights": tf.zeros([0, 3]), "next_sentence_labels": tf.zeros([0, 1])}
+  out = model(features, training=True)
   assert out["masked_lm_log_probs"].shape == (0, 50)
+  assert out["masked_lm_nll"].shape == out["masked_lm_correct"].shape == (0,)
   assert out["next_sentence_log_probs"].shape == (0, 2)
+  losses = modeling.pretraining_losses(features, out)
+  assert all(float(total) == float(count) == 0.0 for total, count in losses.values())
 
 
 def test_bfloat16_softmax_is_the_float32_softmax_rounded():
