@@ -738,19 +738,16 @@ class MaskedLMHead(tf.Module):
         self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
       self.output_bias = tf.Variable(tf.zeros([config.vocab_size]), name="output_bias")
 
-  def __call__(self, x, embedding_table, training=False):
-    """The last layer at the masked positions [batch * n, hidden] -> float32 log-probabilities
-    [batch * n, vocab]."""
-    return self.log_probs(self.logits(x, embedding_table, training))
-
   def logits(self, x, embedding_table, training=False):
-    """[batch * n, hidden] -> [batch * n, vocab] in x's dtype, without output_bias."""
+    """The last layer at the masked positions [batch * n, hidden] -> [batch * n, vocab] in x's
+    dtype, without output_bias."""
     x = self.layer_norm(self.dense(x, training=training))
     # Output weights tied to the input embeddings, as the original: no second vocab x hidden
     # matrix to learn and store.
     return tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
 
   def log_probs(self, logits):
+    """float32 log-probabilities [batch * n, vocab]."""
     return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
 
   def loss(self, logits, labels):
