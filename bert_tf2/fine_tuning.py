@@ -75,6 +75,7 @@ def run(settings, modes, **required):
   behind (fileio.check_outputs makes it, to prove that it can)."""
   if not any(getattr(settings, f"do_{mode}") for mode in modes):
     raise fileio.InputError(f"at least one of {', '.join(f'--do_{m}' for m in modes)} must be set")
+  check_eval_flags(settings)
   output_dir, hub_module_handle = settings.output_dir, settings.hub_module_handle
   vocab_file = hub_module_vocab(hub_module_handle, settings.vocab_file)
   if not vocab_file and not hub_module_handle:
@@ -142,6 +143,21 @@ def train_on_records(settings, trainer, train_file, spec, batch, steps, init_fn,
       eval_every_steps=settings.eval_every_steps)
 
 
+def check_eval_flags(settings):
+  """The flags of evaluation during training that must go together, checked from the flags alone
+  (in `run`, before output_dir is locked: a run refused for its flags is never told instead that
+  another run holds the folder)."""
+  if settings.eval_every_steps is None:
+    for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
+      if getattr(settings, name) is not None:
+        raise fileio.InputError(f"--{name} needs --eval_every_steps (how often to evaluate)")
+  elif not settings.do_train:
+    raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
+  elif settings.early_stopping_patience is not None and not settings.keep_best_checkpoint_metric:
+    raise fileio.InputError("--early_stopping_patience needs --keep_best_checkpoint_metric "
+                            "(the dev metric that must improve)")
+
+
 def eval_during_training(settings, trainer, evaluate, metric_names=None, read_dev=None):
   """The evaluation during training `settings` ask for (EvalDuringTraining over `evaluate()`,
   which returns the dev eval_* metrics; `metric_names` are those it can return, to check
@@ -151,13 +167,9 @@ def eval_during_training(settings, trainer, evaluate, metric_names=None, read_de
   after training has run: `read_dev()` (the dev examples' reader) is called once, so a missing,
   unreadable, malformed or empty dev file is one error line now; and the best checkpoint's
   folder must be free for it (EvalDuringTraining)."""
+  check_eval_flags(settings)
   if settings.eval_every_steps is None:
-    for name in ("keep_best_checkpoint_metric", "early_stopping_patience"):
-      if getattr(settings, name) is not None:
-        raise fileio.InputError(f"--{name} needs --eval_every_steps (how often to evaluate)")
     return None
-  if not settings.do_train:
-    raise fileio.InputError("--eval_every_steps evaluates during training: add --do_train")
   if read_dev is not None and not read_dev():
     raise fileio.InputError("--eval_every_steps evaluates on the dev set, and it has no "
                             "examples: give a dev file with examples, or leave out "
