@@ -552,10 +552,7 @@ class EvalDuringTraining:
   def __init__(self, trainer, output_dir, evaluate, metric=None, patience=None,
                metric_names=None, model_files=("bert_config.json", "vocab.txt", "task.json")):
     self.trainer, self.output_dir, self._evaluate = trainer, output_dir, evaluate
-    self.metric = metric_key(metric) if metric else None
-    if patience is not None and not self.metric:
-      raise fileio.InputError("--early_stopping_patience needs --keep_best_checkpoint_metric "
-                              "(the dev metric that must improve)")
+    self.metric = metric_key(metric) if metric else None  # (flags checked: check_eval_flags)
     if self.metric and metric_names is not None and self.metric not in metric_names:
       raise fileio.InputError(f"--keep_best_checkpoint_metric={metric}: this task's dev metrics "
                               f"are {', '.join(sorted(metric_names))}")
