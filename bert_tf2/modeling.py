@@ -229,7 +229,7 @@ def _weight(variables, dtype, inference_weights, axis=0):
   `inference_weights` (an InferenceWeights, or None) holds, else concatenated and cast here, at
   this call."""
   if inference_weights is not None:
-    weight = inference_weights.get(variables, dtype)
+    weight = inference_weights.get(variables, dtype, axis)
     if weight is not None:
       return weight
   return _cast_concat(variables, axis, dtype)
@@ -278,7 +278,7 @@ class InferenceWeights:
                      for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
     self.bf16_softmax = bf16_softmax
 
-  def get(self, variables, dtype):
+  def get(self, variables, dtype, axis=0):  # pylint: disable=unused-argument
     """The copy of `variables` (concatenated) in `dtype`, or None."""
     return self._weights.get(_weight_key(variables, dtype))
 
@@ -579,8 +579,9 @@ class BertModel(tf.Module):
     """`dropout_seed`: optional int [2] tensor; when given, dropout is stateless (reproducible
     across restarts). The training loop passes [step, replica].
 
-    `inference_weights`: optional InferenceWeights (with training=False): the weights cast once
-    that every layer reads instead of casting its variables at this call.
+    `inference_weights`: optional InferenceWeights (with training=False) or the training step's
+    weight_copies.WeightCopies: the weights in the compute dtype that every layer reads instead
+    of casting its variables at this call.
 
     Packed sequences (several instances in one row) give `instance_ids` [batch, seq] (1, 2, ...
     per instance, 0 for padding): a token then attends only to the tokens of its own instance.
@@ -738,13 +739,13 @@ class MaskedLMHead(tf.Module):
         self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
       self.output_bias = tf.Variable(tf.zeros([config.vocab_size]), name="output_bias")
 
-  def logits(self, x, embedding_table, training=False):
+  def logits(self, x, embedding_table, training=False, inference_weights=None):
     """The last layer at the masked positions [batch * n, hidden] -> [batch * n, vocab] in x's
-    dtype, without output_bias."""
-    x = self.layer_norm(self.dense(x, training=training))
+    dtype, without output_bias. `inference_weights`: see BertModel."""
+    x = self.layer_norm(self.dense(x, training=training, inference_weights=inference_weights))
     # Output weights tied to the input embeddings, as the original: no second vocab x hidden
     # matrix to learn and store.
-    return tf.matmul(x, tf.cast(embedding_table, x.dtype), transpose_b=True)
+    return tf.matmul(x, _weight([embedding_table], x.dtype, inference_weights), transpose_b=True)
 
   def log_probs(self, logits):
     """float32 log-probabilities [batch * n, vocab]."""
@@ -766,10 +767,14 @@ class NextSentenceHead(tf.Module):
                                         name="output_weights")
       self.output_bias = tf.Variable(tf.zeros([2]), name="output_bias")
 
-  def __call__(self, pooled_output):
-    logits = tf.matmul(pooled_output, tf.cast(self.output_weights, pooled_output.dtype),
+  def __call__(self, pooled_output, inference_weights=None):
+    logits = tf.matmul(pooled_output,
+                       _weight([self.output_weights], pooled_output.dtype, inference_weights),
                        transpose_b=True)
     return tf.nn.log_softmax(tf.cast(logits, tf.float32) + self.output_bias)
+
+  def weight_groups(self):
+    return [([self.output_weights], 0)]
 
 
 class BertPretrainer(tf.Module):
@@ -791,6 +796,10 @@ class BertPretrainer(tf.Module):
   def unused_variables(self):
     """Variables no loss reaches: masked-LM only, the pooler's."""
     return () if self.next_sentence else tuple(self.bert.pooler.trainable_variables)
+
+  def weight_groups(self):
+    """The tied output matrix, read in the compute dtype (see weight_copies)."""
+    return [([self.bert.embedding_table], 0)]
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     """Packed sequences (features with instance_ids and next_sentence_labels [batch, k]) get the
@@ -818,7 +827,7 @@ class BertPretrainer(tf.Module):
     selected = outputs["sequence_output"]  # [batch, k + predictions, hidden]
     hidden = self.bert.config.hidden_size
     logits = self.masked_lm.logits(tf.reshape(selected[:, k:], [-1, hidden]),
-                                   self.bert.embedding_table, training)
+                                   self.bert.embedding_table, training, inference_weights)
     # Inside a tf.function, what no one reads is pruned: a training step reads the loss's two
     # numbers a prediction, not the [batch * n, vocab] log-probabilities.
     outputs["masked_lm_log_probs"] = self.masked_lm.log_probs(logits)
@@ -829,7 +838,7 @@ class BertPretrainer(tf.Module):
       # The pooler over every instance's [CLS], not outputs' pooled_output (the first one's).
       pooled = self.bert.pooler.dense(tf.reshape(selected[:, :k], [-1, hidden]),
                                       training=training, inference_weights=inference_weights)
-      outputs["next_sentence_log_probs"] = self.next_sentence(pooled)
+      outputs["next_sentence_log_probs"] = self.next_sentence(pooled, inference_weights)
     return outputs
 
 
@@ -876,9 +885,13 @@ class OutputLayer(tf.Module):
                                         name="output_weights")
       self.output_bias = tf.Variable(tf.zeros([num_outputs]), name="output_bias")
 
-  def __call__(self, x):
-    logits = tf.matmul(x, tf.cast(self.output_weights, x.dtype), transpose_b=True)
+  def __call__(self, x, inference_weights=None):
+    logits = tf.matmul(x, _weight([self.output_weights], x.dtype, inference_weights),
+                       transpose_b=True)
     return tf.cast(logits, tf.float32) + self.output_bias
+
+  def weight_groups(self):
+    return [([self.output_weights], 0)]
 
 
 def _head_seed(dropout_seed):
@@ -910,9 +923,9 @@ class _FineTuningModel(tf.Module):
                      training=training, dropout_seed=dropout_seed, output_positions=cls,
                      inference_weights=inference_weights)
 
-  def _logits(self, x, training, dropout_seed):
+  def _logits(self, x, training, dropout_seed, inference_weights):
     return self.output_layer(kernels.dropout(x, self.head_dropout, training,
-                                             _head_seed(dropout_seed)))
+                                             _head_seed(dropout_seed)), inference_weights)
 
 
 CLASSIFIER_POOLINGS = ("pooler",) + POOLINGS
@@ -944,7 +957,7 @@ class BertClassifier(_FineTuningModel):
     else:
       outputs = self._encode(features, training, dropout_seed, inference_weights)
       vectors = pool_tokens(outputs["sequence_output"], features["input_mask"], self.pooling)
-    outputs["logits"] = self._logits(vectors, training, dropout_seed)
+    outputs["logits"] = self._logits(vectors, training, dropout_seed, inference_weights)
     return outputs
 
 
@@ -957,7 +970,8 @@ class BertSpanLabeler(_FineTuningModel):
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     outputs = self._encode(features, training, dropout_seed, inference_weights)
-    logits = self._logits(outputs["sequence_output"], training, dropout_seed)  # [b, seq, 2]
+    logits = self._logits(outputs["sequence_output"], training, dropout_seed,
+                          inference_weights)  # [b, seq, 2]
     outputs["start_logits"], outputs["end_logits"] = logits[..., 0], logits[..., 1]
     return outputs
 
@@ -970,7 +984,8 @@ class BertTokenClassifier(_FineTuningModel):
 
   def __call__(self, features, training=False, dropout_seed=None, inference_weights=None):
     outputs = self._encode(features, training, dropout_seed, inference_weights)
-    outputs["logits"] = self._logits(outputs["sequence_output"], training, dropout_seed)
+    outputs["logits"] = self._logits(outputs["sequence_output"], training, dropout_seed,
+                                     inference_weights)
     return outputs
 
 
@@ -986,7 +1001,7 @@ class BertMultipleChoice(_FineTuningModel):
     # score each, back to [batch, num_choices].
     outputs = self._encode(features, training, dropout_seed, inference_weights,
                            input_shape=[-1, tf.shape(features["input_ids"])[2]], pooled_only=True)
-    logits = self._logits(outputs["pooled_output"], training, dropout_seed)
+    logits = self._logits(outputs["pooled_output"], training, dropout_seed, inference_weights)
     outputs["logits"] = tf.reshape(logits, [-1, num_choices])
     return outputs
 

@@ -109,8 +109,8 @@ class _Optimizer(tf.Module):
     # The update of one variable is ~10 elementwise passes over it (moments, decay, the
     # non-finite guard, the assignments); XLA fuses them into one read and one in-place write of
     # each buffer, which matters on CPU where the optimizer is otherwise ~15% of a BERT step.
-    self._update = (tf.function(self._update_variable, jit_compile=True) if jit_update
-                    else self._update_variable)
+    self._update = (tf.function(self._update_and_copy, jit_compile=True) if jit_update
+                    else self._update_and_copy)
 
   def build(self, variables):
     """Creates the slot variables; call under the strategy's scope, before the first step."""
@@ -127,14 +127,19 @@ class _Optimizer(tf.Module):
     divides the gradients by it again)."""
     return loss * self.loss_scale.scale if self.loss_scale is not None else loss
 
-  def apply_gradients(self, gradients, variables):
+  def apply_gradients(self, gradients, variables, copies=None):
     """Applies one update (or skips it if a gradient is not finite). Call from replica context
-    with gradients that are already summed across replicas; returns (applied, global_norm)."""
+    with gradients that are already summed across replicas; returns (applied, global_norm).
+
+    A gradient may be in a lower precision than its variable (a bf16 model's, with respect to
+    the weight copy it read): the update casts it. `copies`: optional, aligned with `variables`:
+    a variable (or None) that the update writes with the new weight cast to its dtype
+    (weight_copies)."""
     self.build(variables)
     # Unscaling (fp16) and the original's clip_by_global_norm are one factor applied inside the
     # fused update; the norm is of the unscaled gradients.
     unscale = 1.0 / self.loss_scale.scale if self.loss_scale is not None else 1.0
-    global_norm = tf.linalg.global_norm(gradients) * unscale
+    global_norm = _global_norm(gradients) * unscale
     finite = tf.math.is_finite(global_norm)
     factor = unscale
     if self.clip_norm:
@@ -143,19 +148,20 @@ class _Optimizer(tf.Module):
     factor = tf.where(finite, factor, 0.0)
     # By applied steps: a skipped step does not advance the schedule.
     lr = self.learning_rate(self.iterations)
+    copies = copies or [None] * len(variables)
     tf.distribute.get_replica_context().merge_call(
-        self._distributed_apply, args=(gradients, variables, lr, factor, finite))
+        self._distributed_apply, args=(gradients, variables, copies, lr, factor, finite))
     return finite, global_norm
 
-  def _distributed_apply(self, strategy, gradients, variables, lr, factor, finite):
+  def _distributed_apply(self, strategy, gradients, variables, copies, lr, factor, finite):
     # The compiled update runs only without a tf.distribute strategy: under mirrored and
     # multi-worker strategies it updated the wrong copy of some variables (tests/
     # test_run_pretraining.py caught it), so there the plain ops run.
-    update = self._update if not tf.distribute.has_strategy() else self._update_variable
-    for i, (g, v) in enumerate(zip(gradients, variables)):
+    update = self._update if not tf.distribute.has_strategy() else self._update_and_copy
+    for i, (g, v, copy) in enumerate(zip(gradients, variables, copies)):
       slots = [self.slots[n][i] for n in self.slot_names]
       strategy.extended.update(
-          v, update, args=(g, *slots, lr, factor, finite),
+          v, update, args=(g, slots, copy, lr, factor, finite),
           kwargs=dict(decay=self._decays(v.name)), group=False)
     strategy.extended.update(self.iterations,
                              lambda it, f: it.assign_add(tf.cast(f, tf.int64)),
@@ -164,6 +170,13 @@ class _Optimizer(tf.Module):
       # `finite` is the same on every replica (the norm is of gradients already summed across
       # them): the first replica's stands for all.
       self.loss_scale.update(strategy.experimental_local_results(finite)[0])
+
+  def _update_and_copy(self, var, grad, slots, copy, lr, factor, finite, decay):
+    """The update of `var`, then `copy` (when not None) written from the new `var`: in one
+    compiled pass, the new weight is rounded as it is written."""
+    self._update_variable(var, tf.cast(grad, var.dtype), *slots, lr, factor, finite, decay)
+    if copy is not None:
+      copy.assign(tf.cast(var, copy.dtype))
 
   def _update_variable(self, var, grad, m, v, lr, factor, finite, decay):
     """Updates `var` and its slots in place from the raw gradient times `factor`."""
@@ -182,6 +195,18 @@ class _Optimizer(tf.Module):
     new_m = tf.where(finite, self.beta_1 * m + (1.0 - self.beta_1) * grad, m)
     new_v = tf.where(finite, self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad), v)
     return new_m, new_v
+
+
+def _global_norm(gradients):
+  """tf.linalg.global_norm (the same sum, in float32) of gradients of any float dtypes."""
+  halves = []
+  for g in gradients:
+    g = g.values if isinstance(g, tf.IndexedSlices) else g  # (as global_norm: the values)
+    # A bf16 / fp16 gradient is cast for its L2Loss (one in bf16 would add up in bf16); the cast
+    # lives only for it: the update reads the 2-byte gradient. (A cast, square and sum instead
+    # made three passes, 18 bytes a parameter against 10 for the cast and L2Loss.)
+    halves.append(tf.nn.l2_loss(tf.cast(g, tf.float32)))
+  return tf.sqrt(tf.reduce_sum(tf.stack(halves)) * 2.0)
 
 
 class AdamWeightDecay(_Optimizer):

@@ -35,6 +35,7 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
 from bert_tf2 import optimization
 from bert_tf2 import processes
+from bert_tf2 import weight_copies
 
 
 class TrainingError(fileio.ReportedError, RuntimeError):
@@ -297,9 +298,16 @@ class Trainer:
     # no weight decay.)
     unused = {id(v) for v in getattr(model, "unused_variables", ())}
     self.variables = [v for v in model.trainable_variables if id(v) not in unused]
+    # A bf16 / fp16 model reads compute-dtype copies of its weights that the optimizer's update
+    # writes, instead of casting them at every use (weight_copies). Not with gradient
+    # checkpointing, whose recomputed layers read the variables themselves.
+    self.copies = None
     if optimizer is not None:
       with strategy.scope():
         optimizer.build(self.variables)
+        if self._takes_inference_weights and not gradient_checkpointing:
+          self.copies = weight_copies.WeightCopies.for_training(
+              model, self.variables, weight_copies.compute_dtype(model))
     self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer) if optimizer else None
     self.manager = None
     self.last_checkpoint = None  # the newest checkpoint known to be whole
@@ -350,13 +358,24 @@ class Trainer:
   # --- one step ---------------------------------------------------------------------------
 
   def _forward_impl(self, features, dropout_seed):
-    return self.loss_fn(features, self.model(features, training=True, dropout_seed=dropout_seed))
+    if self.copies is None:
+      outputs = self.model(features, training=True, dropout_seed=dropout_seed)
+    else:
+      outputs = self.model(features, training=True, dropout_seed=dropout_seed,
+                           inference_weights=self.copies)
+    return self.loss_fn(features, outputs)
 
   def _replica_step(self, stack):
     """One optimizer step on this replica's `accumulation` micro-batches (leading axis)."""
     ctx = tf.distribute.get_replica_context()
     step = self.optimizer.iterations
     grads, totals = None, None
+    copies = ([] if self.copies is None else
+              [c for c in map(self.copies.copy_of, self.variables) if c is not None])
+    # Gradients with respect to the weight copies stay in the compute dtype up to the optimizer's
+    # update, which casts them in its compiled pass, unless they are summed first: over
+    # micro-batches or replicas the sums are taken in float32.
+    keep_float32 = self.accumulation > 1 or ctx.num_replicas_in_sync > 1
     for i in range(self.accumulation):
       features = {k: v[i] for k, v in stack.items()}
       # A dropout seed per (micro-batch, replica) from --seed and the step: a resumed run draws
@@ -370,6 +389,7 @@ class Trainer:
         # checkpointing then saved 12% of the activation memory instead of 55%).
         forward = self._forward_impl
       with tf.GradientTape() as tape:
+        tape.watch(copies)
         stats = forward(features, seed)
         loss_names = sorted(k for k in stats if k.endswith("_loss"))
         # Each loss's count summed over the replicas: every replica divides its sum by the same
@@ -381,22 +401,44 @@ class Trainer:
         # micro-batches' counts are known. With counts that differ between micro-batches (masked-LM
         # predictions) the step's loss is the mean of their means, not the mean over all of them.
         loss = self.optimizer.scale_loss(loss / self.accumulation)
-      # Variables the loss does not reach (the pooler under a span head) get zero gradients.
-      # Dense tensors (an embedding's gather gives IndexedSlices), added up over micro-batches
-      # and all-reduced as they are.
-      new = [tf.convert_to_tensor(g) for g in tape.gradient(
-          loss, self.variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+      new = self._gradients(tape, loss, copies, float32=keep_float32)
       grads = new if grads is None else [a + g for a, g in zip(grads, new)]
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
     # A sum, not a mean: each replica's loss was already divided by the global count.
     grads = ctx.all_reduce("SUM", grads)
-    applied, norm = self.optimizer.apply_gradients(grads, self.variables)
+    applied, norm = self.optimizer.apply_gradients(
+        grads, self.variables,
+        copies=None if self.copies is None else [self.copies.copy_of(v) for v in self.variables])
     # Every replica holds the same value; the sum over replicas divided by the count is that value.
     share = tf.constant(1.0 / ctx.num_replicas_in_sync)
     totals["applied_steps"] = (tf.cast(applied, tf.float32) * share, share)
     totals["gradient_norm"] = (norm * share, share)
     return totals
+
+  def _gradients(self, tape, loss, copies, float32):
+    """The gradient of `loss` for each of self.variables, as dense tensors: float32, or (not
+    `float32`) in the compute dtype for a variable the model reads only through its copy."""
+    # Variables the loss does not reach (the pooler under a span head) get zero gradients.
+    # Dense tensors (an embedding's gather gives IndexedSlices), added up over micro-batches
+    # and all-reduced as they are.
+    found = tape.gradient(loss, [*self.variables, *copies],
+                          unconnected_gradients=tf.UnconnectedGradients.NONE)
+    through_copies = iter(found[len(self.variables):])
+    grads = []
+    for variable, direct in zip(self.variables, found):
+      parts = [] if direct is None else [tf.convert_to_tensor(direct)]
+      if self.copies is not None and self.copies.copy_of(variable) is not None:
+        through_copy = next(through_copies)
+        if through_copy is not None:
+          parts.append(tf.convert_to_tensor(through_copy))
+      if not parts:
+        grads.append(tf.zeros_like(variable))
+      elif len(parts) == 1 and not float32:
+        grads.append(parts[0])
+      else:  # (the word embeddings: their gather in float32, the tied output matrix's copy)
+        grads.append(tf.add_n([tf.cast(p, tf.float32) for p in parts]))
+    return grads
 
   def _one_step(self, features):
     return _reduce_stats(self.strategy, self.strategy.run(self._replica_step, args=(features,)))
@@ -408,6 +450,10 @@ class Trainer:
     # twice (a first step before the loop gave the totals their structure), which doubled the
     # graph TensorFlow optimizes and keeps: measured on BERT-base at seq 512 with gradient
     # checkpointing, 150-250 MB more peak memory and a first call ~10 s longer.
+    if self.copies is not None:
+      # The copies from the weights as they are now (a restore or another change since the last
+      # call); within the loop the optimizer writes them with the weights.
+      self.strategy.run(self.copies.refresh)
     step = self._step.get_concrete_function(iterator.element_spec)
     totals = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), step.structured_outputs)
     # A graph loop: one call runs num_steps steps without returning to Python, and num_steps is

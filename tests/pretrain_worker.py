@@ -1,7 +1,8 @@
 """Test helper process: a few pre-training steps under a given strategy; saves losses + weights,
 and the trained model's evaluation metrics and predictions.
 
-Run as `python tests/pretrain_worker.py STRATEGY OUT.npz` (multi_worker_mirrored reads TF_CONFIG).
+Run as `python tests/pretrain_worker.py STRATEGY OUT.npz [DTYPE]` (multi_worker_mirrored reads
+TF_CONFIG; DTYPE the compute dtype, float32 by default).
 The data order is fixed (no shuffling) and dropout is off, so every strategy sees the same global
 batches and should take the same steps: tests/test_run_pretraining.py compares them.
 """
@@ -19,7 +20,7 @@ RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 GLOBAL_BATCH, STEPS = 16, 4
 
 
-def main(strategy_name, out):
+def main(strategy_name, out, dtype="float32"):
   if strategy_name == "mirrored":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -38,7 +39,7 @@ def main(strategy_name, out):
                                max_position_embeddings=128, type_vocab_size=2,
                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   with strategy.scope():
-    model = modeling.BertPretrainer(config)
+    model = modeling.BertPretrainer(config, tf.as_dtype(dtype))
     optimizer = optimization.create_optimizer(1e-3, 100, 0)
   trainer = training.Trainer(strategy, model, modeling.pretraining_losses, optimizer)
   per_replica = GLOBAL_BATCH // strategy.num_replicas_in_sync
@@ -59,6 +60,14 @@ def main(strategy_name, out):
     stats = trainer._train_loop(iterator, tf.constant(1))  # pylint: disable=protected-access
     losses.append(training.metrics_from_stats(stats)["loss"])
   results = {"losses": np.array(losses)}
+  if trainer.copies is not None:
+    # The weight copies every replica read: each its own variable's, rounded, after the steps.
+    results["copies_off_by"] = np.array(max(
+        float(np.max(np.abs(c.numpy().astype(np.float32)
+                            - tf.cast(v, c.dtype).numpy().astype(np.float32))))
+        for variable in trainer.variables if trainer.copies.copy_of(variable) is not None
+        for c, v in zip(strategy.experimental_local_results(trainer.copies.copy_of(variable)),
+                        strategy.experimental_local_results(variable))))
   # The trained model on the same records: metrics over all of them, and per-record outputs in
   # record order (several replicas' and workers' results gathered). Prediction batches are cut
   # to their longest sequence, each replica's to its own, as the fine-tuning scripts' are.
@@ -103,4 +112,4 @@ def cut_length(i):
 
 
 if __name__ == "__main__":
-  main(*sys.argv[1:3])
+  main(*sys.argv[1:4])

@@ -65,6 +65,20 @@ def test_mirrored_over_two_cpu_devices_matches_one_device(one_device, tmp_path):
   _assert_same_training(one_device, mirrored)
 
 
+@pytest.mark.slow
+@requires_shared
+def test_mirrored_bf16_reads_and_writes_each_replicas_weight_copies(tmp_path):
+  """bfloat16 under MirroredStrategy: each replica's weight copies (weight_copies) are written by
+  the update with its own variables, and the steps are one device's up to bf16 round-off (the
+  replicas' gradients are summed in float32)."""
+  run_ok(["tests/pretrain_worker.py", "default", str(tmp_path / "one.npz"), "bfloat16"])
+  run_ok(["tests/pretrain_worker.py", "mirrored", str(tmp_path / "two.npz"), "bfloat16"])
+  one, two = _weights(tmp_path / "one.npz"), _weights(tmp_path / "two.npz")
+  assert float(one["copies_off_by"]) == 0.0 and float(two["copies_off_by"]) == 0.0
+  np.testing.assert_allclose(two["losses"], one["losses"], rtol=2e-3)
+  assert one["losses"][-1] < one["losses"][0]
+
+
 @requires_shared
 def test_multi_worker_mirrored_two_processes_match_one_worker(one_device, tmp_path):
   run_workers(["tests/pretrain_worker.py", "multi_worker_mirrored", f"{tmp_path}/w{{index}}.npz"])

@@ -148,6 +148,92 @@ def test_xla_with_mixed_precision_gives_the_same_steps(dtype):
   np.testing.assert_allclose(xla, plain, rtol=0.01)
 
 
+def _copies_trainer(model, accumulation=1, copies=True, use_xla=False, **kwargs):
+  trainer = training.Trainer(tf.distribute.get_strategy(), model, modeling.pretraining_losses,
+                             optimization.create_optimizer(1e-3, 100, 0, **kwargs),
+                             gradient_accumulation_steps=accumulation, use_xla=use_xla)
+  if not copies:
+    trainer.copies = None  # (before the first trace: every cast made at its use, as before)
+  return trainer
+
+
+def _loop(trainer, steps, batch_size=16, one_batch=False):
+  dataset_fn = _records(batch_size // trainer.accumulation)
+  if one_batch:  # the same batch at every step
+    dataset_fn = lambda ctx, f=dataset_fn: f(ctx).take(1).repeat()
+  iterator = iter(trainer.distribute(dataset_fn, stack=trainer.accumulation))
+  return training.metrics_from_stats(trainer._train_loop(iterator, tf.constant(steps)))
+
+
+@pytest.mark.slow
+@requires_shared
+@pytest.mark.parametrize("dtype,accumulation", [(tf.bfloat16, 1), (tf.float16, 1),
+                                                (tf.bfloat16, 2)])
+def test_weight_copies_take_the_steps_of_casting_at_every_use(dtype, accumulation):
+  """A bf16 / fp16 model trains on weight copies the optimizer writes (weight_copies), with the
+  gradients of the copies handed to the update uncast: bit for bit the steps of casting every
+  float32 weight at each use, on the real records (masked LM and NSP: the tied word embeddings
+  take a float32 gradient from their gather and a bf16 one from the output matrix), with
+  gradient accumulation summing in float32. After the steps each copy is its weight rounded."""
+  runs = []
+  for copies in (False, True):
+    tf.random.set_seed(5)
+    model = modeling.BertPretrainer(_config(hidden_dropout_prob=0.1), dtype)
+    trainer = _copies_trainer(model, accumulation, copies)
+    runs.append((_loop(trainer, 3), model, trainer))
+  (plain, plain_model, _), (copied, model, trainer) = runs
+  assert copied["applied_steps"] == 1.0
+  if accumulation == 1:
+    assert copied == plain
+    for a, b in zip(plain_model.variables, model.variables):
+      np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+  else:  # the micro-batches' sums: an ulp here and there (9e-10 at most, seen)
+    assert copied == pytest.approx(plain, rel=1e-6)
+    for a, b in zip(plain_model.variables, model.variables):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-8, err_msg=a.name)
+  # Every matrix and bias the encoder and heads read in the compute dtype has a copy (the 6
+  # Dense layers of each of the 2 layers, kernel and bias, the pooler's, the masked-LM
+  # transform's, the tied word embeddings, the NSP output), and none of LayerNorm's or the other
+  # embeddings'.
+  copied_names = {v.name for v in trainer.variables if trainer.copies.copy_of(v) is not None}
+  assert len(copied_names) == 2 * 12 + 2 + 2 + 1 + 1, sorted(copied_names)
+  assert {"bert/embeddings/word_embeddings:0", "cls/seq_relationship/output_weights:0"} <= (
+      copied_names)
+  assert not any("LayerNorm" in n or "position_embeddings" in n for n in copied_names)
+  for v in trainer.variables:
+    if trainer.copies.copy_of(v) is not None:
+      np.testing.assert_array_equal(trainer.copies.copy_of(v).numpy(),
+                                    tf.cast(v, dtype).numpy(), err_msg=v.name)
+
+
+@pytest.mark.slow
+@requires_shared
+def test_weight_copies_follow_weights_changed_between_loops():
+  """Weights changed outside the training loop (a restored checkpoint, an assignment) are what the
+  next loop's steps read: its loss is that of a fresh trainer on those weights."""
+  tf.random.set_seed(5)
+  model = modeling.BertPretrainer(_config(), tf.bfloat16)
+  trainer = _copies_trainer(model)
+  _loop(trainer, 1, one_batch=True)
+  tf.random.set_seed(6)
+  other = modeling.BertPretrainer(_config(), tf.bfloat16)
+  for mine, theirs in zip(model.variables, other.variables):
+    mine.assign(theirs)
+  after_change = _loop(trainer, 1, one_batch=True)["loss"]
+  fresh = _loop(_copies_trainer(other, copies=False), 1, one_batch=True)["loss"]
+  assert after_change == fresh
+  assert after_change != pytest.approx(_loop(trainer, 1, one_batch=True)["loss"], rel=1e-6)
+
+
+def test_no_weight_copies_for_float32_nor_under_gradient_checkpointing():
+  for dtype, checkpointed in ((tf.float32, False), (tf.bfloat16, True)):
+    trainer = training.Trainer(
+        tf.distribute.get_strategy(), modeling.BertPretrainer(_config(), dtype),
+        modeling.pretraining_losses, optimization.create_optimizer(1e-3, 100, 0),
+        gradient_checkpointing=checkpointed)
+    assert trainer.copies is None
+
+
 @pytest.mark.slow
 @requires_shared
 def test_nonfinite_losses_are_skipped_then_stop_training_with_the_checkpoint_intact(tmp_path):
