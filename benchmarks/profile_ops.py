@@ -50,9 +50,11 @@ _FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "m
              "masked_lm_weights", "next_sentence_labels")
 _CLASSIFIER_FEATURES = ("input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example")
 # Events that wrap others (the executor, thread pools, an XLA call) rather than do work.
+# ThunkExecutor::Execute holds the fusions of the XLA call it runs on its own thread (checked in a
+# trace, 2026-11-29: its children covered 99.4% of it); it was counted beside them until then.
 _WRAPPERS = {"ThreadpoolListener::Region", "ExecutorState::Process", "ParallelFor",
              "ExecutorState::ProcessAsync::Start", "BlockUntilReady", "_train_loop",
-             "CpuExecutable::ExecuteAsyncOnStream"}
+             "CpuExecutable::ExecuteAsyncOnStream", "ThunkExecutor::Execute"}
 
 
 def _batches():
