@@ -172,8 +172,9 @@ class _Optimizer(tf.Module):
       self.loss_scale.update(strategy.experimental_local_results(finite)[0])
 
   def _update_and_copy(self, var, grad, slots, copy, lr, factor, finite, decay):
-    """The update of `var`, then `copy` (when not None) written from the new `var`: in one
-    compiled pass, the new weight is rounded as it is written."""
+    """The update of `var`, then `copy` (when not None) written from the new `var`, rounded, in
+    the same compiled call. (XLA's CPU compiler writes it in a pass of its own: it does not fuse
+    several outputs into one loop; benchmarks/log/2026-11-29.md.)"""
     self._update_variable(var, tf.cast(grad, var.dtype), *slots, lr, factor, finite, decay)
     if copy is not None:
       copy.assign(tf.cast(var, copy.dtype))
@@ -201,12 +202,14 @@ def _global_norm(gradients):
   """tf.linalg.global_norm (the same sum, in float32) of gradients of any float dtypes."""
   halves = []
   for g in gradients:
+    if g is None:  # (as global_norm: left out)
+      continue
     g = g.values if isinstance(g, tf.IndexedSlices) else g  # (as global_norm: the values)
     # A bf16 / fp16 gradient is cast for its L2Loss (one in bf16 would add up in bf16); the cast
     # lives only for it: the update reads the 2-byte gradient. (A cast, square and sum instead
     # made three passes, 18 bytes a parameter against 10 for the cast and L2Loss.)
     halves.append(tf.nn.l2_loss(tf.cast(g, tf.float32)))
-  return tf.sqrt(tf.reduce_sum(tf.stack(halves)) * 2.0)
+  return tf.sqrt(tf.reduce_sum(tf.stack(halves or [tf.constant(0.0)])) * 2.0)
 
 
 class AdamWeightDecay(_Optimizer):

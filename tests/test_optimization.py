@@ -252,3 +252,22 @@ def test_lamb_trust_ratio_step():
 def test_unknown_optimizer_name_is_an_error():
   with pytest.raises(ValueError, match="--optimizer"):
     optimization.create_optimizer(1e-4, 10, 1, optimizer="sgd")
+
+
+def test_the_clip_norm_of_gradients_of_several_dtypes_is_global_norms_in_float32():
+  """A bf16 model's gradients reach the optimizer in bf16 beside float32 ones (weight_copies):
+  the clip's norm is tf.linalg.global_norm of them all in float32 (an L2Loss in bf16 would sum in
+  bf16), None gradients left out as global_norm leaves them."""
+  rng = np.random.default_rng(0)
+  values = [rng.normal(size=s).astype(np.float32) for s in ([300, 7], [1000], [3, 4, 5])]
+  mixed = [tf.cast(values[0], tf.bfloat16), tf.constant(values[1]), None,
+           tf.cast(values[2], tf.float16)]
+  rounded = [tf.cast(g, tf.float32) for g in mixed if g is not None]
+  norm = optimization._global_norm(mixed)  # pylint: disable=protected-access
+  assert norm.dtype == tf.float32
+  assert float(norm) == pytest.approx(float(tf.linalg.global_norm(rounded)), rel=1e-6)
+  # What the float32 sum guards against: an L2Loss in bf16 over the same 2,100 squares.
+  in_bf16 = float(tf.nn.l2_loss(mixed[0]))
+  in_float32 = float(tf.nn.l2_loss(rounded[0]))
+  assert abs(in_bf16 - in_float32) > 1e-3 * in_float32
+  assert float(optimization._global_norm([None])) == 0.0  # pylint: disable=protected-access
