@@ -370,8 +370,9 @@ class Trainer:
     ctx = tf.distribute.get_replica_context()
     step = self.optimizer.iterations
     grads, totals = None, None
-    copies = ([] if self.copies is None else
-              [c for c in map(self.copies.copy_of, self.variables) if c is not None])
+    # Each variable's copy or None, aligned with self.variables.
+    aligned = [None if self.copies is None else self.copies.copy_of(v) for v in self.variables]
+    copies = [c for c in aligned if c is not None]
     # Gradients with respect to the weight copies stay in the compute dtype up to the optimizer's
     # update, which casts them in its compiled pass, unless they are summed first: over
     # micro-batches or replicas the sums are taken in float32.
@@ -401,24 +402,23 @@ class Trainer:
         # micro-batches' counts are known. With counts that differ between micro-batches (masked-LM
         # predictions) the step's loss is the mean of their means, not the mean over all of them.
         loss = self.optimizer.scale_loss(loss / self.accumulation)
-      new = self._gradients(tape, loss, copies, float32=keep_float32)
+      new = self._gradients(tape, loss, aligned, copies, float32=keep_float32)
       grads = new if grads is None else [a + g for a, g in zip(grads, new)]
       totals = stats if totals is None else {k: (totals[k][0] + s, totals[k][1] + c)
                                              for k, (s, c) in stats.items()}
     # A sum, not a mean: each replica's loss was already divided by the global count.
     grads = ctx.all_reduce("SUM", grads)
-    applied, norm = self.optimizer.apply_gradients(
-        grads, self.variables,
-        copies=None if self.copies is None else [self.copies.copy_of(v) for v in self.variables])
+    applied, norm = self.optimizer.apply_gradients(grads, self.variables, copies=aligned)
     # Every replica holds the same value; the sum over replicas divided by the count is that value.
     share = tf.constant(1.0 / ctx.num_replicas_in_sync)
     totals["applied_steps"] = (tf.cast(applied, tf.float32) * share, share)
     totals["gradient_norm"] = (norm * share, share)
     return totals
 
-  def _gradients(self, tape, loss, copies, float32):
-    """The gradient of `loss` for each of self.variables, as dense tensors: float32, or (not
-    `float32`) in the compute dtype for a variable the model reads only through its copy."""
+  def _gradients(self, tape, loss, aligned, copies, float32):
+    """The gradient of `loss` for each of self.variables (whose copies, or None, are `aligned`;
+    `copies` the ones there are), as dense tensors: float32, or (not `float32`) in the compute
+    dtype for a variable the model reads only through its copy."""
     # Variables the loss does not reach (the pooler under a span head) get zero gradients.
     # Dense tensors (an embedding's gather gives IndexedSlices), added up over micro-batches
     # and all-reduced as they are.
@@ -426,9 +426,9 @@ class Trainer:
                           unconnected_gradients=tf.UnconnectedGradients.NONE)
     through_copies = iter(found[len(self.variables):])
     grads = []
-    for variable, direct in zip(self.variables, found):
+    for variable, copy, direct in zip(self.variables, aligned, found):
       parts = [] if direct is None else [tf.convert_to_tensor(direct)]
-      if self.copies is not None and self.copies.copy_of(variable) is not None:
+      if copy is not None:
         through_copy = next(through_copies)
         if through_copy is not None:
           parts.append(tf.convert_to_tensor(through_copy))

@@ -4,8 +4,11 @@ A bfloat16 (or float16) model keeps its variables in float32 and used to cast ea
 its compute dtype at every use, in every step: on BERT-base 110 M parameters read (4 bytes) and
 written (2 bytes) again each step, 5% of a bf16 pre-training step's op time on a Xeon with AMX.
 `WeightCopies` holds one compute-dtype variable per float32 variable the model reads in its
-compute dtype. The optimizer's compiled update writes it in the same pass that writes the
-float32 weight (2 bytes more a parameter), and the model reads it as it stands, with no cast.
+compute dtype. The optimizer's compiled update writes it with the new float32 weight, and the
+model reads it as it stands, with no cast. (XLA's CPU compiler writes the copy in a loop of its
+own, 4 bytes read and 2 written a parameter, what the cast cost: on CPU the step gained 1.02x,
+from the gradients' side; benchmarks/log/2026-11-29.md. A compiler that fuses several outputs into
+one loop writes it for 2 bytes.)
 
 Copies are made fresh (`refresh`) at the start of every training loop call, so whatever changed
 the float32 weights in between (a restored checkpoint, an initialisation, another program step)
