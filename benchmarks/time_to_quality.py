@@ -41,6 +41,9 @@ The HF peer (BertForMaskedLM at the same budget) is not run here: pretraining_pa
 this project's pre-training with HF's step for step on the original recipe; adding an HF run of
 each recipe's budget would double the benchmark's hour.
 
+The fine-tuning half alone can be run again on an earlier run's checkpoints (other
+--downstream_max_steps, more --seeds): --downstream_of=<that run's JSON line>.
+
 Duration: 2 x --budget_minutes of training (45 each by default), plus the records (~3 min the
 first time, reused after), ~12 s a checkpoint evaluation, and 5 tasks x --seeds x 3 models of
 fine-tuning (~30 s each on 2 cores): about 2 h 15 min by default on the project's 2-core CPU.
@@ -51,6 +54,8 @@ fine-tuning (~30 s each on 2 cores): about 2 h 15 min by default on the project'
       --downstream_tasks= --work_dir=/tmp/ttq                    # smoke test
 """
 
+import json
+import os
 import time
 
 from absl import app  # pylint: disable=g-import-not-at-top
@@ -84,6 +89,15 @@ FLAGS.set_default("budget_minutes", 45.0)
 flags.DEFINE_integer("eval_points", 10, "Checkpoints scored per run when --eval_every is 0 "
                      "(about; from the steps a short timing run says the budget holds).",
                      lower_bound=1)
+flags.DEFINE_string("downstream_of", None, "An earlier run's JSON line (its <work_dir>/"
+                    "time_to_quality.json): fine-tune that run's final checkpoints beside the "
+                    "floor instead of pre-training anew, its pre-training figures carried into the "
+                    "new line (model, budget, recipes and precision are the earlier run's; the "
+                    "--downstream_* flags and --seeds this run's).")
+
+# The settings of an earlier line that --downstream_of takes over (they decide the model the
+# checkpoints hold and what the carried figures mean).
+CARRIED = ("model", "budget_minutes", "seq_length", "train_batch_size", "learning_rate")
 
 def _recipe_records(train_docs, held_docs):
   jobs = {"eval": (held_docs, ["--mode=fast", "--no_nsp", "--masked_lm_prob=0.15",
@@ -159,21 +173,12 @@ def _figures(results, means):
                    "mean_dev_scores": scores or None, "above_floor": above or None}
 
 
-def main(argv):
-  del argv
-  runs.set_up_work_dir()
-  unknown = [r for r in FLAGS.recipes if r not in RECIPES]
-  if unknown or not FLAGS.recipes:
-    raise app.UsageError(f"--recipes: unknown {unknown} ({', '.join(RECIPES)})")
-  if FLAGS.budget_minutes <= 0:
-    raise app.UsageError("--budget_minutes must be > 0")
-  variant = runs.precision()
-  runs.write_bert_config()
+def _pretrain_recipes(variant):
+  """Records, a timing probe, each recipe's run for the budget and its scored checkpoints."""
   start = time.time()
   train_docs, held_docs = runs.split_corpus()
   data = _recipe_records(train_docs, held_docs)
   data["seconds"] = round(time.time() - start, 1)
-
   rate = _probe_rate(FLAGS.recipes[0], variant) if not FLAGS.eval_every else None
   every = _eval_every(rate)
   results = {}
@@ -185,6 +190,63 @@ def main(argv):
     original_on_pairs = runs.evaluate_checkpoint(
         results["original"]["final_checkpoint"], runs.path("ours-original-eval", "pairs"),
         variant, eval_records="eval_pairs")
+  return data, results, original_on_pairs, rate, every
+
+
+def _earlier_run(file_path):
+  """The pre-training half of an earlier line (--downstream_of), its settings made this run's
+  flags; a file that is not such a line, or whose checkpoints are gone, is one error line."""
+  def fail(why):
+    raise SystemExit(f"error: --downstream_of={file_path}: {why}")
+  if os.path.realpath(file_path) == os.path.realpath(runs.path(f"{runs.benchmark_name()}.json")):
+    fail("is the line this run writes (its --work_dir's): copy it elsewhere first")
+  try:
+    with open(file_path, encoding="utf-8") as f:
+      lines = f.read().splitlines()
+  except OSError as e:
+    fail(e.strerror or str(e))
+  except UnicodeDecodeError:
+    fail("not text (UTF-8)")
+  filled = [n for n, text in enumerate(lines, 1) if text.strip()]
+  if not filled:
+    fail("empty file")
+  try:
+    line = json.loads(lines[filled[-1] - 1])
+  except ValueError as e:
+    fail(f"line {filled[-1]} is not JSON ({e})")
+  if not isinstance(line, dict) or line.get("benchmark") != runs.benchmark_name():
+    fail(f"not a {runs.benchmark_name()} line")
+  settings, details = line.get("settings") or {}, line.get("details") or {}
+  ours = details.get("ours") or {}
+  if not ours or any(key not in settings for key in CARRIED) or settings["model"] not in \
+      runs.MODELS:
+    fail("its settings or pre-training results are missing")
+  for key in CARRIED:
+    setattr(FLAGS, key, settings[key])
+  FLAGS.recipes = list(ours)
+  for recipe, result in ours.items():
+    checkpoint = result.get("final_checkpoint")
+    if not checkpoint:
+      fail(f"recipe {recipe} has no final checkpoint ({result.get('error', 'no result')})")
+    if not os.path.exists(checkpoint + ".index"):
+      fail(f"recipe {recipe}'s checkpoint {checkpoint} is gone")
+  return settings, (details.get("data"), ours, details.get("original_on_pairs"),
+                    settings.get("probe_steps_per_second"), settings.get("eval_every_steps"))
+
+
+def main(argv):
+  del argv
+  runs.set_up_work_dir()
+  earlier_settings, earlier = (_earlier_run(FLAGS.downstream_of) if FLAGS.downstream_of
+                               else (None, None))
+  unknown = [r for r in FLAGS.recipes if r not in RECIPES]
+  if unknown or not FLAGS.recipes:
+    raise app.UsageError(f"--recipes: unknown {unknown} ({', '.join(RECIPES)})")
+  if FLAGS.budget_minutes <= 0:
+    raise app.UsageError("--budget_minutes must be > 0")
+  variant = earlier_settings.get("precision") if earlier else runs.precision()
+  runs.write_bert_config()
+  data, results, original_on_pairs, rate, every = earlier or _pretrain_recipes(variant)
 
   checkpoints = {r: v["final_checkpoint"] for r, v in results.items() if v.get("final_checkpoint")}
   checkpoints["random_init"] = None
@@ -210,7 +272,10 @@ def main(argv):
               **runs.data_settings(),
               "wall_clock": "seconds from each training command's start (start-up, tracing "
                             "and checkpoint saves included; evaluation excluded)",
-              "plot": plot}
+              "plot": plot, "downstream_of": FLAGS.downstream_of}
+  if earlier:  # what the carried figures were measured with; the fine-tuning is this run's
+    settings = {**earlier_settings, **{k: v for k, v in settings.items()
+                                       if k.startswith("downstream") or k == "plot"}}
   details = {"data": data, "ours": results, "original_on_pairs": original_on_pairs,
              "downstream_means": means, "downstream_runs": downstream}
   runs.emit(figures, settings, details, top,

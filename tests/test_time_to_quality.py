@@ -6,11 +6,13 @@ The numbers mean nothing at this size; the real run is long and not part of the 
 import json
 import math
 import os
+import shutil
 
 import tensorflow as tf
 
 from conftest import requires_shared
 from conftest import ROOT
+from conftest import run_script
 from conftest import run_ok
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_quality.py")
@@ -80,3 +82,33 @@ def test_tiny_run_trains_each_recipe_for_the_budget_and_reports_what_it_promises
   assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 1000
   with open(work / "time_to_quality.json", encoding="utf-8") as f:
     assert json.load(f) == line
+
+  # The fine-tuning half again on this run's checkpoints (--downstream_of): another task and
+  # step cap, no pre-training; the earlier line's pre-training figures and settings carried.
+  earlier = tmp_path / "earlier.json"
+  shutil.copy(work / "time_to_quality.json", earlier)
+  again_dir = tmp_path / "again"
+  again = json.loads(run_ok([SCRIPT, f"--downstream_of={earlier}", "--model=mini",
+                             "--budget_minutes=99", "--downstream_tasks=MRPC", "--seeds=1",
+                             "--downstream_max_steps=3", f"--work_dir={again_dir}"],
+                            timeout=900).stdout.strip().splitlines()[-1])
+  assert again["details"]["ours"] == ours and again["loss_speedup"] == line["loss_speedup"]
+  assert again["details"]["original_on_pairs"] == line["details"]["original_on_pairs"]
+  settings = again["settings"]
+  assert settings["model"] == "tiny" and settings["budget_minutes"] == budget_minutes
+  assert settings["downstream_tasks"] == ["MRPC"] and settings["downstream_max_steps"] == 3
+  assert settings["downstream_of"] == str(earlier)
+  assert set(again["details"]["downstream_means"]) == {"original", "modern", "random_init"}
+  assert all(set(v) == {"MRPC"} for v in again["details"]["downstream_means"].values())
+  assert not any(p.name.startswith("ours-") for p in again_dir.iterdir())  # nothing pre-trained
+  # A line whose checkpoints are gone, or the very line the run would write: one error line.
+  modern_checkpoint = ours["modern"]["final_checkpoint"]
+  os.rename(modern_checkpoint + ".index", modern_checkpoint + ".moved")
+  failed = run_script([SCRIPT, f"--downstream_of={earlier}", f"--work_dir={again_dir}"])
+  assert failed.returncode != 0
+  assert failed.stderr.strip().splitlines()[-1] == (
+      f"error: --downstream_of={earlier}: recipe modern's checkpoint {modern_checkpoint} is gone")
+  failed = run_script([SCRIPT, f"--downstream_of={again_dir / 'time_to_quality.json'}",
+                       f"--work_dir={again_dir}"])
+  assert failed.returncode != 0
+  assert "is the line this run writes" in failed.stderr.strip().splitlines()[-1]
