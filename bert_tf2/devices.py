@@ -59,6 +59,22 @@ def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
   return flags_of_cpu is not None and not bf16_is_emulated(flags_of_cpu, onednn_max_isa, False)
 
 
+def runs_on_amx(flags_of_cpu, onednn_max_isa, accelerated):
+  """Whether bf16 matmuls run on a CPU's AMX units: no accelerator, flags with amx_bf16, oneDNN
+  not held below its AMX ISAs by ONEDNN_MAX_CPU_ISA."""
+  isa = (onednn_max_isa or "").upper()
+  return (not accelerated and "amx_bf16" in (flags_of_cpu or ())
+          and (not isa or "AMX" in isa or isa in ("ALL", "DEFAULT")))
+
+
+@functools.lru_cache(maxsize=None)
+def amx_matmul():
+  """runs_on_amx on this machine: where oneDNN reads a bf16 weight faster transposed
+  (modeling.cast_weights)."""
+  accelerated = bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+  return runs_on_amx(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"), accelerated)
+
+
 @functools.lru_cache(maxsize=None)
 def bf16_accumulates_in_float32():
   """Whether TensorFlow's bfloat16 matmul and softmax kernels here compute in float32 and round

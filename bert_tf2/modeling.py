@@ -250,37 +250,63 @@ def _weight_groups(module):
   return groups
 
 
-def cast_weights(module):
+def cast_weights(module, transposed=False):
   """The weights `module`'s BertModels cast to their compute dtype (and the fused query / key /
   value matrices they concatenate) at every call, made once, as a list for `InferenceWeights`.
 
   Inference calls the model many times with the same weights: casting 85 M float32 parameters
   of BERT-base to bfloat16 at each call was 12% of a bf16 forward pass (batch 8 x 128 tokens),
   and more of a batch of short sentences. The copies hold the same values as the casts they
-  replace (outputs are bit-identical) and take half the float32 weights' memory while in use."""
-  return [_cast_concat(variables, axis, dtype) for variables, axis, dtype in _weight_groups(module)]
+  replace (outputs are bit-identical) and take half the float32 weights' memory while in use.
+
+  `transposed`: bfloat16 matrices stored [out, in] (torch's Linear layout), which the model then
+  reads with transpose_b (pass the same to InferenceWeights). On an AMX CPU oneDNN's bf16 matmul
+  reads its weight 5-11% faster so (BERT-base's 1,024-token products; the model's encode
+  1.03-1.05x, bit-identical); with AVX512_BF16 alone it is 2% slower (devices.amx_matmul
+  decides)."""
+  weights = [_cast_concat(variables, axis, dtype) for variables, axis, dtype in _weight_groups(module)]
+  return [tf.transpose(w) if _stored_transposed(w, transposed) else w for w in weights]
+
+
+def _stored_transposed(weight, transposed):
+  return transposed and weight.dtype == tf.bfloat16 and weight.shape.rank == 2
+
+
+def _matmul(x, variables, inference_weights, axis=0):
+  """x @ `variables` (one, or several concatenated along `axis`) in x's dtype: the copy
+  `inference_weights` holds ([in, out], or [out, in] where its `get` answers transposed=True),
+  else cast here."""
+  if inference_weights is not None:
+    for transposed in (True, False):
+      weight = inference_weights.get(variables, x.dtype, axis, transposed=transposed)
+      if weight is not None:
+        return tf.matmul(x, weight, transpose_b=transposed)
+  return tf.matmul(x, _cast_concat(variables, axis, x.dtype))
 
 
 class InferenceWeights:
   """What a model called with training=False reads instead of casting its variables: its
   `inference_weights` argument, which BertModel hands down to every Dense and SelfAttention.
 
-  - `weights`: `cast_weights(module)`, the copies the BertModels of `module` then take their
-    matrices from. Make the InferenceWeights inside the tf.function that calls the model, from
-    copies passed in as an argument of that function: traced with copies captured as
+  - `weights`: `cast_weights(module, transposed)`, the copies the BertModels of `module` then
+    take their matrices from. Make the InferenceWeights inside the tf.function that calls the
+    model, from copies passed in as an argument of that function: traced with copies captured as
     constants, it would keep using them after the variables change.
   - `bf16_softmax`: bfloat16 attention adds its mask and takes its softmax in bfloat16 instead
     of float32 (see kernels.masked_softmax). Not under XLA: pass False.
+  - `transposed`: what `cast_weights` was given.
   """
 
-  def __init__(self, module, weights, bf16_softmax=True):
-    self._weights = {_weight_key(variables, dtype): weight
+  def __init__(self, module, weights, bf16_softmax=True, transposed=False):
+    self._weights = {_weight_key(variables, dtype): (weight, _stored_transposed(weight, transposed))
                      for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
     self.bf16_softmax = bf16_softmax
 
-  def get(self, variables, dtype, axis=0):  # pylint: disable=unused-argument
-    """The copy of `variables` (concatenated) in `dtype`, or None."""
-    return self._weights.get(_weight_key(variables, dtype))
+  def get(self, variables, dtype, axis=0, transposed=False):  # pylint: disable=unused-argument
+    """The copy of `variables` (concatenated) in `dtype`, or None. A matrix stored [out, in] is
+    answered only to transposed=True, every other copy only to transposed=False."""
+    weight, stored_transposed = self._weights.get(_weight_key(variables, dtype), (None, None))
+    return weight if transposed == stored_transposed else None
 
 
 class Dense(tf.Module):
@@ -298,7 +324,7 @@ class Dense(tf.Module):
     InferenceWeights) may hold the kernel and bias in x's dtype."""
     # BiasAdd rather than `+`: grappler's oneDNN remapper then fuses matmul, bias and GELU into
     # one kernel in inference (the `+` form fused only the bias; GELU ran as separate ops).
-    y = kernels.bias_add(tf.matmul(x, _weight([self.kernel], x.dtype, inference_weights)),
+    y = kernels.bias_add(_matmul(x, [self.kernel], inference_weights),
                          _weight([self.bias], x.dtype, inference_weights), training)
     activation = activation or self.activation
     return activation(y) if activation else y
@@ -371,9 +397,9 @@ class SelfAttention(tf.Module):
     # transpose to the [batch, heads, seq, head_size] layout. The variables stay separate so the
     # checkpoint names are the original's.
     dense = [self.query, self.key, self.value] if queries is None else [self.key, self.value]
-    kernel = _weight([d.kernel for d in dense], x.dtype, inference_weights, axis=1)
-    bias = _weight([d.bias for d in dense], x.dtype, inference_weights)
-    projected = kernels.bias_add(tf.matmul(x, kernel), bias, training)
+    projected = kernels.bias_add(
+        _matmul(x, [d.kernel for d in dense], inference_weights, axis=1),
+        _weight([d.bias for d in dense], x.dtype, inference_weights), training)
     projected = tf.reshape(projected, [batch, seq, len(dense), self.num_heads, self.head_size])
     # -> q, k, v, each [batch, heads, seq, head_size], the layout of the batched matmuls below.
     projected = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))

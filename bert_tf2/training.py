@@ -294,6 +294,8 @@ class Trainer:
     # evaluate() / predict() (each replica its own), not at every batch.
     self._takes_inference_weights = "inference_weights" in inspect.signature(model).parameters
     self._cast_weights = tf.function(self._replica_cast_weights)
+    # Inference's bf16 matrices in the layout oneDNN's AMX kernels read fastest (cast_weights).
+    self._transposed_weights = not use_xla and devices.amx_matmul()
     # (A model's `unused_variables`, reached by no loss, are left as they are: no zero gradient,
     # no weight decay.)
     unused = {id(v) for v in getattr(model, "unused_variables", ())}
@@ -344,7 +346,8 @@ class Trainer:
   def _replica_cast_weights(self):
     if not self._takes_inference_weights:
       return []
-    return self.strategy.run(modeling.cast_weights, args=(self.model,))
+    return self.strategy.run(modeling.cast_weights,
+                             args=(self.model, self._transposed_weights))
 
   def _inference(self, features, weights):
     """The model's outputs; `weights` (the copies `_cast_weights` made) are an argument of the
@@ -353,7 +356,8 @@ class Trainer:
       return self.model(features, training=False)
     return self.model(features, training=False, inference_weights=modeling.InferenceWeights(
         self.model, weights,
-        bf16_softmax=not self._use_xla and devices.bf16_accumulates_in_float32()))
+        bf16_softmax=not self._use_xla and devices.bf16_accumulates_in_float32(),
+        transposed=self._transposed_weights))
 
   # --- one step ---------------------------------------------------------------------------
 

@@ -61,10 +61,11 @@ class WeightCopies:
     for ref, copy in self._copies.items():
       copy.assign(tf.cast(ref.deref(), self.dtype))
 
-  def get(self, variables, dtype, axis=0):
+  def get(self, variables, dtype, axis=0, transposed=False):
     """The copies of `variables` (concatenated along `axis`) when each has one in `dtype`,
-    else None (the model then casts)."""
-    if dtype != self.dtype:
+    else None (the model then casts). Held in the variables' layout only: None to
+    transposed=True (a gradient of a transposed copy would need transposing back)."""
+    if transposed or dtype != self.dtype:
       return None
     copies = [self._copies.get(v.ref()) for v in variables]
     if any(c is None for c in copies):

@@ -28,6 +28,18 @@ def test_bf16_is_emulated_without_bf16_instructions_or_with_onednn_held_below_th
   assert not devices.bf16_is_emulated(None, "AVX2", accelerated=False)
 
 
+def test_runs_on_amx_only_with_amx_flags_and_onednn_allowed_to_use_them():
+  amx, avx512_bf16 = {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, {"avx512f", "avx512_bf16"}
+  assert devices.runs_on_amx(amx, None, False)
+  assert devices.runs_on_amx(amx, "avx512_core_amx", False)
+  assert devices.runs_on_amx(amx, "ALL", False)
+  assert not devices.runs_on_amx(amx, "AVX512_CORE_BF16", False)  # a Zen 5 seen on this CPU
+  assert not devices.runs_on_amx(amx, "AVX2", False)
+  assert not devices.runs_on_amx(amx, None, True)  # a GPU or TPU does the matrix work
+  assert not devices.runs_on_amx(avx512_bf16, None, False)
+  assert not devices.runs_on_amx(None, None, False)  # flags unknown: not assumed
+
+
 def test_cpu_flags_read_from_cpuinfo(tmp_path):
   cpuinfo = tmp_path / "cpuinfo"
   cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"

@@ -365,22 +365,42 @@ def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dty
 
   @tf.function
   def precast(f, weights):
-    inference_weights = modeling.InferenceWeights(model, weights, bf16_softmax=False)
+    inference_weights = modeling.InferenceWeights(model, weights, bf16_softmax=False,
+                                                  transposed=transposed)
     return model(f, inference_weights=inference_weights)["logits"]
 
-  weights = modeling.cast_weights(model)
+  transposed = compute_dtype == tf.bfloat16  # as on an AMX CPU (devices.amx_matmul)
+  weights = modeling.cast_weights(model, transposed)
   # bf16: every matrix and bias of the 6 layers and the pooler, plus each layer's fused query/key/
   # value and key/value (the classifier's last layer runs its queries at [CLS] only); float32:
   # the fused ones alone (the casts are no-ops).
   assert len(weights) == (6 * 16 + 2 if compute_dtype == tf.bfloat16 else 6 * 4)
   assert all(w.dtype == compute_dtype for w in weights)
+  # Asked to, bf16 matrices are stored [out, in] (read with transpose_b, oneDNN's faster layout
+  # on AMX), float32 ones always in the checkpoint's [in, out]: MiniLM's fused query/key/value is
+  # 384 -> 1152, its feed-forward 384 -> 1536 -> 384.
+  matrices = {tuple(w.shape) for w in weights if w.shape.rank == 2}
+  if transposed:
+    assert {(1152, 384), (768, 384), (1536, 384), (384, 1536)} <= matrices
+    assert not {(384, 1152), (384, 768)} & matrices
+  else:
+    assert matrices == {(384, 1152), (384, 768)}
   np.testing.assert_array_equal(precast(features, weights).numpy(), plain)
+  if transposed:  # the checkpoint's layout, asked for: the same logits
+    @tf.function
+    def untransposed(f, weights):
+      return model(f, inference_weights=modeling.InferenceWeights(
+          model, weights, bf16_softmax=False))["logits"]
+    in_out = modeling.cast_weights(model)
+    assert (384, 1152) in {tuple(w.shape) for w in in_out}
+    np.testing.assert_array_equal(untransposed(features, in_out).numpy(), plain)
   halved = [w * tf.constant(0.5, w.dtype) for w in weights]
   assert np.abs(precast(features, halved).numpy() - plain).max() > 1e-2
   if compute_dtype == tf.bfloat16:  # the attention's softmax in bfloat16 too: within bf16 noise
     @tf.function
     def bf16_softmax(f, weights):
-      return model(f, inference_weights=modeling.InferenceWeights(model, weights))["logits"]
+      return model(f, inference_weights=modeling.InferenceWeights(
+          model, weights, transposed=transposed))["logits"]
     np.testing.assert_allclose(bf16_softmax(features, weights).numpy(), plain, atol=2e-3)
   # Nothing is left behind: a new trace without the argument casts the variables again.
   np.testing.assert_array_equal(tf.function(lambda f: model(f)["logits"])(features).numpy(), plain)
