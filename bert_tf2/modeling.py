@@ -264,7 +264,8 @@ def cast_weights(module, transposed=False):
   reads its weight 5-11% faster so (BERT-base's 1,024-token products; the model's encode
   1.03-1.05x, bit-identical); with AVX512_BF16 alone it is 2% slower (devices.amx_matmul
   decides)."""
-  weights = [_cast_concat(variables, axis, dtype) for variables, axis, dtype in _weight_groups(module)]
+  weights = [_cast_concat(variables, axis, dtype)
+             for variables, axis, dtype in _weight_groups(module)]
   return [tf.transpose(w) if _stored_transposed(w, transposed) else w for w in weights]
 
 
