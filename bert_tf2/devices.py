@@ -76,6 +76,21 @@ def amx_matmul():
 
 
 @functools.lru_cache(maxsize=None)
+def onednn_cpu():
+  """Whether TensorFlow computes on this machine's CPU with its oneDNN kernels and graph fusions
+  (on x86 Linux unless TF_ENABLE_ONEDNN_OPTS=0; no GPU or TPU), where kernels.layer_norm's
+  oneDNN form becomes one kernel."""
+  if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+    return False
+  try:
+    # TensorFlow's own answer (it also decides the default per platform); no public API has it.
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  except ImportError:
+    return False
+  return bool(_pywrap_util_port.IsMklEnabled())
+
+
+@functools.lru_cache(maxsize=None)
 def bf16_accumulates_in_float32():
   """Whether TensorFlow's bfloat16 matmul and softmax kernels here compute in float32 and round
   once: on a GPU (cuBLAS, cuDNN), and on a CPU with bf16 instructions (oneDNN's AVX512_BF16 and

@@ -147,15 +147,50 @@ def bias_add(y, bias, training):
   return tf.nn.bias_add(y, bias)
 
 
-def layer_norm(x, gamma, beta, eps, training=False):
+def layer_norm(x, gamma, beta, eps, training=False, onednn=False):
   """Layer normalisation of `x` over its last axis, computed in float32 whatever x's dtype (the
-  result is in x's dtype); when training, as one compiled pass each way."""
+  result is in x's dtype); when training, as one compiled pass each way.
+
+  `onednn` (inference on a CPU where TensorFlow runs oneDNN, not under XLA: the Trainer's
+  choice, modeling.InferenceWeights): as oneDNN's layer normalisation (`_layer_norm_onednn`)."""
   if training:
     return _layer_norm_for_training(x, gamma, beta, eps)
+  if onednn:
+    return _layer_norm_onednn(x, gamma, beta, eps)
   x32 = tf.cast(x, tf.float32)
   mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)
   y = (x32 - mean) * tf.math.rsqrt(variance + eps) * gamma + beta
   return tf.cast(y, x.dtype)
+
+
+def _layer_norm_onednn(x, gamma, beta, eps):
+  """Inference's LayerNorm in the form TensorFlow's graph optimiser (grappler's remapper, with
+  oneDNN) replaces by one `_MklLayerNorm` kernel: Keras's fused form, each row of x a channel of
+  a batch normalisation in training mode (statistics from the data) with unit scale and zero
+  offset, then gamma and beta. The pattern must match node for node (Reshape, FusedBatchNormV3
+  fed by Fill and empty constants, Reshape, Mul, AddV2); the fill's size is computed from x's
+  shape so that constant folding leaves the Fill in place.
+
+  oneDNN takes the statistics and the normalisation in float32 and rounds the result once: on 2
+  cores of a Xeon with AMX a [1,024, 768] LayerNorm took 0.5-0.8 ms against 1.7-2.1 ms for the
+  separate ops (benchmarks/log/2026-11-30.md), as close or closer to a float64 reference in
+  float32. In bfloat16 the kernel takes gamma and beta in x's dtype: they are rounded to
+  bfloat16, as every other weight of a bf16 model is (the mean error against float64 1.4x the
+  float32-gamma form's). Unfused (oneDNN off) the batch normalisation runs in TensorFlow's own
+  kernel, 3x slower and less exact: the Trainer asks for this form only where oneDNN runs
+  (devices.onednn_cpu)."""
+  shape = tf.shape(x)
+  rows = tf.reduce_prod(shape[:-1])
+  channels = tf.reshape(x, tf.stack([1, rows, shape[-1], 1]))
+  # With x's shape static, constant folding would turn the fills into constants and the pattern
+  # would not match (the batch normalisation then runs unfused, 3x slower): a
+  # PlaceholderWithDefault is never folded.
+  size = tf.raw_ops.PlaceholderWithDefault(input=rows[tf.newaxis], shape=[1])
+  empty = tf.constant([], tf.float32)
+  normed = tf.raw_ops.FusedBatchNormV3(
+      x=channels, scale=tf.fill(size, 1.0), offset=tf.fill(size, 0.0),
+      mean=empty, variance=empty, epsilon=eps, data_format="NCHW", is_training=True)[0]
+  return tf.reshape(normed, shape) * tf.cast(gamma, x.dtype) + tf.cast(beta, x.dtype)
 
 
 @tf.function(jit_compile=True)

@@ -296,12 +296,16 @@ class InferenceWeights:
   - `bf16_softmax`: bfloat16 attention adds its mask and takes its softmax in bfloat16 instead
     of float32 (see kernels.masked_softmax). Not under XLA: pass False.
   - `transposed`: what `cast_weights` was given.
+  - `onednn_layer_norm`: LayerNorm as oneDNN's kernel (kernels.layer_norm); only where
+    TensorFlow runs oneDNN (devices.onednn_cpu), not under XLA.
   """
 
-  def __init__(self, module, weights, bf16_softmax=True, transposed=False):
+  def __init__(self, module, weights, bf16_softmax=True, transposed=False,
+               onednn_layer_norm=False):
     self._weights = {_weight_key(variables, dtype): (weight, _stored_transposed(weight, transposed))
                      for (variables, _, dtype), weight in zip(_weight_groups(module), weights)}
     self.bf16_softmax = bf16_softmax
+    self.onednn_layer_norm = onednn_layer_norm
 
   def get(self, variables, dtype, axis=0, transposed=False):  # pylint: disable=unused-argument
     """The copy of `variables` (concatenated) in `dtype`, or None. A matrix stored [out, in] is
@@ -344,8 +348,9 @@ class LayerNorm(tf.Module):
       self.gamma = tf.Variable(tf.ones([dim]), name="gamma")
     self.eps = eps
 
-  def __call__(self, x, training=False):
-    return kernels.layer_norm(x, self.gamma, self.beta, self.eps, training)
+  def __call__(self, x, training=False, inference_weights=None):
+    onednn = not training and getattr(inference_weights, "onednn_layer_norm", False)
+    return kernels.layer_norm(x, self.gamma, self.beta, self.eps, training, onednn)
 
 
 class Embeddings(tf.Module):
@@ -364,7 +369,8 @@ class Embeddings(tf.Module):
       self.layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
     self.dropout_prob = config.hidden_dropout_prob
 
-  def __call__(self, input_ids, segment_ids, training, seed, position_ids=None):
+  def __call__(self, input_ids, segment_ids, training, seed, position_ids=None,
+               inference_weights=None):
     if position_ids is None:
       positions = self.position_embeddings[tf.newaxis, :tf.shape(input_ids)[1]]
     else:
@@ -372,7 +378,8 @@ class Embeddings(tf.Module):
     x = (tf.gather(self.word_embeddings, input_ids)
          + tf.gather(self.token_type_embeddings, segment_ids)
          + positions)
-    return kernels.dropout(self.layer_norm(x, training), self.dropout_prob, training, seed)
+    return kernels.dropout(self.layer_norm(x, training, inference_weights), self.dropout_prob,
+                           training, seed)
 
 
 class SelfAttention(tf.Module):
@@ -447,7 +454,7 @@ class AttentionOutput(tf.Module):
   def __call__(self, context, residual, training, seed, inference_weights=None):
     projected = self.dense(context, training=training, inference_weights=inference_weights)
     return self.layer_norm(kernels.dropout(projected, self.dropout_prob, training, seed)
-                           + residual, training)
+                           + residual, training, inference_weights)
 
 
 class Attention(tf.Module):
@@ -496,7 +503,8 @@ class Output(tf.Module):
   def __call__(self, x, residual, training, seed, inference_weights=None):
     projected = self.dense(x, training=training, inference_weights=inference_weights)
     return self.layer_norm(
-        kernels.dropout(projected, self.dropout_prob, training, seed) + residual, training)
+        kernels.dropout(projected, self.dropout_prob, training, seed) + residual, training,
+        inference_weights)
 
 
 class TransformerLayer(tf.Module):
@@ -632,8 +640,8 @@ class BertModel(tf.Module):
     seeds = _dropout_seeds(dropout_seed, 1 + 3 * self.config.num_hidden_layers)
 
     # The embeddings (their gathers, sum and LayerNorm) in float32; the encoder in compute_dtype.
-    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0], position_ids),
-                self.compute_dtype)
+    x = tf.cast(self.embeddings(input_ids, segment_ids, training, seeds[0], position_ids,
+                                inference_weights), self.compute_dtype)
     embedding_output = x
     # Every query position attends to every non-padding key: 0 for real keys, -10000 for padding
     # (the original's constant; it underflows to exactly 0 after softmax).
@@ -769,7 +777,8 @@ class MaskedLMHead(tf.Module):
   def logits(self, x, embedding_table, training=False, inference_weights=None):
     """The last layer at the masked positions [batch * n, hidden] -> [batch * n, vocab] in x's
     dtype, without output_bias. `inference_weights`: see BertModel."""
-    x = self.layer_norm(self.dense(x, training=training, inference_weights=inference_weights))
+    x = self.layer_norm(self.dense(x, training=training, inference_weights=inference_weights),
+                        inference_weights=inference_weights)
     # Output weights tied to the input embeddings, as the original: no second vocab x hidden
     # matrix to learn and store.
     return tf.matmul(x, _weight([embedding_table], x.dtype, inference_weights), transpose_b=True)

@@ -296,6 +296,8 @@ class Trainer:
     self._cast_weights = tf.function(self._replica_cast_weights)
     # Inference's bf16 matrices in the layout oneDNN's AMX kernels read fastest (cast_weights).
     self._transposed_weights = not use_xla and devices.amx_matmul()
+    # Inference's LayerNorm as oneDNN's kernel where TensorFlow runs oneDNN (kernels.layer_norm).
+    self._onednn_layer_norm = not use_xla and devices.onednn_cpu()
     # (A model's `unused_variables`, reached by no loss, are left as they are: no zero gradient,
     # no weight decay.)
     unused = {id(v) for v in getattr(model, "unused_variables", ())}
@@ -357,7 +359,7 @@ class Trainer:
     return self.model(features, training=False, inference_weights=modeling.InferenceWeights(
         self.model, weights,
         bf16_softmax=not self._use_xla and devices.bf16_accumulates_in_float32(),
-        transposed=self._transposed_weights))
+        transposed=self._transposed_weights, onednn_layer_norm=self._onednn_layer_norm))
 
   # --- one step ---------------------------------------------------------------------------
 

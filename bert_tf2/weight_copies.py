@@ -32,8 +32,10 @@ class WeightCopies:
   with it as `inference_weights` reads the copies (a fused query / key / value matrix is the
   concatenation of its members' copies) wherever it would cast a variable."""
 
-  # Training's softmax stays in float32 (see kernels.masked_softmax).
+  # Training's softmax stays in float32 (see kernels.masked_softmax); its LayerNorm is the
+  # compiled pair (kernels.layer_norm).
   bf16_softmax = False
+  onednn_layer_norm = False
 
   def __init__(self, pairs, dtype):
     """`pairs`: (float32 variable, its copy) each."""

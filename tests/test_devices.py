@@ -5,7 +5,7 @@ longest sequence except on TPUs."""
 
 import os
 
-from conftest import TINY, requires_shared, run_script
+from conftest import ENV, TINY, requires_shared, run_script
 
 from bert_tf2 import devices
 
@@ -38,6 +38,20 @@ def test_runs_on_amx_only_with_amx_flags_and_onednn_allowed_to_use_them():
   assert not devices.runs_on_amx(amx, None, True)  # a GPU or TPU does the matrix work
   assert not devices.runs_on_amx(avx512_bf16, None, False)
   assert not devices.runs_on_amx(None, None, False)  # flags unknown: not assumed
+
+
+def test_onednn_cpu_follows_tensorflows_own_switch():
+  """TF_ENABLE_ONEDNN_OPTS=0 turns oneDNN's kernels and graph fusions off: devices.onednn_cpu then
+  says so (kernels.layer_norm's oneDNN form would run unfused, 3x slower)."""
+  code = ("import platform, tensorflow as tf; from bert_tf2 import devices; "
+          "print('onednn', devices.onednn_cpu(), 'expected', platform.machine() == 'x86_64' "
+          "and not tf.config.list_physical_devices('GPU'))")
+  off = run_script(["-c", code], env={**ENV, "TF_ENABLE_ONEDNN_OPTS": "0"})
+  assert "onednn False" in off.stdout, off.stderr[-2000:]
+  on = run_script(["-c", code], env={**ENV, "TF_ENABLE_ONEDNN_OPTS": "1"})
+  # On an x86 CPU without a GPU (oneDNN's home) it is on when asked for.
+  assert ("onednn True expected True" in on.stdout
+          or "expected False" in on.stdout), on.stdout + on.stderr[-2000:]
 
 
 def test_cpu_flags_read_from_cpuinfo(tmp_path):

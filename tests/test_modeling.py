@@ -118,6 +118,66 @@ def test_training_layer_norm_has_the_output_and_gradients_of_the_plain_one():
       np.testing.assert_allclose(fused, plain, rtol=tolerance, atol=tolerance * np.abs(plain).max())
 
 
+def _bf16_spacing(values):
+  """The distance between neighbouring bfloat16 numbers at |values| (8 significant bits)."""
+  return 2.0 ** (np.floor(np.log2(np.maximum(np.abs(values), 1e-30))) - 7)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("static", [True, False])
+def test_inference_layer_norm_in_onednn_form_is_exact_to_one_rounding(dtype, static):
+  """kernels.layer_norm's oneDNN form (inference where TensorFlow runs oneDNN) against float64,
+  on rows of varied spread and mean (four with a mean of ~30): the float32 result as close as the
+  separate ops' (1e-6 of the largest value; both measured at 5.4e-7), the bfloat16 one a single
+  rounding (half a step of bfloat16) of the exact value computed with gamma and beta in
+  bfloat16: they are rounded, as every weight of a bf16 model. Static and unknown shapes alike
+  (a static one must not let constant folding break the pattern: see
+  test_inference_layer_norm_in_onednn_form_is_one_kernel)."""
+  rng = np.random.default_rng(5)
+  x = (rng.normal(size=(4, 24, 96)) * rng.uniform(0.5, 3.0, size=(4, 24, 1))
+       + rng.normal(size=(4, 24, 1)) * 2.0)
+  x[0, :4] += 30.0
+  gamma = tf.constant(rng.normal(size=96) * 0.3 + 1.0, tf.float32)
+  beta = tf.constant(rng.normal(size=96) * 0.2, tf.float32)
+  xs = tf.cast(x, dtype)
+  x64 = xs.numpy().astype(np.float64)
+  g64, b64 = (tf.cast(t, dtype).numpy().astype(np.float64) for t in (gamma, beta))
+  mean = x64.mean(-1, keepdims=True)
+  exact = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-12) * g64 + b64
+  spec = tf.TensorSpec(x.shape if static else [None, None, 96], dtype)
+  for onednn in (True, False):
+    y = tf.function(lambda t, o=onednn: kernels.layer_norm(t, gamma, beta, 1e-12, onednn=o),
+                    input_signature=[spec])(xs)
+    assert y.dtype == dtype and y.shape == x.shape
+    error = np.abs(y.numpy().astype(np.float64) - exact)
+    if dtype == tf.float32:
+      assert error.max() < 1e-6 * np.abs(exact).max(), (onednn, error.max())
+    elif onednn:
+      assert (error <= _bf16_spacing(exact) * 0.5 + 1e-6 * np.abs(exact)).all(), error.max()
+
+
+@pytest.mark.skipif(not devices.onednn_cpu(), reason="TensorFlow runs without oneDNN here: "
+                    "kernels.layer_norm's oneDNN form is not used")
+def test_inference_layer_norm_in_onednn_form_is_one_kernel(tmp_path):
+  """Grappler replaces the pattern by oneDNN's layer normalisation (`_MklLayerNorm`), with a
+  static shape too, where constant folding would otherwise have turned the fills into constants
+  and left an unfused batch normalisation: the ops that ran, from a profile."""
+  from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  x = tf.random.stateless_normal([2, 16, 64], [1, 2])
+  gamma, beta = tf.Variable(tf.ones([64])), tf.Variable(tf.zeros([64]))
+  norm = tf.function(lambda t: kernels.layer_norm(t, gamma, beta, 1e-12, onednn=True),
+                     input_signature=[tf.TensorSpec([2, 16, 64], tf.float32)])
+  norm(x)
+  tf.profiler.experimental.start(str(tmp_path))
+  norm(x).numpy()
+  tf.profiler.experimental.stop()
+  path = next(tmp_path.glob("**/*.xplane.pb"))
+  data, _ = _pywrap_profiler_plugin.xspace_to_tools_data([str(path)], "trace_viewer@", {})
+  ran = {e.get("name") for e in json.loads(data)["traceEvents"] if e.get("ph") == "X"}
+  assert "_MklLayerNorm" in ran, sorted(ran)
+  assert not {name for name in ran if "BatchNorm" in name}, sorted(ran)
+
+
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_masked_lm_loss_kernel_is_log_softmax_gather_and_argmax(dtype):
   """kernels.masked_lm_loss against what it replaced: -log_softmax(logits + bias)[label], argmax

@@ -402,8 +402,29 @@ def test_weights_cast_once_give_the_outputs_of_casting_at_every_call(compute_dty
       return model(f, inference_weights=modeling.InferenceWeights(
           model, weights, transposed=transposed))["logits"]
     np.testing.assert_allclose(bf16_softmax(features, weights).numpy(), plain, atol=2e-3)
+  # LayerNorm as oneDNN's kernel (kernels.layer_norm; the Trainer's choice where TensorFlow runs
+  # oneDNN): float32 logits within float32 noise, bfloat16 ones within bf16 noise (gamma and
+  # beta rounded to bfloat16 there).
+  @tf.function
+  def onednn_layer_norm(f, weights):
+    return model(f, inference_weights=modeling.InferenceWeights(
+        model, weights, bf16_softmax=False, transposed=transposed,
+        onednn_layer_norm=True))["logits"]
+  onednn = onednn_layer_norm(features, weights).numpy()
+  np.testing.assert_allclose(onednn, plain, atol=1e-5 if compute_dtype == tf.float32 else 3e-2)
+  if compute_dtype == tf.bfloat16:
+    assert (onednn != plain).any()  # (the form was taken: gamma rounded)
   # Nothing is left behind: a new trace without the argument casts the variables again.
   np.testing.assert_array_equal(tf.function(lambda f: model(f)["logits"])(features).numpy(), plain)
+
+
+def test_trainer_takes_onednn_layer_norm_where_tensorflow_runs_onednn_and_not_under_xla():
+  model = modeling.BertModel(modeling.BertConfig(
+      vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      intermediate_size=16, max_position_embeddings=16))
+  strategy = tf.distribute.get_strategy()
+  assert training.Trainer(strategy, model, None)._onednn_layer_norm == devices.onednn_cpu()  # pylint: disable=protected-access
+  assert not training.Trainer(strategy, model, None, use_xla=True)._onednn_layer_norm  # pylint: disable=protected-access
 
 
 @pytest.mark.slow
