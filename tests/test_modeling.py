@@ -154,6 +154,11 @@ def test_inference_layer_norm_in_onednn_form_is_exact_to_one_rounding(dtype, sta
       assert error.max() < 1e-6 * np.abs(exact).max(), (onednn, error.max())
     elif onednn:
       assert (error <= _bf16_spacing(exact) * 0.5 + 1e-6 * np.abs(exact)).all(), error.max()
+  # No rows (a multi-worker job's exhausted worker predicts on an empty batch).
+  empty = tf.function(lambda t: kernels.layer_norm(t, gamma, beta, 1e-12, onednn=True),
+                      input_signature=[tf.TensorSpec([0, 24, 96] if static else spec.shape,
+                                                     dtype)])(tf.zeros([0, 24, 96], dtype))
+  assert empty.shape == (0, 24, 96) and empty.dtype == dtype
 
 
 @pytest.mark.skipif(not devices.onednn_cpu(), reason="TensorFlow runs without oneDNN here: "
