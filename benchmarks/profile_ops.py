@@ -15,7 +15,13 @@ Ours runs the step pretraining_step.py times (common.ours_training_rate's Traine
 by op name on TensorFlow's compute and Eigen threads (an XLA-compiled part shows as its fusions;
 the executor's and thread pools' wrapping events are left out), as a share of all that time. The peer's step (BertForPreTraining, AdamW,
 bf16 autocast) runs under torch.profiler, its ops summed by self CPU time. Prints a table per side
-on stderr and one JSON line: {"ours": [[op, ms, share], ...], "peer": [...], "machine": ...}.
+on stderr and one JSON line: {"ours": [[op, ms, share], ...], "ours_wall": {...}, "peer": [...],
+"machine": ...}.
+
+Op time summed over threads counts work that runs beside a matmul as much as work that holds
+the step up. "ours_wall" splits the profiled call's wall time into the time a matmul ran, the time
+only other ops ran and idle time, and shares the "other ops only" time out among those ops: what
+a cut outside the matmuls can save (benchmarks/log/2026-11-30.md, a second session).
 
   python benchmarks/profile_ops.py                        # BERT-base, batch 8, seq 128, bf16
   python benchmarks/profile_ops.py --precision=fp32 --nopeer --top=40   # --peer: common's flag
@@ -52,6 +58,8 @@ _CLASSIFIER_FEATURES = ("input_ids", "input_mask", "segment_ids", "label_ids", "
 # Events that wrap others (the executor, thread pools, an XLA call) rather than do work.
 # ThunkExecutor::Execute holds the fusions of the XLA call it runs on its own thread (checked in a
 # trace, 2026-11-29: its children covered 99.4% of it); it was counted beside them until then.
+_MATMULS = {"_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul", "_MklBatchMatMulV2",
+            "_MklNativeFusedBatchMatMulV2", "MatMul", "BatchMatMulV2", "BatchMatMulV3"}
 _WRAPPERS = {"ThreadpoolListener::Region", "ExecutorState::Process", "ParallelFor",
              "ExecutorState::ProcessAsync::Start", "BlockUntilReady", "_train_loop",
              "CpuExecutable::ExecuteAsyncOnStream", "ThunkExecutor::Execute"}
@@ -113,14 +121,54 @@ def ours():
   events = json.loads(data)["traceEvents"]
   threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  # TensorFlow's compute and Eigen threads: not the Python thread's call into the step.
+  ops = [e for e in events
+         if e.get("ph") == "X" and e["name"] not in _WRAPPERS
+         and threads.get((e.get("pid"), e.get("tid")), "").startswith("tf_")
+         and not threads.get((e.get("pid"), e.get("tid")), "").startswith("tf_data")]
   times = collections.Counter()
-  for e in events:
-    thread = threads.get((e.get("pid"), e.get("tid")), "")
-    # TensorFlow's compute and Eigen threads: not the Python thread's call into the step.
-    if (e.get("ph") == "X" and e["name"] not in _WRAPPERS and thread.startswith("tf_")
-        and not thread.startswith("tf_data")):
-      times[e["name"]] += e["dur"]
-  return _table(times)
+  for e in ops:
+    times[e["name"]] += e["dur"]
+  return _table(times), _wall(ops)
+
+
+def _wall(ops):
+  """Where the profiled call's wall time went: the time when a matmul ran (alone or beside other
+  ops), when only other ops ran, and when none did; and the time of other ops alone, shared out
+  among the ops running at each moment (a compiled function's fusions named by the function).
+  Op time summed over threads counts work that overlaps a matmul; this counts what lengthens
+  the step."""
+  points = []
+  for e in ops:
+    name = e["name"]
+    module = e.get("args", {}).get("hlo_module", "")
+    if module:  # e.g. a_inference__update_and_copy_13553__.1 -> _update_and_copy: fusion
+      name = f"{module.split('_inference_')[-1].rsplit('_', 3)[0]}: {name}"
+    matmul = e["name"] in _MATMULS
+    points += [(e["ts"], 1, matmul, name), (e["ts"] + e["dur"], -1, matmul, name)]
+  points.sort(key=lambda p: (p[0], p[1]))
+  spans = collections.Counter()
+  alone = collections.Counter()
+  running = collections.Counter()
+  matmuls, last = 0, None
+  for t, change, matmul, name in points:
+    if last is not None and t > last:
+      others = sum(running.values())
+      spans["matmul" if matmuls else "other ops only" if others else "idle"] += t - last
+      if not matmuls:
+        for op, count in running.items():
+          alone[op] += (t - last) * count / others
+    if matmul:
+      matmuls += change
+    else:
+      running[name] += change
+      if not running[name]:
+        del running[name]
+    last = t
+  total = sum(spans.values())
+  return {"wall_ms": round(total / 1e3, 1),
+          "shares": {k: round(v / total, 4) for k, v in spans.items()},
+          "other_ops_alone": _table(alone)}
 
 
 def peer():
@@ -183,15 +231,23 @@ def main(argv):
   del argv
   if FLAGS.classifier and FLAGS.encode:
     raise app.UsageError("--classifier and --encode: choose one")
-  result = {"ours": ours()}
+  ours_ops, ours_wall = ours()
+  result = {"ours": ours_ops, "ours_wall": ours_wall}
   if FLAGS.peer and not common.missing(["torch", "transformers"]):
     result["peer"] = peer()
-  for side, rows in result.items():
+  for side, rows in [(k, result[k]) for k in ("ours", "peer") if k in result]:
     unit = "batches" if FLAGS.encode else "steps"
     print(f"--- {side}: op, ms over {FLAGS.steps_per_loop} {unit}, share of op time",
           file=sys.stderr)
     for name, ms, share in rows:
       print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
+  wall = result["ours_wall"]
+  print(f"--- ours: wall time of the profiled call, {wall['wall_ms']} ms: " + ", ".join(
+      f"{k} {100 * v:.1f}%" for k, v in wall["shares"].items()), file=sys.stderr)
+  print("--- ours: the other ops alone (no matmul running), ms, share of that time",
+        file=sys.stderr)
+  for name, ms, share in wall["other_ops_alone"]:
+    print(f"  {name[:60]:60s} {ms:9.1f} {100 * share:5.1f}%", file=sys.stderr)
   result.update(settings={"batch_size": FLAGS.batch_size, "seq_length": FLAGS.seq_length,
                           "precision": FLAGS.precision, "steps": FLAGS.steps_per_loop,
                           "profiled": ("forward pass" if FLAGS.encode else "classifier step"
