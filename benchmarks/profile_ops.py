@@ -58,11 +58,12 @@ _CLASSIFIER_FEATURES = ("input_ids", "input_mask", "segment_ids", "label_ids", "
 # Events that wrap others (the executor, thread pools, an XLA call) rather than do work.
 # ThunkExecutor::Execute holds the fusions of the XLA call it runs on its own thread (checked in a
 # trace, 2026-11-29: its children covered 99.4% of it); it was counted beside them until then.
-_MATMULS = {"_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul", "_MklBatchMatMulV2",
-            "_MklNativeFusedBatchMatMulV2", "MatMul", "BatchMatMulV2", "BatchMatMulV3"}
 _WRAPPERS = {"ThreadpoolListener::Region", "ExecutorState::Process", "ParallelFor",
              "ExecutorState::ProcessAsync::Start", "BlockUntilReady", "_train_loop",
              "CpuExecutable::ExecuteAsyncOnStream", "ThunkExecutor::Execute"}
+# The matrix products (oneDNN's and TensorFlow's own), for the wall-time split (_wall).
+_MATMULS = {"_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul", "_MklBatchMatMulV2",
+            "_MklNativeFusedBatchMatMulV2", "MatMul", "BatchMatMulV2", "BatchMatMulV3"}
 
 
 def _batches():
@@ -121,11 +122,13 @@ def ours():
   events = json.loads(data)["traceEvents"]
   threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
-  # TensorFlow's compute and Eigen threads: not the Python thread's call into the step.
+  def compute_thread(e):
+    # TensorFlow's compute and Eigen threads: not the Python thread's call into the step.
+    thread = threads.get((e.get("pid"), e.get("tid")), "")
+    return thread.startswith("tf_") and not thread.startswith("tf_data")
+
   ops = [e for e in events
-         if e.get("ph") == "X" and e["name"] not in _WRAPPERS
-         and threads.get((e.get("pid"), e.get("tid")), "").startswith("tf_")
-         and not threads.get((e.get("pid"), e.get("tid")), "").startswith("tf_data")]
+         if e.get("ph") == "X" and e["name"] not in _WRAPPERS and compute_thread(e)]
   times = collections.Counter()
   for e in ops:
     times[e["name"]] += e["dur"]

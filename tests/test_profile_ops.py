@@ -44,9 +44,8 @@ def test_tiny_profile_reports_ops_and_wall_split():
                    "--intermediate_size=512", "--vocab_size=1000", "--steps_per_loop=2",
                    "--nopeer", "--top=200"], timeout=600)
   line = json.loads(result.stdout.strip().splitlines()[-1])
-  ops = {name: ms for name, ms, _ in line["ours"]}
+  ops = {name for name, _, _ in line["ours"]}
   assert any("MatMul" in name for name in ops), sorted(ops)
-  assert any("_update_and_copy" not in name and name != "Cast" for name in ops)
   wall = line["ours_wall"]
   assert wall["wall_ms"] > 0
   assert abs(sum(wall["shares"].values()) - 1.0) < 1e-3
