@@ -353,6 +353,16 @@ class LayerNorm(tf.Module):
     return kernels.layer_norm(x, self.gamma, self.beta, self.eps, training, onednn)
 
 
+def _lookup(table, ids):
+  """The rows `ids` of the variable `table`, gathered from its value as read.
+
+  Not tf.gather on the variable itself: its ResourceGather switches the variable to
+  copy-on-read, after which every dense read of it copies the whole table (BERT-base's word
+  embeddings: 94 MB, 15 ms a read on a Xeon's two cores), as the training loop's weight copies
+  do at each call. The rows and their gradient (IndexedSlices) are the same."""
+  return tf.gather(tf.convert_to_tensor(table), ids)
+
+
 class Embeddings(tf.Module):
   """Word + token-type + position embeddings, then LayerNorm and dropout."""
 
@@ -374,9 +384,9 @@ class Embeddings(tf.Module):
     if position_ids is None:
       positions = self.position_embeddings[tf.newaxis, :tf.shape(input_ids)[1]]
     else:
-      positions = tf.gather(self.position_embeddings, position_ids)
-    x = (tf.gather(self.word_embeddings, input_ids)
-         + tf.gather(self.token_type_embeddings, segment_ids)
+      positions = _lookup(self.position_embeddings, position_ids)
+    x = (_lookup(self.word_embeddings, input_ids)
+         + _lookup(self.token_type_embeddings, segment_ids)
          + positions)
     return kernels.dropout(self.layer_norm(x, training, inference_weights), self.dropout_prob,
                            training, seed)
@@ -426,10 +436,10 @@ class SelfAttention(tf.Module):
     # Scaling q (seq x head_size values) is cheaper than scaling the seq x seq scores.
     scores = tf.matmul(q * tf.cast(1.0 / math.sqrt(self.head_size), q.dtype), k, transpose_b=True)
     bf16_softmax = not training and inference_weights is not None and inference_weights.bf16_softmax
-    probs = kernels.masked_softmax(scores, mask_adder, bf16_softmax)
-    # As the original (from the Transformer paper): this drops whole keys, a random subset of the
-    # tokens each query may attend to, rather than units of a hidden vector.
-    probs = kernels.dropout(probs, self.dropout_prob, training, seed)
+    # Dropout as the original (from the Transformer paper): it drops whole keys, a random subset
+    # of the tokens each query may attend to, rather than units of a hidden vector.
+    probs = kernels.attention_probs(scores, mask_adder, self.dropout_prob, training, seed,
+                                    bf16_softmax)
     context = tf.matmul(tf.cast(probs, v.dtype), v)
     # No -1 in the shape: a batch of 0 rows (a multi-worker job's exhausted worker) must work.
     return tf.reshape(tf.transpose(context, [0, 2, 1, 3]),

@@ -225,6 +225,27 @@ def test_weight_copies_follow_weights_changed_between_loops():
   assert after_change != pytest.approx(_loop(trainer, 1, one_batch=True)["loss"], rel=1e-6)
 
 
+@requires_shared
+def test_word_embedding_gradient_adds_the_gathered_rows_into_the_dense_part_exactly():
+  # A real batch's token ids (64 sequences: [PAD], [CLS], [SEP] and common words many times
+  # over), the word embeddings' two gradient parts as a bf16 pre-training step has them: the
+  # gather's rows (float32) and the tied output matrix's dense gradient (the copy's bfloat16).
+  ids = next(iter(_records(64)(None)))["input_ids"]
+  ids = tf.reshape(tf.cast(ids, tf.int32), [-1])
+  assert tf.size(tf.unique(ids)[0]) < tf.size(ids) // 2
+  rows = tf.IndexedSlices(tf.random.stateless_normal([tf.size(ids), 48], [1, 2]), ids,
+                          tf.constant([30522, 48]))
+  dense = tf.cast(tf.random.stateless_normal([30522, 48], [3, 4], stddev=1e-3), tf.bfloat16)
+  before = tf.add_n([tf.cast(tf.convert_to_tensor(p), tf.float32) for p in (rows, dense)])
+  summed = tf.function(training._float32_sum)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(summed([rows, dense]).numpy(), before.numpy())
+  np.testing.assert_array_equal(summed([dense, rows]).numpy(), before.numpy())
+  # Rows alone, or dense parts alone: their float32 sum as before.
+  np.testing.assert_array_equal(summed([rows]).numpy(), tf.convert_to_tensor(rows).numpy())
+  np.testing.assert_array_equal(summed([dense, dense]).numpy(),
+                                (2 * tf.cast(dense, tf.float32)).numpy())
+
+
 def test_no_weight_copies_for_float32_nor_under_gradient_checkpointing():
   for dtype, checkpointed in ((tf.float32, False), (tf.bfloat16, True)):
     trainer = training.Trainer(
