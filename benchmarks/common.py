@@ -578,6 +578,15 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
   under the strategy scope, optimization.create_optimizer (the default AdamW, clip 1.0), a tf.data
   dataset cycling through `features` ([num_batches, batch, ...] numpy arrays) via
   Trainer.distribute, and one timed `_train_loop` call of `steps_per_loop` steps."""
+  run, facts = ours_training_call(make_model, loss_fn, features, variant, steps_per_loop)
+  timing = timed(run)
+  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
+  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, **facts()}
+
+
+def ours_training_call(make_model, loss_fn, features, variant, steps_per_loop):
+  """(run, facts) of ours_training_rate: `run()` takes `steps_per_loop` steps and waits for
+  them; `facts()` the last call's loss and applied fraction and TensorFlow's facts."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   from bert_tf2 import optimization  # pylint: disable=g-import-not-at-top
@@ -600,10 +609,8 @@ def ours_training_rate(make_model, loss_fn, features, variant, steps_per_loop, b
     stats = trainer._train_loop(iterator, steps)  # pylint: disable=protected-access
     last.update(training.metrics_from_stats(stats))  # fetching the values waits for the steps
 
-  timing = timed(run)
-  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
-  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "loss": last.get("loss"),
-          "applied_fraction": last.get("applied_steps"), **tensorflow_facts(tf)}
+  return run, lambda: {"loss": last.get("loss"), "applied_fraction": last.get("applied_steps"),
+                       **tensorflow_facts(tf)}
 
 
 def compute_dtype(precision):
@@ -662,6 +669,14 @@ def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adam
   """HF training throughput on torch_device() (`batches` made there): forward under autocast
   (bf16) or not, backward, clip_grad_norm_ 1.0 (as ours clips), torch.optim.AdamW step,
   zero_grad; `steps_per_loop` steps per timed call."""
+  run, facts = peer_training_call(model, batches, variant, steps_per_loop, adamw)
+  timing = timed(run)
+  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
+  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, **facts()}
+
+
+def peer_training_call(model, batches, variant, steps_per_loop, adamw="default"):
+  """(run, facts) of peer_training_rate, as ours_training_call."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
@@ -686,10 +701,33 @@ def peer_training_rate(model, batches, variant, steps_per_loop, batch_size, adam
       optimizer.zero_grad(set_to_none=True)
     state["loss"] = float(loss)
 
-  timing = timed(run)
-  per_s, best_per_s = rate(steps_per_loop * batch_size, timing)
-  return {"per_s": per_s, "best_per_s": best_per_s, "timing": timing, "loss": state["loss"],
-          "adamw": adamw, **torch_facts(model, torch, transformers)}
+  return run, lambda: {"loss": state.get("loss"), "adamw": adamw,
+                       **torch_facts(model, torch, transformers)}
+
+
+def interleaved(ours_run, peer_run, pairs, warmup=None):
+  """Both sides' calls taking turns in one process (the order alternating), for a host whose
+  speed drifts within seconds: a pair of calls back to back sees the same machine.
+
+  Returns {"ours" / "peer": timed()-style timings, "pair_ratios": peer time / ours per pair,
+  "ratio": their geometric mean, "ratio_median", "log_ratio_se": the standard error of the
+  mean log ratio}."""
+  for _ in range(FLAGS.warmup if warmup is None else warmup):
+    ours_run()
+    peer_run()
+  times = {"ours": [], "peer": []}
+  for i in range(max(pairs, 1)):
+    for side in (("ours", "peer") if i % 2 == 0 else ("peer", "ours")):
+      start = time.perf_counter()
+      (ours_run if side == "ours" else peer_run)()
+      times[side].append(time.perf_counter() - start)
+  logs = [math.log(p / o) for o, p in zip(times["ours"], times["peer"])]
+  spread = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else None
+  return {**{side: {"median_s": statistics.median(t), "min_s": min(t),
+                    "times_s": [round(x, 4) for x in t]} for side, t in times.items()},
+          "pair_ratios": [round(math.exp(x), 4) for x in logs],
+          "ratio": math.exp(statistics.mean(logs)),
+          "ratio_median": math.exp(statistics.median(logs)), "log_ratio_se": spread}
 
 
 def torch_facts(model, torch, transformers):

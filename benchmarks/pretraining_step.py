@@ -15,11 +15,22 @@ sequence) and dropout 0.1. Model FLOPs utilisation is against the bf16 matmul pe
 the same run (matmul_peak.py), with the FLOPs of common.bert_flops_per_sequence.
 Issue #6 target: ours best >= 2.0x the peer's best.
 
+--interleave_pairs=N runs both sides in this one process instead, one timed call of each in
+turn (the order alternating), the first of --variants against the first of --peer_variants, and
+the figure is the geometric mean of the N per-pair ratios (with their median and standard
+error): on a host whose speed drifts by 1.4x within a run (2026-11-30: three runs of the
+children gave 2.05x, 1.74x and 1.61x), calls back to back see the same machine. torch's OpenMP
+threads sleep when idle (OMP_WAIT_POLICY=PASSIVE, as matmul_shapes.py).
+
   python benchmarks/pretraining_step.py      # BERT-base, batch 8, seq 128, 20 predictions
+  python benchmarks/pretraining_step.py --variants=bf16 --peer_variants=bf16 \
+      --interleave_pairs=20 --steps_per_loop=1   # one process, calls taking turns
   python benchmarks/pretraining_step.py --layers=2 --hidden_size=128 --num_heads=2 \
       --intermediate_size=512 --vocab_size=1000 --steps_per_loop=2 --repeats=1 \
       --matmul_size=256                      # smoke test
 """
+
+import os
 
 from absl import app
 from absl import flags
@@ -33,6 +44,8 @@ common.define_pretraining_batch_flags()
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps per timed call.")
 flags.DEFINE_enum("peer_adamw", "default", ["default", "foreach", "fused"],
                   "torch.optim.AdamW implementation of the peer (default: what a user gets).")
+flags.DEFINE_integer("interleave_pairs", 0, "When > 0: both sides in this process, this many "
+                     "pairs of timed calls taking turns (see the module docstring).")
 
 _NUM_BATCHES = 4  # distinct batches, cycled through
 _FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -44,14 +57,17 @@ def _batches():
                                   FLAGS.vocab_size, FLAGS.max_predictions)
 
 
-def ours(variant):
+def ours(variant, call=False):
   from bert_tf2 import modeling  # pylint: disable=g-import-not-at-top
   features = {k: v for k, v in _batches().items() if k in _FEATURES}
-  return common.ours_training_rate(modeling.BertPretrainer, modeling.pretraining_losses,
-                                   features, variant, FLAGS.steps_per_loop, FLAGS.batch_size)
+  args = (modeling.BertPretrainer, modeling.pretraining_losses, features, variant,
+          FLAGS.steps_per_loop)
+  if call:
+    return common.ours_training_call(*args)
+  return common.ours_training_rate(*args, FLAGS.batch_size)
 
 
-def peer(variant):
+def peer(variant, call=False):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -66,23 +82,59 @@ def peer(variant):
     batches.append(common.torch_inputs(
         data, i, common.torch_device(), labels=labels,
         next_sentence_label=data["next_sentence_labels"][i, :, 0]))
+  if call:
+    return common.peer_training_call(model, batches, variant, FLAGS.steps_per_loop,
+                                     FLAGS.peer_adamw)
   return common.peer_training_rate(model, batches, variant, FLAGS.steps_per_loop,
                                    FLAGS.batch_size, FLAGS.peer_adamw)
 
 
+def _settings():
+  return {**common.model_dims(), "batch_size": FLAGS.batch_size,
+          "seq_length": FLAGS.seq_length, "max_predictions_per_seq": FLAGS.max_predictions,
+          "steps_per_timed_call": FLAGS.steps_per_loop, "dropout": 0.1,
+          "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
+                       f"torch.optim.AdamW ({FLAGS.peer_adamw}) + clip_grad_norm_ 1.0"}
+
+
+def _interleaved():
+  """Both sides in this process, their calls taking turns: one JSON line."""
+  if common.missing(["torch", "transformers"]):
+    raise app.UsageError("--interleave_pairs needs torch and transformers in this Python")
+  os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads its OpenMP runtime
+  variant, peer_variant = FLAGS.variants[0], FLAGS.peer_variants[0]
+  ours_run, ours_facts = ours(variant, call=True)
+  peer_run, peer_facts = peer(peer_variant, call=True)
+  result = common.interleaved(ours_run, peer_run, FLAGS.interleave_pairs)
+  sequences = FLAGS.steps_per_loop * FLAGS.batch_size
+  sides = {side: {"per_s": sequences / result[side]["median_s"], "timing": result[side],
+                  **facts()} for side, facts in (("ours", ours_facts), ("peer", peer_facts))}
+  head = common.figure("pre-training step, interleaved", "seq/s", {variant: sides["ours"]},
+                       {peer_variant: sides["peer"]}, "per_s", target_ratio=2.0)
+  # The head ratio: the pairs' geometric mean, not the ratio of the two medians.
+  head["ratio"] = round(result["ratio"], 4)
+  common.emit("pretraining_step", [head],
+              settings={**_settings(), "interleave_pairs": FLAGS.interleave_pairs,
+                        "figure": "geometric mean of per-pair time ratios (peer / ours)"},
+              details={"ratio_median": round(result["ratio_median"], 4),
+                       "log_ratio_se": result["log_ratio_se"],
+                       "pair_ratios": result["pair_ratios"], **sides},
+              peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch), "
+                        "same process, interleaved")
+
+
 def main(argv):
   del argv
+  if FLAGS.interleave_pairs > 0:
+    _interleaved()
+    return
   flops = common.bert_flops_per_sequence(common.model_dims(), FLAGS.seq_length, training=True,
                                          masked_positions=FLAGS.max_predictions)
   common.run_model_benchmark(
       "pretraining_step",
       [{"name": "pre-training step", "prefix": "", "flops": flops, "target_ratio": 2.0}],
       {"ours": ours, "peer": peer},
-      settings={**common.model_dims(), "batch_size": FLAGS.batch_size,
-                "seq_length": FLAGS.seq_length, "max_predictions_per_seq": FLAGS.max_predictions,
-                "steps_per_timed_call": FLAGS.steps_per_loop, "dropout": 0.1,
-                "optimizer": "ours: AdamW (bias-corrected, the default) + global-norm clip 1.0; peer: "
-                             f"torch.optim.AdamW ({FLAGS.peer_adamw}) + clip_grad_norm_ 1.0"},
+      settings=_settings(),
       peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch)",
       peer_modules=["torch", "transformers"])
 

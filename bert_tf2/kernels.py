@@ -3,7 +3,8 @@ or inexact, each with what was measured.
 
 GELU as one compiled pass each way, seeded dropout (a counter hash, no mask held), BiasAdd with
 a float32 bias gradient in bfloat16, LayerNorm's forward and backward passes, the attention's
-masked softmax, and the masked-LM loss over the vocabulary. Free functions of tensors: the
+masked softmax and its probabilities' dropout and gradient, and the masked-LM loss over the
+vocabulary. Free functions of tensors: the
 variables, their names and the model's structure stay in modeling.py.
 """
 
@@ -138,7 +139,7 @@ def attention_probs(scores, mask_adder, rate, training, seed, bf16_softmax=False
   once) from the float32 probabilities the forward pass keeps. Autodiff made eight passes of
   the backward's (a cast, dropout, TensorFlow's four softmax-gradient ops, a cast) and three of
   the forward's: 12 layers' attention probabilities of BERT-base at batch 8 x 128 (forward and
-  backward, bf16) 57-73 -> 45-58 ms on 2 cores of a Xeon with AMX (benchmarks/log/2026-11-30.md).
+  backward, bf16) 67-73 -> 52-58 ms on 2 cores of a Xeon with AMX (benchmarks/log/2026-11-30.md).
   The same mask as `dropout` with this seed."""
   if not training or rate == 0.0 or seed is None:
     probs = dropout(masked_softmax(scores, mask_adder, bf16_softmax), rate, training, seed)
