@@ -353,16 +353,6 @@ class LayerNorm(tf.Module):
     return kernels.layer_norm(x, self.gamma, self.beta, self.eps, training, onednn)
 
 
-def _lookup(table, ids):
-  """The rows `ids` of the variable `table`, gathered from its value as read.
-
-  Not tf.gather on the variable itself: its ResourceGather switches the variable to
-  copy-on-read, after which every dense read of it copies the whole table (BERT-base's word
-  embeddings: 94 MB, 15 ms a read on a Xeon's two cores), as the training loop's weight copies
-  do at each call. The rows and their gradient (IndexedSlices) are the same."""
-  return tf.gather(tf.convert_to_tensor(table), ids)
-
-
 class Embeddings(tf.Module):
   """Word + token-type + position embeddings, then LayerNorm and dropout."""
 
@@ -384,9 +374,9 @@ class Embeddings(tf.Module):
     if position_ids is None:
       positions = self.position_embeddings[tf.newaxis, :tf.shape(input_ids)[1]]
     else:
-      positions = _lookup(self.position_embeddings, position_ids)
-    x = (_lookup(self.word_embeddings, input_ids)
-         + _lookup(self.token_type_embeddings, segment_ids)
+      positions = tf.gather(self.position_embeddings, position_ids)
+    x = (tf.gather(self.word_embeddings, input_ids)
+         + tf.gather(self.token_type_embeddings, segment_ids)
          + positions)
     return kernels.dropout(self.layer_norm(x, training, inference_weights), self.dropout_prob,
                            training, seed)
