@@ -4,8 +4,8 @@ or inexact, each with what was measured.
 GELU as one compiled pass each way, seeded dropout (a counter hash, no mask held), BiasAdd with
 a float32 bias gradient in bfloat16, LayerNorm's forward and backward passes, the attention's
 masked softmax and its probabilities' dropout and gradient, and the masked-LM loss over the
-vocabulary. Free functions of tensors: the
-variables, their names and the model's structure stay in modeling.py.
+vocabulary. Free functions of tensors: the variables, their names and the model's structure
+stay in modeling.py.
 """
 
 import math
