@@ -722,12 +722,12 @@ def interleaved(ours_run, peer_run, pairs, warmup=None):
       (ours_run if side == "ours" else peer_run)()
       times[side].append(time.perf_counter() - start)
   logs = [math.log(p / o) for o, p in zip(times["ours"], times["peer"])]
-  spread = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else None
+  se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else None
   return {**{side: {"median_s": statistics.median(t), "min_s": min(t),
                     "times_s": [round(x, 4) for x in t]} for side, t in times.items()},
           "pair_ratios": [round(math.exp(x), 4) for x in logs],
           "ratio": math.exp(statistics.mean(logs)),
-          "ratio_median": math.exp(statistics.median(logs)), "log_ratio_se": spread}
+          "ratio_median": math.exp(statistics.median(logs)), "log_ratio_se": se}
 
 
 def torch_facts(model, torch, transformers):

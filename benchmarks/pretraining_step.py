@@ -24,7 +24,7 @@ threads sleep when idle (OMP_WAIT_POLICY=PASSIVE, as matmul_shapes.py).
 
   python benchmarks/pretraining_step.py      # BERT-base, batch 8, seq 128, 20 predictions
   python benchmarks/pretraining_step.py --variants=bf16 --peer_variants=bf16 \
-      --interleave_pairs=20 --steps_per_loop=1   # one process, calls taking turns
+      --interleave_pairs=12                  # one process, calls taking turns
   python benchmarks/pretraining_step.py --layers=2 --hidden_size=128 --num_heads=2 \
       --intermediate_size=512 --vocab_size=1000 --steps_per_loop=2 --repeats=1 \
       --matmul_size=256                      # smoke test

@@ -140,8 +140,8 @@ def attention_probs(scores, mask_adder, rate, training, seed, bf16_softmax=False
   the backward's (a cast, dropout, TensorFlow's four softmax-gradient ops, a cast) and three of
   the forward's: 12 layers' attention probabilities of BERT-base at batch 8 x 128 (forward and
   backward, bf16) 67-73 -> 52-58 ms on 2 cores of a Xeon with AMX (benchmarks/log/2026-11-30.md).
-  The same mask as `dropout` with this seed. Only for bfloat16 / float16 scores: float32 keeps
-  the separate passes (the pre-training step held to AVX2 was 0.97-0.98x with the fused ones)."""
+  The same mask as `dropout` with this seed. Only for bfloat16 / float16 scores: in float32 there
+  are no casts to save (the passes alone 1.06-1.08x, nothing a float32 step's A/B could see)."""
   if not training or rate == 0.0 or seed is None or scores.dtype == tf.float32:
     probs = dropout(masked_softmax(scores, mask_adder, bf16_softmax), rate, training, seed)
     return tf.cast(probs, scores.dtype)

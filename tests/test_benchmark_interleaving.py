@@ -6,7 +6,7 @@ import json
 from conftest import run_ok
 
 # A host whose speed drifts between pairs (x1, x3, x0.5, x2) but not within one: ours takes 1
-# unit, the peer 2, so every pair's ratio is 2 while the two sides' medians say less.
+# unit, the peer 2, so every pair's ratio is exactly 2 while each side's times spread 6x.
 _CODE = """
 import json, sys
 sys.path.insert(0, 'benchmarks')

@@ -324,7 +324,7 @@ def test_attention_probs_kernel_is_softmax_then_dropout_with_their_gradient(dtyp
   step = {tf.bfloat16: 2**-7, tf.float16: 2**-10}[dtype]
   np.testing.assert_allclose(got, want, rtol=step, atol=step * np.abs(want).max())
   assert np.abs(want).max() > 0.1 and (got[1, ..., 24:] == 0).all()
-  # Inference, or no seed: the plain chain (no dropout at inference).
+  # Inference: the plain chain, no dropout.
   np.testing.assert_array_equal(
       kernels.attention_probs(scores, mask_adder, 0.1, False, seed).numpy(),
       tf.cast(kernels.masked_softmax(scores, mask_adder), dtype).numpy())
