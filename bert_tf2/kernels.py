@@ -28,15 +28,23 @@ def _gelu_derivative(x, approximate):
       -0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
 
 
-# `approximate` is a Python bool, fixed when traced: one trace per GELU form.
+# `approximate` is a Python bool, fixed when traced: one trace per GELU form. `bias`: added to x
+# in float32 inside the pass (see `gelu_for_training`).
 @tf.function(jit_compile=True)
-def _gelu_forward(x, approximate):
-  return tf.cast(tf.nn.gelu(tf.cast(x, tf.float32), approximate=approximate), x.dtype)
+def _gelu_forward(x, bias, approximate):
+  return tf.cast(tf.nn.gelu(_plus(x, bias), approximate=approximate), x.dtype)
 
 
 @tf.function(jit_compile=True)
-def _gelu_grad(x, dy, approximate):
-  return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(x, approximate), dy.dtype)
+def _gelu_grad(x, bias, dy, approximate):
+  return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(_plus(x, bias), approximate),
+                 dy.dtype)
+
+
+def _plus(x, bias):
+  """float32(x) + float32(bias) (bias None: float32(x)), traced inside a compiled pass."""
+  x = tf.cast(x, tf.float32)
+  return x if bias is None else x + tf.cast(bias, tf.float32)
 
 
 def gelu_for_training(approximate):
@@ -47,18 +55,29 @@ def gelu_for_training(approximate):
   gradient alone made the feed-forward block's backward about twice as fast on CPU (a BERT-base
   bf16 training step ~6% faster); the forward pass, 6% of a BERT-base bf16 step's op time on an
   AMX Xeon, went from 11.2 to 3.5 ms a layer (batch 8 x 128). Used only when training: inference
-  keeps oneDNN's fused matmul + bias + GELU, which also computes in float32 and rounds once."""
+  keeps oneDNN's fused matmul + bias + GELU, which also computes in float32 and rounds once.
+
+  The GELU returned takes (x, bias=None): GELU(x + bias), the bias added in the same pass (and
+  its gradient, the sum of x's over the rows, see `_bias_gradient`), so that the matmul before
+  it runs without oneDNN's bias epilogue (see `bias_add`)."""
 
   @tf.custom_gradient
   def gelu(x):
     # Only x is kept for the backward pass, which recomputes the derivative from it: none of
     # the forward's intermediates (the erf / tanh terms) is held in memory in between.
-    return _gelu_forward(x, approximate), lambda dy: _gelu_grad(x, dy, approximate)
+    return _gelu_forward(x, None, approximate), lambda dy: _gelu_grad(x, None, dy, approximate)
 
-  return gelu
+  @tf.custom_gradient
+  def gelu_plus(x, bias):
+    def grad(dy):
+      dx = _gelu_grad(x, bias, dy, approximate)
+      return dx, _bias_gradient(dx)
+    return _gelu_forward(x, bias, approximate), grad
+
+  return lambda x, bias=None: gelu(x) if bias is None else gelu_plus(x, bias)
 
 
-def dropout(x, rate, training, seed):
+def dropout(x, rate, training, seed, bias=None):
   """Dropout only when training. With a seed (a [2] int tensor, see modeling's
   `BertModel.__call__`) the mask is a pure function of that seed, so a resumed run draws the same
   masks as an uninterrupted one, and the backward pass (or gradient checkpointing's second
@@ -68,11 +87,15 @@ def dropout(x, rate, training, seed):
   of an element are a hash of its index and the seed, kept where they are at least
   round(rate * 2^32), so the rate is exact to 2^-32; the kept values are scaled by 1 / (1 - rate)
   in float32 and rounded once (bfloat16's 1 / 0.9 would be 1.109, not 1.111).
+
+  `bias` (optional, [x's last axis]): dropout of x + bias. With a seed the bias is added in the
+  same pass (in float32) and its gradient summed from the pass's, so that the matmul before it
+  runs without oneDNN's bias epilogue (see `bias_add`); otherwise `bias_add` first.
   """
-  if not training or rate == 0.0:
-    return x
-  if seed is None:
-    return tf.nn.dropout(x, rate=rate)
+  if not training or rate == 0.0 or seed is None:
+    if bias is not None:
+      x = bias_add(x, bias, training)
+    return x if not training or rate == 0.0 else tf.nn.dropout(x, rate=rate)
   threshold, scale, seed = _dropout_constants(rate, seed)
 
   @tf.custom_gradient
@@ -81,7 +104,14 @@ def dropout(x, rate, training, seed):
     return (_seeded_dropout(x, seed, threshold, scale),
             lambda dy: _seeded_dropout(dy, seed, threshold, scale))
 
-  return dropout_(x)
+  @tf.custom_gradient
+  def dropout_plus(x, bias):
+    def grad(dy):
+      dx = _seeded_dropout(dy, seed, threshold, scale)
+      return dx, _bias_gradient(dx)
+    return _seeded_dropout(x, seed, threshold, scale, bias=bias), grad
+
+  return dropout_(x) if bias is None else dropout_plus(x, bias)
 
 
 def _dropout_constants(rate, seed):
@@ -117,9 +147,9 @@ def _kept(x, seed, threshold):
 
 
 @tf.function(jit_compile=True)
-def _seeded_dropout(x, seed, threshold, scale, dtype=None):
-  """x dropped, in float32, rounded once to `dtype` (x's when None)."""
-  return tf.cast(tf.where(_kept(x, seed, threshold), tf.cast(x, tf.float32) * scale, 0.0),
+def _seeded_dropout(x, seed, threshold, scale, dtype=None, bias=None):
+  """x (+ bias) dropped, in float32, rounded once to `dtype` (x's when None)."""
+  return tf.cast(tf.where(_kept(x, seed, threshold), _plus(x, bias) * scale, 0.0),
                  dtype or x.dtype)
 
 
@@ -156,38 +186,56 @@ def attention_probs(scores, mask_adder, rate, training, seed, bf16_softmax=False
   return probs_(scores)
 
 
-@tf.custom_gradient
-def _bias_add_bf16(y, bias):
-  """tf.nn.bias_add of bfloat16 tensors whose bias gradient is accumulated in float32.
+def _bias_gradient(dy):
+  """The gradient of a bias added to every row of dy's last axis: the sum of dy's rows, taken
+  in float32 and rounded once to dy's dtype.
 
   TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: once the running sum is large, each
   new row falls below its rounding step. Measured on rows of small positive values (as a bias
   gradient often is): 22% off at 1,024 rows, 87% at 8,192 (a batch of 64 x 128 tokens), 96% at
   32,768 (pre-training's 256 x 128). float16 and float32 BiasAddGrads accumulate in float32.
-  Here the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN accumulates in
-  float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient 652 -> 387 us on the
-  2-core EPYC of benchmarks/README.md).
+  For bfloat16 the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN
+  accumulates in float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient
+  652 -> 387 us on the 2-core EPYC of benchmarks/README.md).
   """
+  if dy.dtype != tf.bfloat16:
+    return tf.raw_ops.BiasAddGrad(out_backprop=dy)
+  rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
+  if not devices.bf16_accumulates_in_float32():
+    # Emulated bf16 (a CPU without bf16 instructions): its matmul rounds partial sums to
+    # bfloat16, so the sum is taken in float32 outright.
+    return tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), 0), dy.dtype)
+  return tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
 
-  def grad(dy):
-    # y's gradient is dy itself; the bias's is the sum of dy over every row (batch and positions),
-    # taken as ones @ rows so that it accumulates in float32.
-    rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
-    if not devices.bf16_accumulates_in_float32():
-      # Emulated bf16 (a CPU without bf16 instructions): its matmul rounds partial sums to
-      # bfloat16, so the sum is taken in float32 outright.
-      return dy, tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), 0), dy.dtype)
-    return dy, tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
 
-  return tf.nn.bias_add(y, bias), grad
+@tf.function(jit_compile=True)
+def _add(y, bias):
+  return tf.cast(_plus(y, bias), y.dtype)
+
+
+@tf.custom_gradient
+def _bias_add_for_training(y, bias):
+  """y + bias with the bias gradient of `_bias_gradient`; in bfloat16 / float16 as a compiled
+  pass of its own rather than BiasAdd (see `bias_add`)."""
+  out = tf.nn.bias_add(y, bias) if y.dtype == tf.float32 else _add(y, bias)
+  return out, lambda dy: (dy, _bias_gradient(dy))
 
 
 def bias_add(y, bias, training):
-  """y + bias as BiasAdd (see `_bias_add_bf16` for bfloat16 training)."""
-  # Only the backward pass differs: inference keeps the plain op, which grappler fuses with the
-  # matmul before it.
-  if training and y.dtype == tf.bfloat16:
-    return _bias_add_bf16(y, bias)
+  """y + bias. Inference keeps BiasAdd, which grappler fuses with the matmul before it (with
+  oneDNN: one kernel, and with GELU after it, one kernel too).
+
+  When training (`_bias_add_for_training`), a bfloat16 / float16 bias is added in a compiled pass
+  of its own, and a caller whose next op is a compiled pass (GELU, dropout) hands it the bias
+  instead (`gelu_for_training`, `dropout`): on the AMX Xeon of benchmarks/log/2026-11-30.md,
+  oneDNN's bf16 matmul with its bias epilogue (training's weights are [in, out]) took longer
+  than the matmul alone and a separate pass over its output together: the query / key / value
+  product 1.24x, the feed-forward up-projection with GELU 1.36x, the attention's output
+  projection with dropout 1.37x (batch 8 x 128, BERT-base). In float32 the separate pass was
+  0.95-0.98x there and on the same CPU held to AVX2, so float32 keeps BiasAdd (folded into
+  GELU and dropout it was 1.01-1.05x: those callers hand over the bias in every dtype)."""
+  if training:
+    return _bias_add_for_training(y, bias)
   return tf.nn.bias_add(y, bias)
 
 

@@ -44,7 +44,8 @@ ACTIVATIONS = {
     "linear": tf.identity,
 }
 
-# When training: the same GELUs with a one-pass gradient (kernels.gelu_for_training).
+# When training: the same GELUs with a one-pass gradient, taking (x, bias)
+# (kernels.gelu_for_training).
 TRAINING_ACTIVATIONS = {"gelu": kernels.gelu_for_training(True),
                         "gelu_new": kernels.gelu_for_training(True),
                         "gelu_tanh": kernels.gelu_for_training(True),
@@ -329,10 +330,16 @@ class Dense(tf.Module):
     InferenceWeights) may hold the kernel and bias in x's dtype."""
     # BiasAdd rather than `+`: grappler's oneDNN remapper then fuses matmul, bias and GELU into
     # one kernel in inference (the `+` form fused only the bias; GELU ran as separate ops).
-    y = kernels.bias_add(_matmul(x, [self.kernel], inference_weights),
-                         _weight([self.bias], x.dtype, inference_weights), training)
+    y = kernels.bias_add(*self.product(x, inference_weights), training)
     activation = activation or self.activation
     return activation(y) if activation else y
+
+  def product(self, x, inference_weights=None):
+    """(x @ kernel, bias in x's dtype), the bias not yet added: for a caller whose next pass
+    adds it when training (kernels.gelu_for_training, kernels.dropout; kernels.bias_add says
+    why)."""
+    return (_matmul(x, [self.kernel], inference_weights),
+            _weight([self.bias], x.dtype, inference_weights))
 
   def weight_groups(self):
     return [([self.kernel], 0), ([self.bias], 0)]
@@ -452,8 +459,9 @@ class AttentionOutput(tf.Module):
     self.dropout_prob = config.hidden_dropout_prob
 
   def __call__(self, context, residual, training, seed, inference_weights=None):
-    projected = self.dense(context, training=training, inference_weights=inference_weights)
-    return self.layer_norm(kernels.dropout(projected, self.dropout_prob, training, seed)
+    # The bias is added by dropout's pass (when training) or BiasAdd (kernels.dropout).
+    projected, bias = self.dense.product(context, inference_weights)
+    return self.layer_norm(kernels.dropout(projected, self.dropout_prob, training, seed, bias)
                            + residual, training, inference_weights)
 
 
@@ -481,13 +489,14 @@ class Intermediate(tf.Module):
     with self.name_scope:
       self.dense = Dense(config.hidden_size, config.intermediate_size, config,
                          activation=ACTIVATIONS[config.hidden_act])
-    # Training's GELU has a one-pass gradient; inference keeps the layer's own, which oneDNN fuses
-    # with the matmul and bias (kernels.gelu_for_training).
+    # Training's GELU has a one-pass gradient and adds the bias in its pass; inference keeps the
+    # layer's own, which oneDNN fuses with the matmul and bias (kernels.gelu_for_training).
     self.training_activation = TRAINING_ACTIVATIONS.get(config.hidden_act)
 
   def __call__(self, x, training=False, inference_weights=None):
-    return self.dense(x, activation=self.training_activation if training else None,
-                      training=training, inference_weights=inference_weights)
+    if training and self.training_activation:
+      return self.training_activation(*self.dense.product(x, inference_weights))
+    return self.dense(x, training=training, inference_weights=inference_weights)
 
 
 class Output(tf.Module):
@@ -501,9 +510,10 @@ class Output(tf.Module):
     self.dropout_prob = config.hidden_dropout_prob
 
   def __call__(self, x, residual, training, seed, inference_weights=None):
-    projected = self.dense(x, training=training, inference_weights=inference_weights)
+    # The bias is added by dropout's pass (when training) or BiasAdd (kernels.dropout).
+    projected, bias = self.dense.product(x, inference_weights)
     return self.layer_norm(
-        kernels.dropout(projected, self.dropout_prob, training, seed) + residual, training,
+        kernels.dropout(projected, self.dropout_prob, training, seed, bias) + residual, training,
         inference_weights)
 
 

@@ -262,6 +262,49 @@ def test_training_gelu_has_the_gradient_of_tf_nn_gelu(act):
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
+def test_a_bias_handed_to_gelu_dropout_or_bias_add_is_added_in_their_pass(dtype):
+  # Training hands a dense layer's bias to the compiled pass after its matmul (kernels.bias_add):
+  # the result must be that pass applied to float32(x) + float32(bias), rounded once, and the
+  # bias's gradient the float32 sum of x's gradient over the rows.
+  x = tf.cast(tf.random.stateless_normal([1024, 96], [1, 2]), dtype)
+  bias = tf.cast(tf.random.stateless_normal([96], [3, 4]), dtype)
+  dy = tf.cast(tf.random.stateless_uniform([1024, 96], [5, 6], 0.5, 1.5), dtype)
+  summed = tf.cast(x, tf.float32) + tf.cast(bias, tf.float32)
+  seed = tf.constant([7, 11], tf.int64)
+  passes = {"gelu": (lambda v, b: modeling.TRAINING_ACTIVATIONS["gelu"](v, b),
+                     modeling.TRAINING_ACTIVATIONS["gelu"]),
+            "dropout": (lambda v, b: kernels.dropout(v, 0.1, True, seed, b),
+                        lambda v: kernels.dropout(v, 0.1, True, seed)),
+            "bias_add": (lambda v, b: kernels.bias_add(v, b, True), lambda v: v)}
+  for name, (ours, reference) in passes.items():
+    for compiled in (False, True):  # eagerly, and inside an XLA step (run_pretraining --use_xla)
+      def step(v, b):
+        with tf.GradientTape() as tape:
+          tape.watch([v, b])
+          out = ours(v, b)
+        return (out,) + tuple(tape.gradient(out, [v, b], output_gradients=dy))
+      out, dx, dbias = tf.function(step, jit_compile=compiled)(x, bias)
+      with tf.GradientTape() as tape:
+        tape.watch(summed)
+        want = reference(summed)
+      want_dx = tape.gradient(want, summed, output_gradients=tf.cast(dy, tf.float32))
+      assert out.dtype == dx.dtype == dbias.dtype == dtype
+      # The same values bit for bit as the float32 pass rounded (GELU within float32's rounding
+      # of its tanh, which the compiler may compute its own way).
+      exact = name != "gelu" or dtype != tf.float32
+      check = (np.testing.assert_array_equal if exact else
+               lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7))
+      for got, expected in ((out, want), (dx, want_dx)):
+        check(tf.cast(got, tf.float32).numpy(), tf.cast(tf.cast(expected, dtype), tf.float32).numpy())
+      rows = tf.cast(dx, tf.float64).numpy().sum(axis=0)
+      np.testing.assert_allclose(tf.cast(dbias, tf.float64).numpy(), rows,
+                                 rtol={tf.float32: 1e-5}.get(dtype, 2**-8), atol=1e-3)
+  # Not training: the bias is added by BiasAdd, which inference's matmul fuses.
+  np.testing.assert_array_equal(kernels.dropout(x, 0.1, False, seed, bias).numpy(),
+                                tf.nn.bias_add(x, bias).numpy())
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
 def test_seeded_dropout_drops_at_the_rate_and_scales_the_rest(dtype, rate):
   x = tf.cast(tf.random.stateless_uniform([256, 1001], [1, 2], 1.0, 2.0), dtype)  # odd size
@@ -375,9 +418,13 @@ def test_bfloat16_training_sums_bias_gradients_in_float32():
       assert error > 0.5  # the plain op, as measured: if TensorFlow fixes it, drop the workaround
 
 
-def test_bfloat16_training_gradients_are_close_to_float32_at_a_real_batch_size():
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_bfloat16_training_gradients_are_close_to_float32_at_a_real_batch_size(dropout):
   tf.random.set_seed(3)
-  config = _tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  # With dropout the biases of the attention's output and the feed-forward block are added in
+  # dropout's pass (kernels.dropout); seeded, both models draw the same masks.
+  config = _tiny_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+  seed = tf.constant([5, 6], tf.int64) if dropout else None
   ref = modeling.BertModel(config)
   low = modeling.BertModel(config, compute_dtype=tf.bfloat16)
   for a, b in zip(ref.variables, low.variables):
@@ -387,7 +434,7 @@ def test_bfloat16_training_gradients_are_close_to_float32_at_a_real_batch_size()
 
   def gradients(model):
     with tf.GradientTape() as tape:
-      out = model(ids, training=True)["sequence_output"]
+      out = model(ids, training=True, dropout_seed=seed)["sequence_output"]
       loss = tf.reduce_sum(tf.cast(out, tf.float32) * weights)
     return {v.name: g for v, g in zip(model.trainable_variables,
                                       tape.gradient(loss, model.trainable_variables))}
