@@ -59,7 +59,8 @@ def gelu_for_training(approximate):
 
   The GELU returned takes (x, bias=None): GELU(x + bias), the bias added in the same pass (and
   its gradient, the sum of x's over the rows, see `_bias_gradient`), so that the matmul before
-  it runs without oneDNN's bias epilogue (see `bias_add`)."""
+  it runs without oneDNN's bias epilogue (see `bias_add`; where `_bias_in_pass` says no, by
+  `bias_add` first)."""
 
   @tf.custom_gradient
   def gelu(x):
@@ -74,7 +75,12 @@ def gelu_for_training(approximate):
       return dx, _bias_gradient(dx)
     return _gelu_forward(x, bias, approximate), grad
 
-  return lambda x, bias=None: gelu(x) if bias is None else gelu_plus(x, bias)
+  def gelu_(x, bias=None):
+    if bias is not None and not _bias_in_pass(x.dtype):
+      x, bias = bias_add(x, bias, True), None
+    return gelu(x) if bias is None else gelu_plus(x, bias)
+
+  return gelu_
 
 
 def dropout(x, rate, training, seed, bias=None):
@@ -88,14 +94,18 @@ def dropout(x, rate, training, seed, bias=None):
   round(rate * 2^32), so the rate is exact to 2^-32; the kept values are scaled by 1 / (1 - rate)
   in float32 and rounded once (bfloat16's 1 / 0.9 would be 1.109, not 1.111).
 
-  `bias` (optional, [x's last axis]): dropout of x + bias. With a seed the bias is added in the
-  same pass (in float32) and its gradient summed from the pass's, so that the matmul before it
-  runs without oneDNN's bias epilogue (see `bias_add`); otherwise `bias_add` first.
+  `bias` (optional, [x's last axis]): dropout of x + bias. With a seed (and `_bias_in_pass`) the
+  bias is added in the same pass, in float32, and its gradient summed from the pass's, so that
+  the matmul before it runs without oneDNN's bias epilogue (see `bias_add`); otherwise
+  `bias_add` first.
   """
-  if not training or rate == 0.0 or seed is None:
-    if bias is not None:
-      x = bias_add(x, bias, training)
-    return x if not training or rate == 0.0 else tf.nn.dropout(x, rate=rate)
+  if bias is not None and (not training or rate == 0.0 or seed is None
+                           or not _bias_in_pass(x.dtype)):
+    x, bias = bias_add(x, bias, training), None
+  if not training or rate == 0.0:
+    return x
+  if seed is None:
+    return tf.nn.dropout(x, rate=rate)
   threshold, scale, seed = _dropout_constants(rate, seed)
 
   @tf.custom_gradient
@@ -112,6 +122,13 @@ def dropout(x, rate, training, seed, bias=None):
     return _seeded_dropout(x, seed, threshold, scale, bias=bias), grad
 
   return dropout_(x) if bias is None else dropout_plus(x, bias)
+
+
+def _bias_in_pass(dtype):
+  """Whether training adds a dense layer's bias in the compiled pass after its matmul rather than
+  in oneDNN's epilogue of the matmul (`bias_add` says where each was measured faster): in float32
+  and, on a CPU whose bf16 matmuls run on AMX, in bfloat16 / float16."""
+  return dtype == tf.float32 or devices.amx_matmul()
 
 
 def _dropout_constants(rate, seed):
@@ -215,9 +232,10 @@ def _add(y, bias):
 
 @tf.custom_gradient
 def _bias_add_for_training(y, bias):
-  """y + bias with the bias gradient of `_bias_gradient`; in bfloat16 / float16 as a compiled
-  pass of its own rather than BiasAdd (see `bias_add`)."""
-  out = tf.nn.bias_add(y, bias) if y.dtype == tf.float32 else _add(y, bias)
+  """y + bias with the bias gradient of `_bias_gradient`; in bfloat16 / float16 on a CPU with
+  AMX as a compiled pass of its own rather than BiasAdd (see `bias_add`)."""
+  separate = y.dtype != tf.float32 and _bias_in_pass(y.dtype)
+  out = _add(y, bias) if separate else tf.nn.bias_add(y, bias)
   return out, lambda dy: (dy, _bias_gradient(dy))
 
 
@@ -225,15 +243,18 @@ def bias_add(y, bias, training):
   """y + bias. Inference keeps BiasAdd, which grappler fuses with the matmul before it (with
   oneDNN: one kernel, and with GELU after it, one kernel too).
 
-  When training (`_bias_add_for_training`), a bfloat16 / float16 bias is added in a compiled pass
-  of its own, and a caller whose next op is a compiled pass (GELU, dropout) hands it the bias
-  instead (`gelu_for_training`, `dropout`): on the AMX Xeon of benchmarks/log/2026-11-30.md,
-  oneDNN's bf16 matmul with its bias epilogue (training's weights are [in, out]) took longer
-  than the matmul alone and a separate pass over its output together: the query / key / value
-  product 1.24x, the feed-forward up-projection with GELU 1.36x, the attention's output
-  projection with dropout 1.37x (batch 8 x 128, BERT-base). In float32 the separate pass was
-  0.95-0.98x there and on the same CPU held to AVX2, so float32 keeps BiasAdd (folded into
-  GELU and dropout it was 1.01-1.05x: those callers hand over the bias in every dtype)."""
+  When training (`_bias_add_for_training`), a caller whose next op is a compiled pass (GELU,
+  dropout) hands it the bias (`gelu_for_training`, `dropout`), and on a CPU with AMX a
+  bfloat16 / float16 bias with no such pass after it is added in a compiled pass of its own. On
+  the AMX Xeon of benchmarks/log/2026-11-30.md, oneDNN's bf16 matmul with its bias epilogue
+  (training's weights are [in, out]) took longer than the matmul alone and a separate pass over
+  its output together: the query / key / value product 1.24x, the feed-forward up-projection
+  with GELU 1.36x, the attention's output projection with dropout 1.37x (batch 8 x 128,
+  BERT-base); the bf16 pre-training step 1.07x. Held to AVX512_BF16 (no AMX, a Zen 5's kernels)
+  the same bf16 step was 0.95x: there bf16 keeps the epilogue (`_bias_in_pass`). In float32 a
+  pass of its own was 0.95-0.98x, natively and held to AVX2, so float32 keeps BiasAdd where no
+  pass follows; handed to GELU and dropout the bias was 1.01-1.05x (the step held to AVX2
+  1.05x)."""
   if training:
     return _bias_add_for_training(y, bias)
   return tf.nn.bias_add(y, bias)
