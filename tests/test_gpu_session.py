@@ -16,6 +16,7 @@ import zipfile
 import pytest
 
 from conftest import PYTHON, ROOT, SHARED, run_process
+import test_trim_fatbins
 
 INSTALLER = os.path.join(SHARED, "gpu", "install_bundle.sh")
 SCRIPT = os.path.join(ROOT, "tools", "gpu_session.sh")
@@ -28,16 +29,28 @@ pytestmark = [
 
 
 def _files():
-  """The tree of a small bundle: an incompressible 'library' and a TensorFlow stand-in."""
+  """The tree of a small bundle: an incompressible 'library' (no ELF file: pack leaves it as it
+  is) and a TensorFlow stand-in."""
   rng = random.Random(0)
   return {"nvidia/cublas/lib/libcublas.so.12": rng.randbytes(3 << 20),
           "tensorflow/__init__.py": b"__version__ = 'bundle-test'\n",
           "fakepkg_stub/README": b"not a wheel\n"}
 
 
-def _bundle(path):
+def _cuda_library(tmp_path):
+  """A real shared library with sm_80 and sm_90 device code (test_trim_fatbins' builder), and
+  what pack must leave of it: the sm_90 entry alone."""
+  rng = random.Random(1)
+  sass80 = test_trim_fatbins.entry(test_trim_fatbins.ELF, 80, rng.randbytes(1 << 16))
+  sass90 = test_trim_fatbins.entry(test_trim_fatbins.ELF, 90, rng.randbytes(1 << 15))
+  blob = test_trim_fatbins.fatbin([sass80, sass90])
+  library = test_trim_fatbins.build_library(tmp_path / "libcuda_kernels.so", [blob])
+  return library.read_bytes(), blob, test_trim_fatbins.fatbin([sass90])
+
+
+def _bundle(path, more=None):
   """A bundle as ../shared/gpu/make_bundle.sh writes one: parts of a zstd tar, a MANIFEST."""
-  files = _files()
+  files = {**_files(), **(more or {})}
   listing = "".join(f"{hashlib.sha256(data).hexdigest()}  ./{name}\n"
                     for name, data in sorted(files.items()))
   files[".bundle/TREE.sha256"] = listing.encode()
@@ -84,6 +97,7 @@ def _checkout(path):
   """A git checkout holding the script, with .gpu ignored as in the project."""
   (path / "tools").mkdir(parents=True)
   shutil.copy(SCRIPT, path / "tools" / "gpu_session.sh")
+  shutil.copy(os.path.join(ROOT, "tools", "trim_fatbins.py"), path / "tools")
   (path / ".gitignore").write_text("/.gpu/\n/gpu_results/\n")
   (path / "README").write_bytes(b"x" * 100_000)  # a working tree that travels with every call
   run_process(["git", "init", "-q", str(path)], check=True, cwd=None, env=None, timeout=None,
@@ -96,8 +110,10 @@ def _run(checkout, *args, **env):
                      env={**os.environ, "PYTHON": PYTHON, **env}, timeout=300, check=False)
 
 
+@pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc to build a CUDA-like library")
 def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
-  files = _bundle(tmp_path / "bundle")
+  library, fat, fat90 = _cuda_library(tmp_path)
+  files = _bundle(tmp_path / "bundle", {"nvidia/kernels/lib/libkernels.so": library})
   wheel = _wheel(tmp_path)
   checkout = _checkout(tmp_path / "checkout")
   env = {"CALL_MIB": "1", "PACK_LEVEL": "3", "PACK_RESERVE_KIB": "64",
@@ -140,8 +156,15 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   installed = _run(checkout, "install", **env)
   assert installed.returncode == 0, installed.stderr
   for name, data in files.items():
-    if not name.startswith(".bundle"):
+    if not name.startswith(".bundle") and not name.endswith("libkernels.so"):
       assert (tmp_path / "tf" / name).read_bytes() == data, name
+  # The CUDA library keeps its sm_90 code only (the sm_80 entry's bytes are zeros), same size.
+  trimmed = (tmp_path / "tf" / "nvidia" / "kernels" / "lib" / "libkernels.so").read_bytes()
+  at = library.index(fat)
+  assert len(trimmed) == len(library) and trimmed[:at] == library[:at]
+  assert trimmed[at:at + len(fat)] == fat90 + bytes(len(fat) - len(fat90))
+  assert trimmed[at + len(fat):] == library[at + len(fat):]
+  assert "cuda_arch sm_90" in (folders[0] / "MANIFEST").read_text().splitlines()
   env_sh = (tmp_path / "tf" / ".bundle" / "env.sh").read_text()
   assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in env_sh and "PYTHONPATH=" in env_sh
   assert (tmp_path / "tf" / "fakepkg" / "__init__.py").read_text() == "VALUE = 42\n"
@@ -176,6 +199,23 @@ def test_one_line_errors(tmp_path):
   (checkout / ".gitignore").write_text("")
   assert "not ignored by git" in error("pack", str(tmp_path / "bundle"))
   assert _run(checkout, "frobnicate").returncode == 2  # usage
+  assert error("finish", "soon") == ("error: finish takes the seconds the call may run, "
+                                     "e.g. finish 540")
+
+
+def test_finish_brings_back_one_archive_even_when_a_step_fails(tmp_path):
+  """The last call's results come back as one archive ($OUT returns 8 files at most), with the
+  log naming the step that failed and the steps not run after it."""
+  checkout = _checkout(tmp_path / "checkout")
+  out = tmp_path / "out"
+  result = _run(checkout, "finish", "200", OUT=str(out), STAGE=str(tmp_path / "stage"),
+                TF_ROOT=str(tmp_path / "tf"))
+  assert result.returncode == 0, result.stderr
+  assert sorted(p.name for p in out.iterdir()) == ["results.tar.gz"]
+  with tarfile.open(out / "results.tar.gz") as tar:
+    log = tar.extractfile("./finish.txt").read().decode()
+  assert "== install (120 s at most" in log
+  assert "error: no parts staged" in log and "== check" not in log and "== done" in log
 
 
 def test_tensorflow_env_reaches_tensorflow_children_only(tmp_path):

@@ -5,11 +5,13 @@
 # usage:
 #   tools/gpu_session.sh pack BUNDLE_DIR [WHEEL...]        here: carry folders .gpu/p00, p01, ...
 #   tools/gpu_session.sh fits                              here: each folder still fits one call
+#   tools/gpu_session.sh probe                             there: the machine, the sm_90 trim checked
 #   tools/gpu_session.sh stage .gpu/pNN                    there: keep one carried part in /tmp
 #   tools/gpu_session.sh install                           there: unpack TensorFlow into /tmp/tf
 #   tools/gpu_session.sh check                             there: TensorFlow sees the GPU, XLA runs
 #   tools/gpu_session.sh test [PYTEST ARGS]                there: the GPU-relevant tests
-#   tools/gpu_session.sh bench [smoke|quick|full]          there: the GPU benchmarks, both sides
+#   tools/gpu_session.sh bench [smoke|quick|full|large|base]  there: GPU benchmarks, both sides
+#   tools/gpu_session.sh finish SECONDS                    there: the last call, all of the above
 #
 # BUNDLE_DIR is what ../shared/gpu/make_bundle.sh wrote for the device's Python (3.12 there);
 # WHEELs are the project's own wheels the device lacks: tf-keras and tensorflow-hub (`pip download
@@ -97,15 +99,41 @@ pack() {
   mkdir -p .gpu
   work=$(mktemp -d .gpu/.pack.XXXXXX)
   trap 'rm -rf "$work"' EXIT
-  echo "recompressing $(($(field archive_bytes) / 1048576)) MiB at zstd -$level (minutes)"
-  cat "$bundle"/part-* | zstd -dcq --long=27 | nice zstd -q -T0 "-$level" --long=27 \
-    | split -b "$part_bytes" -d -a 3 - "$work/part-"
+  local arch=${PACK_CUDA_ARCH:-90}
+  if [ "$arch" = all ]; then
+    echo "recompressing $(($(field archive_bytes) / 1048576)) MiB at zstd -$level (minutes)"
+    cat "$bundle"/part-* | zstd -dcq --long=27 | nice zstd -q -T0 "-$level" --long=27 \
+      | split -b "$part_bytes" -d -a 3 - "$work/part-"
+  else
+    # Only the device's GPU architecture: the libraries' device code for the others (sm_50 to
+    # sm_89, and PTX beside sm_90 machine code) is never read there, and the static symbol
+    # tables of TensorFlow's libraries serve debuggers only (loading reads the dynamic ones):
+    # together about 800 of 2,200 MiB, 11 carry folders down to 7.
+    local unpacked=$work/tree
+    mkdir "$unpacked"
+    echo "unpacking $(($(field archive_bytes) / 1048576)) MiB to keep sm_$arch only"
+    cat "$bundle"/part-* | zstd -dcq --long=27 | tar -x -C "$unpacked" -f -
+    local libs=()
+    mapfile -d '' libs < <(find "$unpacked" -type f \( -name '*.so' -o -name '*.so.*' \) -print0)
+    [ ${#libs[@]} -eq 0 ] || "$PY" tools/trim_fatbins.py --arch "$arch" "${libs[@]}" | tail -n 1
+    if [ -d "$unpacked/tensorflow" ]; then
+      find "$unpacked/tensorflow" -type f \( -name '*.so' -o -name '*.so.*' \) -print0 \
+        | xargs -0 -r strip --strip-unneeded
+    fi
+    (cd "$unpacked" && find . -type f ! -path ./.bundle/TREE.sha256 -print0 | LC_ALL=C sort -z \
+      | xargs -0 sha256sum >.bundle/TREE.sha256)
+    echo "compressing $(du -sm "$unpacked" | cut -f1) MiB at zstd -$level (minutes)"
+    tar -C "$unpacked" --sort=name --owner=0 --group=0 --numeric-owner -cf - . \
+      | nice zstd -q -T0 "-$level" --long=27 | split -b "$part_bytes" -d -a 3 - "$work/part-"
+    rm -rf "$unpacked"
+  fi
   local parts=("$work"/part-*) archive_bytes archive_sha256
   archive_bytes=$(cat "${parts[@]}" | wc -c)
   archive_sha256=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
   {
     awk '$1 != "archive_bytes" && $1 != "archive_sha256" && $1 != "parts" && $1 != "part"' \
       "$bundle/MANIFEST"
+    [ "$arch" = all ] || echo "cuda_arch sm_$arch"
     echo "archive_bytes $archive_bytes"
     echo "archive_sha256 $archive_sha256"
     echo "parts ${#parts[@]}"
@@ -151,6 +179,46 @@ stage() {
   cp "$folder"/* "$STAGE/"
   # Says "N of M parts present and intact" and names the missing ones (exit 1 until all are in).
   bash "$STAGE/install_bundle.sh" --check "$STAGE" || true
+}
+
+probe() {  # the first call: the machine as found, and the fat-binary trim on its own cuBLAS
+  mkdir -p "$RESULTS"
+  {
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
+    echo "cores $(nproc); $(df -h /tmp | tail -n 1)"
+    "$PY" -c 'import sys, torch, transformers, numpy
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "transformers", transformers.__version__, "numpy", numpy.__version__)'
+    command -v cuobjdump || echo "no cuobjdump"
+  } 2>&1 | tee "$RESULTS/probe.txt"
+  # pack keeps only sm_90 in the bundle's libraries (tools/trim_fatbins.py). Torch's own cuBLAS,
+  # trimmed the same way and preloaded, must give the same products bit for bit.
+  local dir=/tmp/trimcheck lib
+  rm -rf "$dir" && mkdir -p "$dir"
+  lib=$("$PY" -c 'import torch
+x = torch.ones(64, 64, device="cuda")
+(x @ x).cpu()
+print([l.split()[-1] for l in open("/proc/self/maps") if "libcublasLt.so" in l][0])')
+  cp "$lib" "$(dirname "$lib")"/libcublas.so.* "$dir/"
+  "$PY" tools/trim_fatbins.py --arch 90 "$dir"/libcublas*.so.* 2>&1 | tee -a "$RESULTS/probe.txt"
+  local products='import hashlib, sys, torch
+g = torch.Generator(device="cuda").manual_seed(0)
+h = hashlib.sha256()
+for m, k, n in [(4096, 1024, 4096), (1024, 4096, 1024), (8192, 768, 3072), (77, 333, 129)]:
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        a = torch.randn(m, k, device="cuda", generator=g).to(dt)
+        b = torch.randn(k, n, device="cuda", generator=g).to(dt)
+        h.update((a @ b).float().cpu().numpy().tobytes())
+maps = [l.split()[-1] for l in open("/proc/self/maps") if "libcublas" in l]
+print(h.hexdigest(), sorted(set(maps)))'
+  {
+    echo "products, torch's cuBLAS:      $("$PY" -c "$products" 2>&1 | tail -n 1)"
+    echo "products, trimmed and preloaded: $(LD_PRELOAD="$(ls "$dir"/libcublasLt.so.* \
+      "$dir"/libcublas.so.* | tr '\n' ' ')" "$PY" -c "$products" 2>&1 | tail -n 1)"
+    ! command -v cuobjdump >/dev/null || echo "cuobjdump lists $(cuobjdump --list-elf \
+      "$dir"/libcublasLt.so.* 2>&1 | grep -c sm_) ELF images in the trimmed cuBLASLt"
+  } | tee -a "$RESULTS/probe.txt"
 }
 
 env_file() { echo "$TF_ROOT/.bundle/env.sh"; }
@@ -218,8 +286,11 @@ run_tests() {
                tests/test_checkpoints.py tests/test_run_pretraining.py tests/test_keras.py
                tests/test_export_model.py tests/test_script_flags.py)
   [ $# -eq 0 ] || files=("$@")
-  with_tf "$PY" -m pytest -q -p no:cacheprovider -n 4 --durations=10 \
-    --junitxml="$RESULTS/tests.xml" "${files[@]}" 2>&1 | tee "$RESULTS/tests.txt"
+  # TEST_SECONDS: the run is interrupted then (pytest still prints what failed so far), so that
+  # a call short of minutes brings back the tests that ran; -v names each as it ends.
+  with_tf timeout -s INT -k 30 "${TEST_SECONDS:-3600}" "$PY" -m pytest -v -p no:cacheprovider \
+    -n "${TEST_WORKERS:-4}" --durations=10 --junitxml="$RESULTS/tests.xml" "${files[@]}" 2>&1 \
+    | tee "$RESULTS/tests.txt"
 }
 
 bench() {
@@ -233,11 +304,14 @@ bench() {
   # The card's bf16 matmul peak first: every model figure's MFU is against it (--peak below).
   # Then the issue's headline (BERT-Large, seq 128) before BERT-base: a call cut off at the
   # device's 10 minutes still brings back what $OUT holds by then.
-  local runs=(
-    "matmul_peak matmul_peak.py --matmul_size=8192"
-    "pretrain_large_128 pretraining_step.py ${large[*]} --batch_size=128 --steps_per_loop=10"
-    "pretrain_base_128 pretraining_step.py --batch_size=256 --steps_per_loop=10"
-  )
+  local peak_run="matmul_peak matmul_peak.py --matmul_size=8192"
+  local large_run="pretrain_large_128 pretraining_step.py ${large[*]} --batch_size=256"
+  local base_run="pretrain_base_128 pretraining_step.py --batch_size=256"
+  local runs=("$peak_run" "$large_run --steps_per_loop=10" "$base_run --steps_per_loop=10")
+  # large: the peak and BERT-Large only; base: BERT-base only, against the peak measured before
+  # (a session short of minutes runs the tests between the two).
+  [ "$size" != large ] || runs=("$peak_run" "$large_run --steps_per_loop=10")
+  [ "$size" != base ] || runs=("$base_run --steps_per_loop=10")
   if [ "$size" = smoke ]; then  # the plumbing, in a minute, anywhere (numbers mean nothing)
     runs=("matmul_peak matmul_peak.py --matmul_size=512"
           "pretrain_tiny_128 pretraining_step.py ${tiny[*]} --batch_size=8 --steps_per_loop=2")
@@ -251,6 +325,7 @@ bench() {
     )
   fi
   local run name script args peak=none left deadline=$((SECONDS + ${BENCH_DEADLINE:-480}))
+  [ ! -s "$RESULTS/peak.txt" ] || peak=$(cat "$RESULTS/peak.txt")
   for run in "${runs[@]}"; do
     read -r name script args <<<"${run//$'\n'/ }"
     left=$((deadline - SECONDS))
@@ -268,6 +343,7 @@ d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["details"]
 print(max(v for side in ("ours", "peer") for k, v in d[side].items()
           if k.endswith("bf16") and isinstance(v, (int, float))))' "$RESULTS/$name.json" \
         2>/dev/null) || peak=none
+      echo "$peak" >"$RESULTS/peak.txt"
       echo "   bf16 matmul peak: $peak GFLOP/s"
     fi
     tail -n 1 "$RESULTS/$name.json" | "$PY" -c '
@@ -282,16 +358,48 @@ if line:
   done
 }
 
+finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, in SECONDS at most
+  local total=$1 back=${OUT:-$PWD/gpu_results} res=/tmp/gpu_session_results
+  case $total in ''|*[!0-9]*) die "finish takes the seconds the call may run, e.g. finish 540" ;; esac
+  rm -rf "$res" && mkdir -p "$res" "$back"
+  # 25 s are kept to pack the results: $OUT brings back 8 files at most, so they come back as
+  # one archive, written even when a step ran out of time.
+  local end=$((SECONDS + total - 25))
+  left() { local n=$((end - SECONDS)); [ "$n" -lt "$1" ] || n=$1; echo "$n"; }
+  step() {  # SECONDS COMMAND...: one command of this script, bounded, its results in $res
+    local secs=$1; shift
+    if [ "$secs" -lt 30 ]; then echo "== $*: not run, the call's time is spent"; return 1; fi
+    echo "== $* ($secs s at most, $(date -u +%T))"
+    OUT=$res timeout -k 10 "$secs" bash tools/gpu_session.sh "$@"
+  }
+  {
+    if step "$(left 120)" install && step "$(left 180)" check; then
+      BENCH_DEADLINE=$(left "${FINISH_LARGE_S:-240}") step "$(left 100000)" bench large || true
+      TEST_SECONDS=$(left "${FINISH_TESTS_S:-180}") TEST_WORKERS=${TEST_WORKERS:-8} \
+        step "$(left 100000)" test || true
+      BENCH_DEADLINE=$(left 100000) step "$(left 100000)" bench base || true
+    fi
+    echo "== done $(date -u +%T)"
+  } 2>&1 | tee "$res/finish.txt" || true
+  tar -czf "$back/results.tar.gz" -C "$res" .
+  echo "results: $back/results.tar.gz ($(du -k "$back/results.tar.gz" | cut -f1) KiB)"
+  grep -h "^ \+pre-training\|^ \+bf16\|bf16 matmul peak\|GPUs:\|XLA bf16\|passed\|failed" \
+    "$res"/*.txt 2>/dev/null | tail -n 40 || true
+}
+
 [ $# -ge 1 ] || usage
 command=$1; shift
 case $command in
   pack) [ $# -ge 1 ] || usage; pack "$@" ;;
   fits) [ $# -eq 0 ] || usage; fits ;;
   stage) [ $# -eq 1 ] || usage; stage "$1" ;;
+  probe) [ $# -eq 0 ] || usage; probe ;;
+  finish) [ $# -eq 1 ] || usage; finish "$1" ;;
   install) [ $# -eq 0 ] || usage; install ;;
   check) [ $# -eq 0 ] || usage; check ;;
   test) run_tests "$@" ;;
-  bench) [ $# -le 1 ] || usage; case ${1:-quick} in smoke|quick|full) ;; *) usage ;; esac
+  bench) [ $# -le 1 ] || usage
+    case ${1:-quick} in smoke|quick|full|large|base) ;; *) usage ;; esac
     bench "$@" ;;
   *) usage ;;
 esac
