@@ -284,7 +284,7 @@ run_tests() {
   # training loop and its strategies, checkpoints, exports. Tests that need ../shared skip there.
   local files=(tests/test_modeling.py tests/test_optimization.py tests/test_training.py
                tests/test_checkpoints.py tests/test_run_pretraining.py tests/test_keras.py
-               tests/test_export_model.py tests/test_script_flags.py)
+               tests/test_export_model.py tests/test_script_flags.py tests/test_devices.py)
   [ $# -eq 0 ] || files=("$@")
   # TEST_SECONDS: the run is interrupted then (pytest still prints what failed so far), so that
   # a call short of minutes brings back the tests that ran; -v names each as it ends.
