@@ -91,15 +91,24 @@ def onednn_cpu():
 
 
 @functools.lru_cache(maxsize=None)
+def on_gpu():
+  """Whether TensorFlow computes on a GPU here (it places the model's ops there)."""
+  return bool(tf.config.list_logical_devices("GPU"))
+
+
+@functools.lru_cache(maxsize=None)
 def bf16_accumulates_in_float32():
   """Whether TensorFlow's bfloat16 matmul and softmax kernels here compute in float32 and round
-  once: on a GPU (cuBLAS, cuDNN), and on a CPU with bf16 instructions (oneDNN's AVX512_BF16 and
-  AMX kernels; native_bf16). Where bf16 is emulated (an AVX2-only CPU, or oneDNN held below its
-  bf16 ISAs), TensorFlow's fallback kernels round partial results to bfloat16: measured on an
-  AVX2-only EPYC, a bias gradient summed as a matmul was 0.75% off and softmax probabilities
-  more than one rounding step off. kernels.py then takes its float32 paths."""
-  if tf.config.list_logical_devices("GPU"):
-    return True
+  once: on a CPU with bf16 instructions (oneDNN's AVX512_BF16 and AMX kernels; native_bf16).
+  Where bf16 is emulated (an AVX2-only CPU, or oneDNN held below its bf16 ISAs), TensorFlow's
+  fallback kernels round partial results to bfloat16: measured on an AVX2-only EPYC, a bias
+  gradient summed as a matmul was 0.75% off and softmax probabilities more than one rounding
+  step off. Not on a GPU either: on an H200 (CUDA 12.5 cuBLAS, 2026-11-30) a bias gradient
+  summed as a [1, 1024] x [1024, 96] matmul was 1.7% off where the rows nearly cancel (cuBLAS
+  sums parts of a long inner dimension apart and adds them in bfloat16), and the bf16 softmax
+  0.43% off, over one rounding step (0.39%). kernels.py then takes its float32 paths."""
+  if on_gpu():
+    return False
   return native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 

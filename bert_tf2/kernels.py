@@ -213,16 +213,18 @@ def _bias_gradient(dy):
   32,768 (pre-training's 256 x 128). float16 and float32 BiasAddGrads accumulate in float32.
   For bfloat16 the sum is a [1, rows] x [rows, n] matmul with a row of ones, which oneDNN
   accumulates in float32 and runs faster than BiasAddGrad (a [1024, 3072] bias gradient
-  652 -> 387 us on the 2-core EPYC of benchmarks/README.md).
+  652 -> 387 us on the 2-core EPYC of benchmarks/README.md). On a GPU neither holds: there
+  BiasAddGrad was 0.43% off in float16 and the matmul 1.7% off in bfloat16 (an H200,
+  2026-11-30; devices.bf16_accumulates_in_float32), so both sum in float32 outright.
   """
-  if dy.dtype != tf.bfloat16:
+  if dy.dtype == tf.float32 or (dy.dtype == tf.float16 and not devices.on_gpu()):
     return tf.raw_ops.BiasAddGrad(out_backprop=dy)
   rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
-  if not devices.bf16_accumulates_in_float32():
-    # Emulated bf16 (a CPU without bf16 instructions): its matmul rounds partial sums to
-    # bfloat16, so the sum is taken in float32 outright.
-    return tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), 0), dy.dtype)
-  return tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
+  if dy.dtype == tf.bfloat16 and devices.bf16_accumulates_in_float32():
+    return tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows)[0]
+  # Emulated bf16 (a CPU without bf16 instructions), whose matmul rounds partial sums to
+  # bfloat16, and a GPU: the sum taken in float32 outright.
+  return tf.cast(tf.reduce_sum(tf.cast(rows, tf.float32), 0), dy.dtype)
 
 
 @tf.function(jit_compile=True)
@@ -354,13 +356,13 @@ def masked_softmax(scores, mask_adder, bf16_softmax=False):
 
   With `bf16_softmax` (inference's choice, see modeling.InferenceWeights), bfloat16 scores get
   their mask added and their softmax taken in bfloat16 instead (the probabilities are then
-  bfloat16). TensorFlow's own kernels compute a bfloat16 softmax in float32 (oneDNN on CPU,
-  CUDA's in float32 too) and round once: the probabilities are the float32 softmax's rounded to
+  bfloat16). oneDNN's CPU kernels compute a bfloat16 softmax in float32 and round once: the probabilities are the float32 softmax's rounded to
   bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one rounding step
   at most), without the two casts, and oneDNN fuses the mask add into the scores' batch matmul:
   a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax accumulates in bfloat16
-  (probabilities 4% off); nor where bf16 is emulated (devices.bf16_accumulates_in_float32: the
-  fallback kernel is more than one rounding step off). The Trainer makes that choice.
+  (probabilities 4% off); nor where bf16 is emulated, nor on a GPU
+  (devices.bf16_accumulates_in_float32: TensorFlow's fallback kernel and its CUDA kernel are
+  more than one rounding step off). The Trainer makes that choice.
   """
   if bf16_softmax and scores.dtype == tf.bfloat16:
     # In bfloat16 the adder is 0 or -9984 (-10000 rounded): a masked key's exp still underflows

@@ -603,6 +603,7 @@ def test_prediction_streams_only_where_one_replica_runs_on_a_cpu_of_several_core
   assert devices.prediction_streams(TwoReplicas()) == 1
 
 
+@requires_shared
 @pytest.mark.slow
 def test_progress_comes_at_the_first_step_and_then_by_the_clock():
   """A user sees a line as soon as the first step has run, then every `log_every_seconds`
