@@ -271,14 +271,17 @@ def timed(fn, warmup=None, repeats=None, setup=None):
   warmup = FLAGS.warmup if warmup is None else warmup
   repeats = FLAGS.repeats if repeats is None else repeats
   call = (lambda: fn(setup())) if setup else fn
-  for _ in range(warmup):
+  for i in range(warmup):
+    start = time.perf_counter()
     call()
+    _progress(f"warm-up call {i + 1}: {time.perf_counter() - start:.2f} s")
   times = []
   for _ in range(max(repeats, 1)):
     args = (setup(),) if setup else ()
     start = time.perf_counter()
     fn(*args)
     times.append(time.perf_counter() - start)
+    _progress(f"timed call {len(times)}: {times[-1]:.3f} s")
   return {"median_s": statistics.median(times), "min_s": min(times),
           "times_s": [round(t, 4) for t in times]}
 
@@ -297,9 +300,22 @@ def child_result(result):
   print(_RESULT_PREFIX + json.dumps(result), flush=True)
 
 
+def _progress(line):
+  """A child's progress (each warm-up and timed call's seconds) on stderr, where its log is
+  kept ($BENCH_CHILD_LOG): a run stopped midway still shows how far each side got."""
+  if os.environ.get("BENCH_CHILD_LOG"):
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
 def run_child(side, variant=None):
   """Runs this script with --side/--variant (and every flag the parent got); returns its result
-  dict, or {"error": the end of its stderr} when it fails."""
+  dict, or {"error": the end of its stderr} when it fails.
+
+  Two knobs for a machine lent for minutes (tools/gpu_session.sh): $BENCH_CHILD_TIMEOUT, the
+  seconds a child may run before it is stopped and its error is the time (the next child still
+  runs: one side stuck compiling no longer costs the other side's figure), and $BENCH_CHILD_LOG,
+  a file that gets each child's stderr as it comes (TensorFlow's log, the calls' progress)
+  instead of holding it in memory, so that it survives a call stopped from outside."""
   python = FLAGS.peer_python if side == "peer" and FLAGS.peer_python else sys.executable
   args = [python, os.path.abspath(sys.argv[0]), *sys.argv[1:], f"--side={side}",
           *([f"--variant={variant}"] if variant else [])]
@@ -309,13 +325,33 @@ def run_child(side, variant=None):
   if not side.endswith("peer"):
     env = tensorflow_env(env)
   start = time.perf_counter()
-  proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                        check=False)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith(_RESULT_PREFIX)]
+  timeout = float(os.environ.get("BENCH_CHILD_TIMEOUT") or 0) or None
+  log_path = os.environ.get("BENCH_CHILD_LOG")
+  log = open(log_path, "a", encoding="utf-8") if log_path else None  # pylint: disable=consider-using-with
+  try:
+    if log:
+      print(f"== {os.path.basename(sys.argv[0])} {label} {time.strftime('%H:%M:%S')}", file=log,
+            flush=True)
+    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=log or subprocess.PIPE, text=True,
+                          env=env, check=False, timeout=timeout)
+  except subprocess.TimeoutExpired as e:  # run() has killed it
+    proc = subprocess.CompletedProcess(args, None, e.stdout or "", e.stderr or "")
+  finally:
+    if log:
+      log.close()
+  stderr = proc.stderr
+  if log_path:
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+      stderr = f.read().rsplit(f"== {os.path.basename(sys.argv[0])} {label} ", 1)[-1]
+  if isinstance(stderr, bytes):
+    stderr = stderr.decode(errors="replace")
+  lines = [l for l in (proc.stdout or "").splitlines() if l.startswith(_RESULT_PREFIX)]
   if proc.returncode != 0 or not lines:
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-    print(f"[{label}] failed (exit {proc.returncode}):\n{tail}", file=sys.stderr, flush=True)
-    return {"error": f"exit {proc.returncode}: {tail[-1500:]}"}
+    how = (f"timed out after {timeout:.0f} s (BENCH_CHILD_TIMEOUT)" if proc.returncode is None
+           else f"exit {proc.returncode}")
+    tail = "\n".join((stderr or "").strip().splitlines()[-15:])
+    print(f"[{label}] failed ({how}):\n{tail}", file=sys.stderr, flush=True)
+    return {"error": f"{how}: {tail[-1500:]}"}
   result = json.loads(lines[-1][len(_RESULT_PREFIX):])
   result.setdefault("process_s", round(time.perf_counter() - start, 1))
   return result

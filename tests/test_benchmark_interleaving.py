@@ -3,7 +3,7 @@ clock whose answer is known (the real benchmark needs torch, which CI does not i
 
 import json
 
-from conftest import run_ok
+from conftest import ENV, run_ok
 
 # A host whose speed drifts between pairs (x1, x3, x0.5, x2) but not within one: ours takes 1
 # unit, the peer 2, so every pair's ratio is exactly 2 while each side's times spread 6x.
@@ -36,3 +36,30 @@ def test_pairs_take_turns_and_their_ratios_cancel_the_drift():
   assert result["ours"]["times_s"] == [1.0, 3.0, 0.5, 2.0]
   assert result["peer"]["times_s"] == [2.0, 6.0, 1.0, 4.0]
   assert result["ours"]["median_s"] == 1.5 and result["peer"]["min_s"] == 1.0
+
+
+def test_a_child_past_its_time_is_stopped_and_the_next_one_still_runs(tmp_path):
+  """$BENCH_CHILD_TIMEOUT (a lent GPU's minutes): a child still starting after its seconds is
+  stopped and its figure is an error naming the time; the children after it run. Its stderr went
+  to $BENCH_CHILD_LOG as it came, under a header naming it."""
+  log = tmp_path / "children.log"
+  code = ("import json, sys, time\n"
+          "sys.path.insert(0, 'benchmarks')\n"
+          "import common\n"
+          "common.FLAGS([sys.argv[0]] + [a for a in sys.argv[1:] if not a.startswith('--s')])\n"
+          "if '--side=ours' in sys.argv:\n"
+          "  print('ours starts', file=sys.stderr, flush=True); time.sleep(60)\n"
+          "elif '--side=peer' in sys.argv:\n"
+          "  common._progress('peer call'); common.child_result({'per_s': 2.0})\n"
+          "else:\n"
+          "  print(json.dumps([common.run_child('ours'), common.run_child('peer')]))\n")
+  script = tmp_path / "child_timeout.py"
+  script.write_text(code)
+  out = run_ok([str(script)], env={**ENV, "BENCH_CHILD_TIMEOUT": "3", "BENCH_CHILD_LOG": str(log)})
+  ours, peer = json.loads(out.stdout.strip().splitlines()[-1])
+  assert ours["error"].startswith("timed out after 3 s (BENCH_CHILD_TIMEOUT): ")
+  assert "ours starts" in ours["error"]
+  assert peer["per_s"] == 2.0
+  text = log.read_text()
+  assert "== child_timeout.py ours " in text and "ours starts" in text
+  assert "== child_timeout.py peer " in text and "] peer call" in text

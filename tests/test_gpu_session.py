@@ -119,6 +119,10 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   env = {"CALL_MIB": "1", "PACK_LEVEL": "3", "PACK_RESERVE_KIB": "64",
          "STAGE": str(tmp_path / "stage"), "TF_ROOT": str(tmp_path / "tf")}
 
+  # What the GPU tests read of ../shared rides in the last folder.
+  pretraining = tmp_path / "shared" / "reference" / "pretraining"
+  pretraining.mkdir(parents=True)
+  (pretraining / "vocab_uncased.txt").write_text("[PAD]\n")
   # The bundle named relative to where pack is started (the script moves to the checkout).
   packed = _run(checkout, "pack", "../bundle", str(wheel), **env)
   assert packed.returncode == 0, packed.stderr
@@ -135,6 +139,8 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
     assert size + tree <= (1 << 20) - 64 * 1024, (folder, size)
     assert {"MANIFEST", "install_bundle.sh"} <= {f.name for f in folder.iterdir()}
   assert (folders[-1] / wheel.name).exists()
+  with tarfile.open(folders[-1] / "shared.tar.gz") as tar:
+    assert tar.extractfile("reference/pretraining/vocab_uncased.txt").read() == b"[PAD]\n"
   assert packed.stdout.count("run(carry=") == len(folders)
   assert "stage .gpu/p00" in packed.stdout and "install" in packed.stdout
   status = run_process(["git", "status", "--porcelain", "--untracked-files=all"],

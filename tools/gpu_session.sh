@@ -14,10 +14,12 @@
 #   tools/gpu_session.sh finish SECONDS                    there: the last call, all of the above
 #
 # BUNDLE_DIR is what ../shared/gpu/make_bundle.sh wrote for the device's Python (3.12 there);
-# WHEELs are the project's own wheels the device lacks: tf-keras and tensorflow-hub (`pip download
-# --no-deps --python-version 3.12 ...`; tensorflow-text, 60 MB, serves build_vocab only, which no
-# GPU test runs, and the device's torch Python has the rest). `pack` recompresses the
-# bundle harder (zstd -19: 13 parts of 60 MiB become 11) and cuts it into the largest parts that
+# WHEELs are the project's own wheels the device lacks: tf-keras, tensorflow-hub and setuptools<81
+# for its pkg_resources (`pip download --no-deps --python-version 3.12 ...`; tensorflow-text,
+# 60 MB, serves build_vocab only, which no GPU test runs, and the device's torch Python has the
+# rest). `pack` keeps the device's GPU architecture alone in the bundle's CUDA libraries
+# (trim_fatbins.py, PACK_CUDA_ARCH), recompresses it harder (zstd -19: 13 parts of 60 MiB
+# become 7) and cuts it into the largest parts that
 # fit one call beside the working tree with PACK_RESERVE_KIB to spare (the tree may grow a little
 # before the session: `fits` checks again), one folder a part, each with the MANIFEST and the
 # installer, the wheels in the last; it prints the calls.
@@ -157,6 +159,16 @@ pack() {
     [ "$bytes" -le "$worst" ] || worst=$bytes
     i=$((i + 1))
   done
+  # The files of ../shared that the GPU tests read (14 MiB; ../shared itself does not travel):
+  # without them 62 of the 177 tests skipped there (2026-11-30).
+  folder=.gpu/$(printf 'p%02d' $((i - 1)))
+  local wanted=() path
+  for path in "${SHARED_FOR_TESTS[@]}"; do [ ! -e "../shared/$path" ] || wanted+=("$path"); done
+  if [ ${#wanted[@]} -gt 0 ]; then
+    tar -czf "$folder/shared.tar.gz" -C ../shared "${wanted[@]}"
+    [ $(($(du -sb "$folder" | cut -f1) + tree)) -le "$limit" ] \
+      || die "$folder with the files of ../shared for the tests is over one call's $CALL_MIB MiB"
+  fi
   rm -rf "$work"
   trap - EXIT
   echo "$i carry folders in .gpu ($((archive_bytes / 1048576)) MiB; the largest call" \
@@ -180,6 +192,9 @@ stage() {
   # Says "N of M parts present and intact" and names the missing ones (exit 1 until all are in).
   bash "$STAGE/install_bundle.sh" --check "$STAGE" || true
 }
+
+SHARED_FOR_TESTS=(reference/pretraining data/corpus/wikitext2_valid.sent_per_line.txt
+                  data/glue/MRPC data/squad/dev-v1.1.json data/checkpoints/tiny_tf1_test_checkpoint)
 
 probe() {  # the first call: the machine as found, and the fat-binary trim on its own cuBLAS
   mkdir -p "$RESULTS"
@@ -241,6 +256,9 @@ install() {
   # Several TensorFlow processes share the GPU (tests, benchmark children): take memory as needed.
   grep -q TF_FORCE_GPU_ALLOW_GROWTH "$(env_file)" \
     || echo "export TF_FORCE_GPU_ALLOW_GROWTH=true" >>"$(env_file)"
+  # XLA flags of one run on top of the bundle's (bench sets GPU_XLA_FLAGS for our XLA variant).
+  grep -q GPU_XLA_FLAGS "$(env_file)" \
+    || echo 'export XLA_FLAGS="$XLA_FLAGS${GPU_XLA_FLAGS:+ $GPU_XLA_FLAGS}"' >>"$(env_file)"
 }
 
 with_tf() {  # a command with TensorFlow's variables
@@ -281,11 +299,15 @@ run_tests() {
   [ -f "$(env_file)" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
   mkdir -p "$RESULTS"
   # What a GPU changes: the model's numbers (fp32 / bf16 / fp16 and loss scaling), XLA, the
-  # training loop and its strategies, checkpoints, exports. Tests that need ../shared skip there.
+  # training loop and its strategies, checkpoints, exports. The files of ../shared they read
+  # come in pack's last folder; a test that needs more of it skips.
   local files=(tests/test_modeling.py tests/test_optimization.py tests/test_training.py
                tests/test_checkpoints.py tests/test_run_pretraining.py tests/test_keras.py
                tests/test_export_model.py tests/test_script_flags.py tests/test_devices.py)
   [ $# -eq 0 ] || files=("$@")
+  if [ ! -e ../shared ] && [ -f "$STAGE/shared.tar.gz" ]; then  # carried by pack's last folder
+    mkdir -p ../shared && tar -xzf "$STAGE/shared.tar.gz" -C ../shared
+  fi
   # TEST_SECONDS: the run is interrupted then (pytest still prints what failed so far), so that
   # a call short of minutes brings back the tests that ran; -v names each as it ends.
   with_tf timeout -s INT -k 30 "${TEST_SECONDS:-3600}" "$PY" -m pytest -v -p no:cacheprovider \
@@ -298,7 +320,15 @@ bench() {
   mkdir -p "$RESULTS"
   env=$(env_file)
   [ -f "$env" ] || die "TensorFlow is not installed in $TF_ROOT: run install first"
-  local base=(--warmup=1 --repeats=3 --variants=bf16_xla --peer_variants=bf16)
+  # Ours without and with XLA. XLA's default on the H200 (2026-11-30) autotuned its Triton
+  # matmuls for minutes: a 2-layer step had not compiled after 110 s, and without autotuning
+  # (--xla_gpu_autotune_level=0) its step ran 7x slower than TensorFlow's own kernels. So our XLA
+  # variant runs with cuBLAS matmuls (GPU_XLA_FLAGS), and each child has BENCH_CHILD_SECONDS.
+  local base=(--warmup=1 --repeats=3 --variants=bf16,bf16_xla --peer_variants=bf16)
+  export GPU_XLA_FLAGS=${GPU_XLA_FLAGS---xla_gpu_enable_triton_gemm=false}
+  export BENCH_CHILD_TIMEOUT=${BENCH_CHILD_SECONDS:-150}
+  echo "XLA flags added for our XLA variant: ${GPU_XLA_FLAGS:-none}; each child at most" \
+    "$BENCH_CHILD_TIMEOUT s"
   local large=(--layers=24 --hidden_size=1024 --num_heads=16 --intermediate_size=4096)
   local tiny=(--layers=2 --hidden_size=128 --num_heads=2 --intermediate_size=512 --vocab_size=1000)
   # The card's bf16 matmul peak first: every model figure's MFU is against it (--peak below).
@@ -333,9 +363,11 @@ bench() {
     [ "$script" = matmul_peak.py ] || args+=" ${base[*]} --peak=$peak"
     echo "== $name: $script $args"
     # shellcheck disable=SC2086
-    BENCH_TF_ENV=$env PYTHONUNBUFFERED=1 timeout "$left" \
-      "$PY" "benchmarks/$script" $args \
+    BENCH_TF_ENV=$env BENCH_CHILD_LOG=$RESULTS/$name.children.log PYTHONUNBUFFERED=1 \
+      timeout "$left" "$PY" "benchmarks/$script" $args \
       >"$RESULTS/$name.json" 2>"$RESULTS/$name.log" || echo "   failed: see $name.log"
+    grep -h "^\[.*call\|failed" "$RESULTS/$name.log" "$RESULTS/$name.children.log" 2>/dev/null \
+      | tail -n 12 | sed 's/^/   /' || true
     if [ "$script" = matmul_peak.py ]; then
       peak=$("$PY" -c '
 import json, sys
@@ -374,8 +406,8 @@ finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, i
   }
   {
     if step "$(left 120)" install && step "$(left 180)" check; then
-      BENCH_DEADLINE=$(left "${FINISH_LARGE_S:-240}") step "$(left 100000)" bench large || true
-      TEST_SECONDS=$(left "${FINISH_TESTS_S:-180}") TEST_WORKERS=${TEST_WORKERS:-8} \
+      BENCH_DEADLINE=$(left "${FINISH_LARGE_S:-300}") step "$(left 100000)" bench large || true
+      TEST_SECONDS=$(left "${FINISH_TESTS_S:-150}") TEST_WORKERS=${TEST_WORKERS:-8} \
         step "$(left 100000)" test || true
       BENCH_DEADLINE=$(left 100000) step "$(left 100000)" bench base || true
     fi
