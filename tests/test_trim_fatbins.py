@@ -111,3 +111,19 @@ def test_each_fat_binary_keeps_its_sm90_code_or_ptx_and_the_rest_of_the_file_is_
   assert library.read_bytes() == after
   assert text.read_text() == "GROUP ( /lib/libc.so.6 )\n"
   assert "0 trimmed to sm_90" in again.stdout and "0.0 MiB of device code" in again.stdout
+
+
+def test_a_damaged_or_missing_library_is_one_error_line_and_left_as_it_was(tmp_path):
+  library = build_library(tmp_path / "libfat.so", [fatbin([entry(ELF, 80, bytes(64)),
+                                                           entry(ELF, 90, bytes(64))])])
+  cut = tmp_path / "libcut.so"
+  cut.write_bytes(library.read_bytes()[:4096])  # the section headers sit at the end of the file
+  for path, message in ((cut, "a damaged ELF file (its headers point past its end); left as it "
+                               "was"),
+                        (tmp_path / "none.so", "No such file or directory")):
+    before = path.read_bytes() if path.exists() else None
+    result = run_process([PYTHON, os.path.join(ROOT, "tools", "trim_fatbins.py"), "--arch", "90",
+                          str(path)], cwd=None, env=None, timeout=60, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"error: {path}: {message}"]
+    assert (path.read_bytes() if path.exists() else None) == before

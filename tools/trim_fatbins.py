@@ -117,15 +117,19 @@ def main(argv=None):
   args = parser.parse_args(argv)
   total = 0
   for path in args.libraries:
-    with open(path, "rb") as f:
-      data = bytearray(f.read())
     try:
-      count, trimmed, left, freed = trim(data, args.arch)
-    except (ValueError, struct.error, IndexError) as e:
-      sys.exit(f"error: {path}: {e}")
-    if trimmed:
-      with open(path, "r+b") as f:  # same size: rewrite in place, mode and links kept
-        f.write(data)
+      with open(path, "rb") as f:
+        data = bytearray(f.read())
+      try:
+        count, trimmed, left, freed = trim(data, args.arch)
+      except (ValueError, struct.error, IndexError):
+        sys.exit(f"error: {path}: a damaged ELF file (its headers point past its end); "
+                 "left as it was")
+      if trimmed:
+        with open(path, "r+b") as f:  # same size: rewrite in place, mode and links kept
+          f.write(data)
+    except OSError as e:
+      sys.exit(f"error: {path}: {e.strerror}")
     total += freed
     print(f"{path}: {count} fat binaries, {trimmed} trimmed to sm_{args.arch}, {left} left "
           f"as they were, {freed / 1048576:.1f} MiB freed")
