@@ -404,6 +404,12 @@ finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, i
     echo "== $* ($secs s at most, $(date -u +%T))"
     OUT=$res timeout -k 10 "$secs" bash tools/gpu_session.sh "$@"
   }
+  # The card's load and clocks every 5 s through the call: whether a slow step kept it busy.
+  local dmon=
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi dmon -d 5 -s puc >"$res/dmon.txt" 2>&1 &
+    dmon=$!
+  fi
   {
     if step "$(left 120)" install && step "$(left 180)" check; then
       BENCH_DEADLINE=$(left "${FINISH_LARGE_S:-300}") step "$(left 100000)" bench large || true
@@ -413,6 +419,7 @@ finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, i
     fi
     echo "== done $(date -u +%T)"
   } 2>&1 | tee "$res/finish.txt" || true
+  [ -z "$dmon" ] || kill "$dmon" 2>/dev/null || true
   tar -czf "$back/results.tar.gz" -C "$res" .
   echo "results: $back/results.tar.gz ($(du -k "$back/results.tar.gz" | cut -f1) KiB)"
   grep -h "^ \+pre-training\|^ \+bf16\|bf16 matmul peak\|GPUs:\|XLA bf16\|passed\|failed" \
