@@ -334,8 +334,10 @@ def run_child(side, variant=None):
             flush=True)
     proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=log or subprocess.PIPE, text=True,
                           env=env, check=False, timeout=timeout)
-  except subprocess.TimeoutExpired as e:  # run() has killed it
-    proc = subprocess.CompletedProcess(args, None, e.stdout or "", e.stderr or "")
+  except subprocess.TimeoutExpired as e:  # run() has killed it; its output comes as bytes
+    proc = subprocess.CompletedProcess(args, None, *(
+        (x or b"").decode(errors="replace") if isinstance(x or b"", bytes) else x
+        for x in (e.stdout, e.stderr)))
   finally:
     if log:
       log.close()
@@ -343,8 +345,6 @@ def run_child(side, variant=None):
   if log_path:
     with open(log_path, encoding="utf-8", errors="replace") as f:
       stderr = f.read().rsplit(f"== {os.path.basename(sys.argv[0])} {label} ", 1)[-1]
-  if isinstance(stderr, bytes):
-    stderr = stderr.decode(errors="replace")
   lines = [l for l in (proc.stdout or "").splitlines() if l.startswith(_RESULT_PREFIX)]
   if proc.returncode != 0 or not lines:
     how = (f"timed out after {timeout:.0f} s (BENCH_CHILD_TIMEOUT)" if proc.returncode is None

@@ -217,7 +217,7 @@ def _bias_gradient(dy):
   BiasAddGrad was 0.43% off in float16 and the matmul 1.7% off in bfloat16 (an H200,
   2026-11-30; devices.bf16_accumulates_in_float32), so both sum in float32 outright.
   """
-  if dy.dtype == tf.float32 or (dy.dtype == tf.float16 and not devices.on_gpu()):
+  if dy.dtype in (tf.float32, tf.float64) or (dy.dtype == tf.float16 and not devices.on_gpu()):
     return tf.raw_ops.BiasAddGrad(out_backprop=dy)
   rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
   if dy.dtype == tf.bfloat16 and devices.bf16_accumulates_in_float32():

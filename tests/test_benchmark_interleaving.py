@@ -48,6 +48,7 @@ def test_a_child_past_its_time_is_stopped_and_the_next_one_still_runs(tmp_path):
           "import common\n"
           "common.FLAGS([sys.argv[0]] + [a for a in sys.argv[1:] if not a.startswith('--s')])\n"
           "if '--side=ours' in sys.argv:\n"
+          "  print('ours on stdout', flush=True)\n"  # comes back as bytes from a timeout
           "  print('ours starts', file=sys.stderr, flush=True); time.sleep(60)\n"
           "elif '--side=peer' in sys.argv:\n"
           "  common._progress('peer call'); common.child_result({'per_s': 2.0})\n"

@@ -142,7 +142,7 @@ def test_pack_stage_install_round_trip_and_each_call_fits(tmp_path):
   with tarfile.open(folders[-1] / "shared.tar.gz") as tar:
     assert tar.extractfile("reference/pretraining/vocab_uncased.txt").read() == b"[PAD]\n"
   assert packed.stdout.count("run(carry=") == len(folders)
-  assert "stage .gpu/p00" in packed.stdout and "install" in packed.stdout
+  assert "stage .gpu/p00" in packed.stdout and "finish 570" in packed.stdout
   status = run_process(["git", "status", "--porcelain", "--untracked-files=all"],
                        cwd=checkout, env=None, timeout=None, check=True).stdout
   assert ".gpu" not in status  # the carry folders never travel with the tree

@@ -113,17 +113,39 @@ def test_each_fat_binary_keeps_its_sm90_code_or_ptx_and_the_rest_of_the_file_is_
   assert "0 trimmed to sm_90" in again.stdout and "0.0 MiB of device code" in again.stdout
 
 
-def test_a_damaged_or_missing_library_is_one_error_line_and_left_as_it_was(tmp_path):
-  library = build_library(tmp_path / "libfat.so", [fatbin([entry(ELF, 80, bytes(64)),
-                                                           entry(ELF, 90, bytes(64))])])
+def test_a_damaged_or_missing_library_is_one_error_line_and_the_others_are_still_trimmed(
+    tmp_path):
+  sass80, sass90 = entry(ELF, 80, bytes(64)), entry(ELF, 90, bytes(64))
+  library = build_library(tmp_path / "libfat.so", [fatbin([sass80, sass90])])
+  good = tmp_path / "libgood.so"
+  good.write_bytes(library.read_bytes())
   cut = tmp_path / "libcut.so"
   cut.write_bytes(library.read_bytes()[:4096])  # the section headers sit at the end of the file
-  for path, message in ((cut, "a damaged ELF file (its headers point past its end); left as it "
-                               "was"),
-                        (tmp_path / "none.so", "No such file or directory")):
-    before = path.read_bytes() if path.exists() else None
-    result = run_process([PYTHON, os.path.join(ROOT, "tools", "trim_fatbins.py"), "--arch", "90",
-                          str(path)], cwd=None, env=None, timeout=60, check=False)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"error: {path}: {message}"]
-    assert (path.read_bytes() if path.exists() else None) == before
+  missing = tmp_path / "none.so"
+  result = run_process([PYTHON, os.path.join(ROOT, "tools", "trim_fatbins.py"), "--arch", "90",
+                        str(cut), str(missing), str(good)], cwd=None, env=None, timeout=60,
+                       check=False)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      f"error: {cut}: a damaged ELF file (its headers point past its end); left as it was",
+      f"error: {missing}: No such file or directory"]
+  assert cut.read_bytes() == library.read_bytes()[:4096] and not missing.exists()
+  assert f"{good}: 1 fat binaries, 1 trimmed to sm_90" in result.stdout
+  at = library.read_bytes().index(fatbin([sass80, sass90]))
+  assert good.read_bytes()[at:at + 16] == fatbin([sass90])[:16]
+
+
+def test_a_header_that_does_not_hold_together_leaves_the_rest_of_the_section_alone(tmp_path):
+  """A fat binary header of size 0 (nothing would move the scan on: it used to loop forever) or
+  one whose entries run past the section: it and what follows stay as they are."""
+  zero = struct.pack("<IHHQ", trim_fatbins.MAGIC, 1, 0, 0) + bytes(8)
+  overrun = bytearray(fatbin([entry(ELF, 80, bytes(64)), entry(ELF, 90, bytes(64))]))
+  struct.pack_into("<Q", overrun, 8, len(overrun) + 4096)
+  for name, blob in (("zero", zero), ("overrun", bytes(overrun))):
+    library = build_library(tmp_path / f"lib{name}.so", [blob])
+    before = library.read_bytes()
+    result = run_process([PYTHON, os.path.join(ROOT, "tools", "trim_fatbins.py"), "--arch",
+                          "90", str(library)], cwd=None, env=None, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "1 fat binaries, 0 trimmed to sm_90, 1 left as they were" in result.stdout, name
+    assert library.read_bytes() == before, name

@@ -29,8 +29,13 @@
 # tool's folder that comes back), or ./gpu_results elsewhere.
 #
 # Environment: TF_ROOT (default /tmp/tf), STAGE (default /tmp/bundle), CALL_MIB (default 64),
-# PACK_LEVEL (zstd level of pack, default 19), PACK_RESERVE_KIB (default 512), BENCH_DEADLINE
-# (seconds `bench` may take in all, default 480: one device call runs 10 minutes at most).
+# PACK_LEVEL (zstd level of pack, default 19), PACK_RESERVE_KIB (default 512), PACK_CUDA_ARCH
+# (the device's GPU architecture pack keeps, default 90; all: every one), BENCH_DEADLINE
+# (seconds `bench` may take in all, default 480: one device call runs 10 minutes at most),
+# BENCH_CHILD_SECONDS (the most one benchmark child may take, default 150), GPU_XLA_FLAGS (XLA
+# flags of our children, default --xla_gpu_enable_triton_gemm=false), TEST_SECONDS and
+# TEST_WORKERS (`test`: default 3600 and 4; 8 under `finish`), FINISH_LARGE_S and
+# FINISH_TESTS_S (`finish`'s BERT-Large and tests, default 300 and 150).
 # TensorFlow's variables (the bundle's env.sh: PYTHONPATH, CUDA 12 libraries) reach only the
 # TensorFlow processes: the benchmarks' torch children run without them (BENCH_TF_ENV).
 set -euo pipefail
@@ -100,8 +105,8 @@ pack() {
   [ "$part_bytes" -gt 65536 ] || die "the working tree leaves no room for a part in $CALL_MIB MiB"
   mkdir -p .gpu
   work=$(mktemp -d .gpu/.pack.XXXXXX)
-  trap 'rm -rf "$work"' EXIT
-  local arch=${PACK_CUDA_ARCH:-90}
+  trap 'rm -rf "$work" .gpu/p[0-9]*' EXIT  # a failed pack leaves no folders behind
+  local arch=${PACK_CUDA_ARCH:-90} tree_bytes=
   if [ "$arch" = all ]; then
     echo "recompressing $(($(field archive_bytes) / 1048576)) MiB at zstd -$level (minutes)"
     cat "$bundle"/part-* | zstd -dcq --long=27 | nice zstd -q -T0 "-$level" --long=27 \
@@ -124,6 +129,7 @@ pack() {
     fi
     (cd "$unpacked" && find . -type f ! -path ./.bundle/TREE.sha256 -print0 | LC_ALL=C sort -z \
       | xargs -0 sha256sum >.bundle/TREE.sha256)
+    tree_bytes=$(du -sb "$unpacked" | cut -f1)
     echo "compressing $(du -sm "$unpacked" | cut -f1) MiB at zstd -$level (minutes)"
     tar -C "$unpacked" --sort=name --owner=0 --group=0 --numeric-owner -cf - . \
       | nice zstd -q -T0 "-$level" --long=27 | split -b "$part_bytes" -d -a 3 - "$work/part-"
@@ -133,9 +139,10 @@ pack() {
   archive_bytes=$(cat "${parts[@]}" | wc -c)
   archive_sha256=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
   {
-    awk '$1 != "archive_bytes" && $1 != "archive_sha256" && $1 != "parts" && $1 != "part"' \
-      "$bundle/MANIFEST"
+    awk -v trimmed="$tree_bytes" '$1 != "archive_bytes" && $1 != "archive_sha256" \
+      && $1 != "parts" && $1 != "part" && !(trimmed && $1 == "tree_bytes")' "$bundle/MANIFEST"
     [ "$arch" = all ] || echo "cuda_arch sm_$arch"
+    [ -z "$tree_bytes" ] || echo "tree_bytes $tree_bytes"
     echo "archive_bytes $archive_bytes"
     echo "archive_sha256 $archive_sha256"
     echo "parts ${#parts[@]}"
@@ -143,7 +150,16 @@ pack() {
       echo "part $(basename "$part") $(stat -c %s "$part") $(sha256sum "$part" | cut -d' ' -f1)"
     done
   } >"$work/MANIFEST"
-  # The wheels ride with the last part when they fit beside it, else in a folder of their own.
+  # The files of ../shared that the GPU tests read (18 MiB; ../shared itself does not travel):
+  # without them 62 of the 177 tests skipped there (2026-11-30). They and the wheels ride with
+  # the last part when they fit beside it, else in a folder of their own.
+  local wanted=() path extras=("$@")
+  for path in "${SHARED_FOR_TESTS[@]}"; do [ ! -e "../shared/$path" ] || wanted+=("$path"); done
+  if [ ${#wanted[@]} -gt 0 ]; then
+    tar -czf "$work/shared.tar.gz" -C ../shared "${wanted[@]}"
+    extras+=("$work/shared.tar.gz")
+    wheels_bytes=$((wheels_bytes + $(stat -c %s "$work/shared.tar.gz")))
+  fi
   local i=0 folder bytes worst=0 last=$((${#parts[@]} - 1)) last_bytes
   last_bytes=$(stat -c %s "${parts[$last]}")
   [ $((last_bytes + wheels_bytes)) -le "$part_bytes" ] || parts+=("")
@@ -152,23 +168,15 @@ pack() {
     mkdir -p "$folder"
     [ -z "$part" ] || mv "$part" "$folder/"
     cp "$work/MANIFEST" "$bundle/install_bundle.sh" "$folder/"
-    if [ $# -gt 0 ] && [ "$i" = $((${#parts[@]} - 1)) ]; then cp "$@" "$folder/"; fi
+    if [ ${#extras[@]} -gt 0 ] && [ "$i" = $((${#parts[@]} - 1)) ]; then
+      cp "${extras[@]}" "$folder/"
+    fi
     bytes=$(du -sb "$folder" | cut -f1)
     [ $((bytes + tree)) -le "$limit" ] \
       || die "$folder and the working tree are over one call's $CALL_MIB MiB"
     [ "$bytes" -le "$worst" ] || worst=$bytes
     i=$((i + 1))
   done
-  # The files of ../shared that the GPU tests read (14 MiB; ../shared itself does not travel):
-  # without them 62 of the 177 tests skipped there (2026-11-30).
-  folder=.gpu/$(printf 'p%02d' $((i - 1)))
-  local wanted=() path
-  for path in "${SHARED_FOR_TESTS[@]}"; do [ ! -e "../shared/$path" ] || wanted+=("$path"); done
-  if [ ${#wanted[@]} -gt 0 ]; then
-    tar -czf "$folder/shared.tar.gz" -C ../shared "${wanted[@]}"
-    [ $(($(du -sb "$folder" | cut -f1) + tree)) -le "$limit" ] \
-      || die "$folder with the files of ../shared for the tests is over one call's $CALL_MIB MiB"
-  fi
   rm -rf "$work"
   trap - EXIT
   echo "$i carry folders in .gpu ($((archive_bytes / 1048576)) MiB; the largest call" \
@@ -179,9 +187,8 @@ pack() {
     printf '  run(carry=[".gpu/p%02d"], command="%s stage .gpu/p%02d")\n' "$j" \
       "bash tools/gpu_session.sh" "$j"
   done
-  echo "then, in the call after the last part (or in it, after stage):"
-  echo "  bash tools/gpu_session.sh install && bash tools/gpu_session.sh check &&" \
-    "bash tools/gpu_session.sh bench quick"
+  echo "the first with probe before stage; the last, after stage (timeout_s 598):"
+  echo "  bash tools/gpu_session.sh finish 570"
 }
 
 stage() {
@@ -194,7 +201,8 @@ stage() {
 }
 
 SHARED_FOR_TESTS=(reference/pretraining data/corpus/wikitext2_valid.sent_per_line.txt
-                  data/glue/MRPC data/squad/dev-v1.1.json data/checkpoints/tiny_tf1_test_checkpoint)
+                  data/glue/MRPC data/glue/SST-2 data/squad/dev-v1.1.json
+                  data/checkpoints/tiny_tf1_test_checkpoint)
 
 probe() {  # the first call: the machine as found, and the fat-binary trim on its own cuBLAS
   mkdir -p "$RESULTS"
@@ -326,9 +334,9 @@ bench() {
   # variant runs with cuBLAS matmuls (GPU_XLA_FLAGS), and each child has BENCH_CHILD_SECONDS.
   local base=(--warmup=1 --repeats=3 --variants=bf16,bf16_xla --peer_variants=bf16)
   export GPU_XLA_FLAGS=${GPU_XLA_FLAGS---xla_gpu_enable_triton_gemm=false}
-  export BENCH_CHILD_TIMEOUT=${BENCH_CHILD_SECONDS:-150}
+  local most=${BENCH_CHILD_SECONDS:-150} kids child
   echo "XLA flags added for our XLA variant: ${GPU_XLA_FLAGS:-none}; each child at most" \
-    "$BENCH_CHILD_TIMEOUT s"
+    "$most s, and its share of the time left"
   local large=(--layers=24 --hidden_size=1024 --num_heads=16 --intermediate_size=4096)
   local tiny=(--layers=2 --hidden_size=128 --num_heads=2 --intermediate_size=512 --vocab_size=1000)
   # The card's bf16 matmul peak first: every model figure's MFU is against it (--peak below).
@@ -363,8 +371,14 @@ bench() {
     [ "$script" = matmul_peak.py ] || args+=" ${base[*]} --peak=$peak"
     echo "== $name: $script $args"
     # shellcheck disable=SC2086
+    # Each child (ours without and with XLA, the peer; the peak's two) gets its share of the
+    # time left, so that one stuck compiling cannot take the others' figures with it.
+    kids=3
+    [ "$script" != matmul_peak.py ] || kids=2
+    child=$((left / kids))
+    [ "$child" -le "$most" ] || child=$most
     BENCH_TF_ENV=$env BENCH_CHILD_LOG=$RESULTS/$name.children.log PYTHONUNBUFFERED=1 \
-      timeout "$left" "$PY" "benchmarks/$script" $args \
+      BENCH_CHILD_TIMEOUT=$child timeout "$left" "$PY" "benchmarks/$script" $args \
       >"$RESULTS/$name.json" 2>"$RESULTS/$name.log" || echo "   failed: see $name.log"
     grep -h "^\[.*call\|failed" "$RESULTS/$name.log" "$RESULTS/$name.children.log" 2>/dev/null \
       | tail -n 12 | sed 's/^/   /' || true
@@ -419,7 +433,7 @@ finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, i
     fi
     echo "== done $(date -u +%T)"
   } 2>&1 | tee "$res/finish.txt" || true
-  [ -z "$dmon" ] || kill "$dmon" 2>/dev/null || true
+  if [ -n "$dmon" ]; then kill "$dmon" 2>/dev/null || true; wait "$dmon" 2>/dev/null || true; fi
   tar -czf "$back/results.tar.gz" -C "$res" .
   echo "results: $back/results.tar.gz ($(du -k "$back/results.tar.gz" | cut -f1) KiB)"
   grep -h "^ \+pre-training\|^ \+bf16\|bf16 matmul peak\|GPUs:\|XLA bf16\|passed\|failed" \

@@ -12,11 +12,12 @@ and a lent GPU machine's session pays for every MiB carried (tools/gpu_session.s
 
 For each fat binary this keeps the SASS images of --arch and, where it has none, its PTX for
 --arch or below (where it has neither, nothing of it could run there: it keeps the entry of the
-highest architecture, so that it still registers as before); it rewrites the fat binary in place with those entries only (a smaller size
-in its header, the bytes freed set to zero, so they cost nothing compressed), as nvcc would
-have written it for that architecture alone. A fat binary that does not parse exactly is left
-as it is. The section, the file size and every address stay the
-same, so the host code's pointers to each fat binary still hold.
+highest architecture, so that it still registers as before); it rewrites the fat binary in
+place with those entries only (a smaller size in its header, the bytes freed set to zero, so
+they cost nothing compressed), as nvcc would have written it for that architecture alone. A fat
+binary whose entries do not parse exactly is left as it is; a header that does not hold
+together leaves the rest of the section as it is. The section, the file size and every address
+stay the same, so the host code's pointers to each fat binary still hold.
 
 Written by hand because NVIDIA's own tool for this, nvprune, takes object files and static
 libraries only, not shared libraries, and no kept library reads the fat binary format. The
@@ -39,6 +40,8 @@ def _sections(data):
     return {}  # a linker script or another machine's library: no device code of ours
   shoff, = struct.unpack_from("<Q", data, 0x28)
   shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+  if shnum == 0:
+    return {}  # no section headers (or over 65,535 of them, which no CUDA library has)
   headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
   names_offset = headers[shstrndx][4]
   sections = {}
@@ -90,11 +93,17 @@ def trim(data, arch):
   while at + 16 <= end:
     magic, _, header_size, entries_size = struct.unpack_from("<IHHQ", data, at)
     if magic != MAGIC:
-      at += 8  # fat binaries are 8-byte aligned, zeros between them
+      # Fat binaries start 8-byte aligned in the section, zeros between them.
+      at = offset + ((at - offset) // 8 + 1) * 8
       continue
     count += 1
     first, stop = at + header_size, at + header_size + entries_size
-    entries = _entries(data, first, stop) if stop <= end else None
+    if header_size < 16 or stop > end:
+      # A header that does not hold together: this one and whatever follows in the section
+      # stay as they are (its extent is unknown, so a later "magic" could lie inside it).
+      left += 1
+      break
+    entries = _entries(data, first, stop)
     kept = _kept(entries, arch) if entries else None
     if kept is None:
       left += 1
@@ -105,7 +114,7 @@ def trim(data, arch):
       struct.pack_into("<Q", data, at + 8, len(body))
       trimmed += 1
       freed += entries_size - len(body)
-    at = stop if stop <= end else at + 8
+    at = stop
   return count, trimmed, left, freed
 
 
@@ -116,24 +125,30 @@ def main(argv=None):
   parser.add_argument("libraries", nargs="+")
   args = parser.parse_args(argv)
   total = 0
-  for path in args.libraries:
+  errors = []
+  for path in args.libraries:  # one bad library is named and the others still trimmed
     try:
       with open(path, "rb") as f:
         data = bytearray(f.read())
       try:
         count, trimmed, left, freed = trim(data, args.arch)
       except (ValueError, struct.error, IndexError):
-        sys.exit(f"error: {path}: a damaged ELF file (its headers point past its end); "
-                 "left as it was")
+        errors.append(f"error: {path}: a damaged ELF file (its headers point past its end); "
+                      "left as it was")
+        continue
       if trimmed:
         with open(path, "r+b") as f:  # same size: rewrite in place, mode and links kept
           f.write(data)
     except OSError as e:
-      sys.exit(f"error: {path}: {e.strerror}")
+      errors.append(f"error: {path}: {e.strerror}")
+      continue
     total += freed
     print(f"{path}: {count} fat binaries, {trimmed} trimmed to sm_{args.arch}, {left} left "
           f"as they were, {freed / 1048576:.1f} MiB freed")
   print(f"{total / 1048576:.1f} MiB of device code for other architectures freed")
+  if errors:
+    print(*errors, sep="\n", file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":
