@@ -335,9 +335,8 @@ def run_child(side, variant=None):
     proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=log or subprocess.PIPE, text=True,
                           env=env, check=False, timeout=timeout)
   except subprocess.TimeoutExpired as e:  # run() has killed it; its output comes as bytes
-    proc = subprocess.CompletedProcess(args, None, *(
-        (x or b"").decode(errors="replace") if isinstance(x or b"", bytes) else x
-        for x in (e.stdout, e.stderr)))
+    text = lambda out: out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+    proc = subprocess.CompletedProcess(args, None, text(e.stdout), text(e.stderr))
   finally:
     if log:
       log.close()

@@ -343,13 +343,17 @@ bench() {
   # Then the headline (BERT-Large, seq 128) before BERT-base: a call cut off at the
   # device's 10 minutes still brings back what $OUT holds by then.
   local peak_run="matmul_peak matmul_peak.py --matmul_size=8192"
-  local large_run="pretrain_large_128 pretraining_step.py ${large[*]} --batch_size=256"
-  local base_run="pretrain_base_128 pretraining_step.py --batch_size=256"
-  local runs=("$peak_run" "$large_run --steps_per_loop=10" "$base_run --steps_per_loop=10")
+  local batch=(--batch_size=256 --steps_per_loop=10)
+  local large_run="pretrain_large_128 pretraining_step.py ${large[*]} ${batch[*]}"
+  local base_run="pretrain_base_128 pretraining_step.py ${batch[*]}"
   # large: the peak and BERT-Large only; base: BERT-base only, against the peak measured before
   # (a session short of minutes runs the tests between the two).
-  [ "$size" != large ] || runs=("$peak_run" "$large_run --steps_per_loop=10")
-  [ "$size" != base ] || runs=("$base_run --steps_per_loop=10")
+  local runs
+  case $size in
+    large) runs=("$peak_run" "$large_run") ;;
+    base) runs=("$base_run") ;;
+    *) runs=("$peak_run" "$large_run" "$base_run") ;;
+  esac
   if [ "$size" = smoke ]; then  # the plumbing, in a minute, anywhere (numbers mean nothing)
     runs=("matmul_peak matmul_peak.py --matmul_size=512"
           "pretrain_tiny_128 pretraining_step.py ${tiny[*]} --batch_size=8 --steps_per_loop=2")
@@ -405,9 +409,10 @@ if line:
 }
 
 finish() {  # the last call: install, check, BERT-Large, the tests, BERT-base, in SECONDS at most
-  local total=$1 back=${OUT:-$PWD/gpu_results} res=/tmp/gpu_session_results
+  local total=$1 back=${OUT:-$PWD/gpu_results} res
   case $total in ''|*[!0-9]*) die "finish takes the seconds the call may run, e.g. finish 540" ;; esac
-  rm -rf "$res" && mkdir -p "$res" "$back"
+  mkdir -p "$back"
+  res=$(mktemp -d /tmp/gpu_session_results.XXXXXX)  # a run of its own, whatever else runs
   # 25 s are kept to pack the results: $OUT brings back 8 files at most, so they come back as
   # one archive, written even when a step ran out of time.
   local end=$((SECONDS + total - 25))
