@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 
+from absl import app
 from absl import flags
 
 # The project root (which holds the package folder bert_tf2/) first on the path, so that `from
@@ -73,6 +74,13 @@ def define_pretraining_batch_flags():
   flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
   flags.DEFINE_integer("seq_length", 128, "Tokens per sequence.")
   flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
+
+
+def define_interleave_flag():
+  """--interleave_pairs: a model benchmark's two sides in one process (run_interleaved)."""
+  flags.DEFINE_integer("interleave_pairs", 0, "When > 0: both sides in this process, this many "
+                       "pairs of timed calls taking turns, the first of --variants against the "
+                       "first of --peer_variants (common.run_interleaved).")
 
 
 def define_model_flags():
@@ -763,6 +771,38 @@ def interleaved(ours_run, peer_run, pairs, warmup=None):
           "pair_ratios": [round(math.exp(x), 4) for x in logs],
           "ratio": math.exp(statistics.mean(logs)),
           "ratio_median": math.exp(statistics.median(logs)), "log_ratio_se": se}
+
+
+def run_interleaved(benchmark, name, ours_call, peer_call, sequences_per_call, target_ratio,
+                    settings, peer_name):
+  """A model benchmark's --interleave_pairs run: `ours_call(variant)` and `peer_call(variant)`
+  each give (run, facts) for the first of --variants / --peer_variants, `interleaved` times them
+  taking turns, and one JSON line is emitted whose head ratio is the pairs' geometric mean (not
+  the ratio of the two medians). On a host whose speed drifts by 1.4x within a run (2026-11-30:
+  three separate-process runs of the pre-training step gave 2.05x, 1.74x and 1.61x), calls back
+  to back see the same machine. torch's OpenMP threads sleep when idle (OMP_WAIT_POLICY=PASSIVE,
+  set here before torch loads, as matmul_shapes.py) so that they never spin against
+  TensorFlow's."""
+  if missing(["torch", "transformers"]):
+    raise app.UsageError("--interleave_pairs needs torch and transformers in this Python")
+  os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+  variant, peer_variant = FLAGS.variants[0], FLAGS.peer_variants[0]
+  ours_run, ours_facts = ours_call(variant)
+  peer_run, peer_facts = peer_call(peer_variant)
+  result = interleaved(ours_run, peer_run, FLAGS.interleave_pairs)
+  sides = {side: {"per_s": sequences_per_call / result[side]["median_s"],
+                  "timing": result[side], **facts()}
+           for side, facts in (("ours", ours_facts), ("peer", peer_facts))}
+  head = figure(f"{name}, interleaved", "seq/s", {variant: sides["ours"]},
+                {peer_variant: sides["peer"]}, "per_s", target_ratio=target_ratio)
+  head["ratio"] = round(result["ratio"], 4)
+  emit(benchmark, [head],
+       settings={**settings, "interleave_pairs": FLAGS.interleave_pairs,
+                 "figure": "geometric mean of per-pair time ratios (peer / ours)"},
+       details={"ratio_median": round(result["ratio_median"], 4),
+                "log_ratio_se": result["log_ratio_se"], "pair_ratios": result["pair_ratios"],
+                **sides},
+       peer_name=f"{peer_name}, same process, interleaved")
 
 
 def torch_facts(model, torch, transformers):

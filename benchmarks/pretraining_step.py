@@ -17,10 +17,8 @@ Issue #6 target: ours best >= 2.0x the peer's best.
 
 --interleave_pairs=N runs both sides in this one process instead, one timed call of each in
 turn (the order alternating), the first of --variants against the first of --peer_variants, and
-the figure is the geometric mean of the N per-pair ratios (with their median and standard
-error): on a host whose speed drifts by 1.4x within a run (2026-11-30: three runs of the
-children gave 2.05x, 1.74x and 1.61x), calls back to back see the same machine. torch's OpenMP
-threads sleep when idle (OMP_WAIT_POLICY=PASSIVE, as matmul_shapes.py).
+the figure is the geometric mean of the N per-pair ratios, with their median and standard error
+(common.run_interleaved says why).
 
   python benchmarks/pretraining_step.py      # BERT-base, batch 8, seq 128, 20 predictions
   python benchmarks/pretraining_step.py --variants=bf16 --peer_variants=bf16 \
@@ -29,8 +27,6 @@ threads sleep when idle (OMP_WAIT_POLICY=PASSIVE, as matmul_shapes.py).
       --intermediate_size=512 --vocab_size=1000 --steps_per_loop=2 --repeats=1 \
       --matmul_size=256                      # smoke test
 """
-
-import os
 
 from absl import app
 from absl import flags
@@ -41,11 +37,10 @@ FLAGS = flags.FLAGS
 
 common.define_model_flags()
 common.define_pretraining_batch_flags()
+common.define_interleave_flag()
 flags.DEFINE_integer("steps_per_loop", 5, "Optimizer steps per timed call.")
 flags.DEFINE_enum("peer_adamw", "default", ["default", "foreach", "fused"],
                   "torch.optim.AdamW implementation of the peer (default: what a user gets).")
-flags.DEFINE_integer("interleave_pairs", 0, "When > 0: both sides in this process, this many "
-                     "pairs of timed calls taking turns (see the module docstring).")
 
 _NUM_BATCHES = 4  # distinct batches, cycled through
 _FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -97,36 +92,13 @@ def _settings():
                        f"torch.optim.AdamW ({FLAGS.peer_adamw}) + clip_grad_norm_ 1.0"}
 
 
-def _interleaved():
-  """Both sides in this process, their calls taking turns: one JSON line."""
-  if common.missing(["torch", "transformers"]):
-    raise app.UsageError("--interleave_pairs needs torch and transformers in this Python")
-  os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads its OpenMP runtime
-  variant, peer_variant = FLAGS.variants[0], FLAGS.peer_variants[0]
-  ours_run, ours_facts = ours(variant, call=True)
-  peer_run, peer_facts = peer(peer_variant, call=True)
-  result = common.interleaved(ours_run, peer_run, FLAGS.interleave_pairs)
-  sequences = FLAGS.steps_per_loop * FLAGS.batch_size
-  sides = {side: {"per_s": sequences / result[side]["median_s"], "timing": result[side],
-                  **facts()} for side, facts in (("ours", ours_facts), ("peer", peer_facts))}
-  head = common.figure("pre-training step, interleaved", "seq/s", {variant: sides["ours"]},
-                       {peer_variant: sides["peer"]}, "per_s", target_ratio=2.0)
-  # The head ratio: the pairs' geometric mean, not the ratio of the two medians.
-  head["ratio"] = round(result["ratio"], 4)
-  common.emit("pretraining_step", [head],
-              settings={**_settings(), "interleave_pairs": FLAGS.interleave_pairs,
-                        "figure": "geometric mean of per-pair time ratios (peer / ours)"},
-              details={"ratio_median": round(result["ratio_median"], 4),
-                       "log_ratio_se": result["log_ratio_se"],
-                       "pair_ratios": result["pair_ratios"], **sides},
-              peer_name="HF transformers BertForPreTraining + torch.optim.AdamW (torch), "
-                        "same process, interleaved")
-
-
 def main(argv):
   del argv
   if FLAGS.interleave_pairs > 0:
-    _interleaved()
+    common.run_interleaved(
+        "pretraining_step", "pre-training step", lambda v: ours(v, call=True),
+        lambda v: peer(v, call=True), FLAGS.steps_per_loop * FLAGS.batch_size, 2.0, _settings(),
+        "HF transformers BertForPreTraining + torch.optim.AdamW (torch)")
     return
   flops = common.bert_flops_per_sequence(common.model_dims(), FLAGS.seq_length, training=True,
                                          masked_positions=FLAGS.max_predictions)

@@ -64,3 +64,62 @@ def test_a_child_past_its_time_is_stopped_and_the_next_one_still_runs(tmp_path):
   text = log.read_text()
   assert "== child_timeout.py ours " in text and "ours starts" in text
   assert "== child_timeout.py peer " in text and "] peer call" in text
+
+
+_RUN_CODE = """
+import json, sys
+sys.path.insert(0, 'benchmarks')
+import common
+common.define_model_flags()
+common.define_interleave_flag()
+common.FLAGS(['interleaving', '--interleave_pairs=4', '--variants=bf16,fp32',
+              '--peer_variants=fp32'])
+common.missing = lambda modules: []  # torch is not needed: both sides are fakes
+clock, asked = [0.0], []
+common.time.perf_counter = lambda: clock[0]
+def call(name, cost, speed):
+  def make(variant):
+    asked.append((name, variant))
+    state = {'calls': 0}
+    def run():
+      clock[0] += cost * speed[state['calls'] % len(speed)]
+      state['calls'] += 1
+    return run, lambda: {'side': name}
+  return make
+common.FLAGS.warmup = 1
+common.run_interleaved('fake', 'fake step', call('ours', 1.0, [1, 3, 0.5, 2, 1]),
+                       call('peer', 4.0, [1, 3, 1, 2, 4]), 16, 2.0,
+                       {'batch_size': 8}, 'a peer')
+print(json.dumps(asked))
+"""
+
+
+def test_an_interleaved_model_benchmark_emits_the_pairs_geometric_mean():
+  """common.run_interleaved (pretraining_step.py's and encode.py's --interleave_pairs): the first
+  variant of each side, the head ratio the pairs' geometric mean, rates from the medians."""
+  lines = run_ok(["-c", _RUN_CODE]).stdout.strip().splitlines()
+  line, asked = json.loads(lines[-2]), json.loads(lines[-1])
+  assert asked == [["ours", "bf16"], ["peer", "fp32"]]
+  assert line["benchmark"] == "fake" and line["peer_name"] == "a peer, same process, interleaved"
+  head = line["figures"][0]
+  assert head["name"] == "fake step, interleaved" and head["target_ratio"] == 2.0
+  # After one warm-up call each, ours takes 3, 0.5, 2, 1 units, the peer 12, 4, 8, 16: pair
+  # ratios 4, 8, 4, 16, whose geometric mean (6.73) is neither their median (5.66, between 4 and
+  # 8 on a log scale) nor the ratio of the two sides' medians (10 / 1.5 = 6.67).
+  assert line["details"]["pair_ratios"] == [4.0, 8.0, 4.0, 16.0]
+  assert head["ratio"] == line["ratio"] == round(2048 ** 0.25, 4)
+  assert line["details"]["ratio_median"] == round(32 ** 0.5, 4)
+  assert head["ours_variant"] == "bf16" and head["peer_variant"] == "fp32"
+  assert line["details"]["ours"]["per_s"] == 16 / 1.5 and line["details"]["peer"]["per_s"] == 16 / 10
+  assert line["details"]["ours"]["side"] == "ours"
+  assert line["settings"]["interleave_pairs"] == 4 and line["settings"]["batch_size"] == 8
+
+
+def test_an_interleaved_run_without_torch_is_a_usage_error():
+  code = _RUN_CODE.replace("common.missing = lambda modules: []",
+                           "common.missing = lambda modules: ['torch']")
+  code = code.replace("common.run_interleaved(", "try:\n  common.run_interleaved(").replace(
+      "'a peer')", "'a peer')\nexcept common.app.UsageError as e:\n  print('usage:', e)")
+  out = run_ok(["-c", code]).stdout
+  assert "usage: --interleave_pairs needs torch and transformers in this Python" in out
+  assert '"benchmark"' not in out and '["ours", "bf16"]' not in out
