@@ -23,9 +23,12 @@ SPENT = "optimizer/learning_rate/budget/spent/.ATTRIBUTES/VARIABLE_VALUE"
 def test_tiny_run_trains_each_recipe_for_the_budget_and_reports_what_it_promises(tmp_path):
   work, plot = tmp_path / "work", tmp_path / "curves.png"
   budget_minutes = 0.25
+  # --eval_every=20: each checkpoint is scored by a run_pretraining.py --do_eval process of its
+  # own (~7 s); every 5 steps made 40 of them, 5 of this test's 7 minutes. 20 still gives each
+  # curve several points on a slow host (the test needs two).
   result = run_ok([SCRIPT, "--model=tiny", f"--budget_minutes={budget_minutes}",
                    "--max_train_docs=40", "--heldout_fraction=0.001", "--eval_instances=32",
-                   "--eval_batch_size=16", "--dupe_factor=1", "--eval_every=5",
+                   "--eval_batch_size=16", "--dupe_factor=1", "--eval_every=20",
                    "--downstream_tasks=RTE", "--seeds=1", "--downstream_max_steps=2",
                    f"--work_dir={work}", f"--plot={plot}"], timeout=1200)
   line = json.loads(result.stdout.strip().splitlines()[-1])
