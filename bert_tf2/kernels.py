@@ -357,12 +357,12 @@ def masked_softmax(scores, mask_adder, bf16_softmax=False):
   With `bf16_softmax` (inference's choice, see modeling.InferenceWeights), bfloat16 scores get
   their mask added and their softmax taken in bfloat16 instead (the probabilities are then
   bfloat16). oneDNN's CPU kernels compute a bfloat16 softmax in float32 and round once: the
-  probabilities are the float32 softmax's rounded to bfloat16, as they were (bit-identical on a seq-384 check; the test asserts one rounding step
-  at most), without the two casts, and oneDNN fuses the mask add into the scores' batch matmul:
-  a seq-384 attention 13.5 -> 7.3 ms. Not under XLA: its CPU softmax accumulates in bfloat16
-  (probabilities 4% off); nor where bf16 is emulated, nor on a GPU
-  (devices.bf16_accumulates_in_float32: TensorFlow's fallback kernel and its CUDA kernel are
-  more than one rounding step off). The Trainer makes that choice.
+  probabilities are the float32 softmax's rounded to bfloat16, as they were (bit-identical on a
+  seq-384 check; the test asserts one rounding step at most), without the two casts, and oneDNN
+  fuses the mask add into the scores' batch matmul: a seq-384 attention 13.5 -> 7.3 ms. Not
+  under XLA: its CPU softmax accumulates in bfloat16 (probabilities 4% off); nor where bf16 is
+  emulated, nor on a GPU (devices.bf16_accumulates_in_float32: TensorFlow's fallback kernel and
+  its CUDA kernel are more than one rounding step off). The Trainer makes that choice.
   """
   if bf16_softmax and scores.dtype == tf.bfloat16:
     # In bfloat16 the adder is 0 or -9984 (-10000 rounded): a masked key's exp still underflows
