@@ -110,10 +110,98 @@ def _may_start_a_process(helper):
 
 def run_script(args, env=None, timeout=600, **kw):
   """`python ARGS` (a script of the checkout and its flags) in the project root, output
-  captured: the CompletedProcess, whatever its exit status."""
+  captured: the CompletedProcess, whatever its exit status.
+
+  In conftest's ENV, with no other subprocess keyword, the process is forked from a warm start
+  that has imported TensorFlow and the package (tests/script_server.py: ~3 CPU-seconds a run
+  saved, a few hundred runs); BERT_TF2_TESTS_COLD=1 makes every run a fresh `python`."""
   _may_start_a_process("run_script")
+  if (not kw and (env is None or env == ENV) and _WARM_SCRIPTS
+      and (args[0] == "-m" or args[0].endswith(".py"))):
+    return _warm_scripts.run(args, timeout)
   return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV if env is None else env,
                         capture_output=True, text=True, timeout=timeout, **kw)
+
+
+_WARM_SCRIPTS = os.environ.get("BERT_TF2_TESTS_COLD", "") in ("", "0")
+
+
+class _WarmScripts:
+  """The client of tests/script_server.py: one server per test process, started at its first
+  run, ended with it (its stdin closes)."""
+
+  def __init__(self):
+    import threading  # pylint: disable=g-import-not-at-top
+    self._lock = threading.Lock()
+    self._server = None
+    self._path = None
+
+  def _start(self):
+    with self._lock:
+      if self._server is not None and self._server.poll() is None:
+        return self._path
+      folder = tempfile.mkdtemp(prefix="bert-tf2-scripts-")
+      self._path = os.path.join(folder, "socket")
+      self._server = subprocess.Popen(
+          [PYTHON, os.path.join(ROOT, "tests", "script_server.py"), self._path], cwd=ROOT,
+          env=ENV, stdin=subprocess.PIPE)
+      import atexit  # pylint: disable=g-import-not-at-top
+      atexit.register(self._stop, self._server)
+      deadline = time.time() + 300
+      while not os.path.exists(self._path):
+        assert self._server.poll() is None, "tests/script_server.py ended at its start"
+        assert time.time() < deadline, "tests/script_server.py did not start in 300 s"
+        time.sleep(0.05)
+      return self._path
+
+  @staticmethod
+  def _stop(server):
+    server.stdin.close()  # the server ends (and kills any run left) when its stdin closes
+    try:
+      server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      server.kill()
+      server.wait()
+
+  def run(self, args, timeout):
+    import locale  # pylint: disable=g-import-not-at-top
+    import select  # pylint: disable=g-import-not-at-top
+    import socket  # pylint: disable=g-import-not-at-top
+    path = self._start()
+    with tempfile.TemporaryDirectory(prefix="bert-tf2-run-") as folder:
+      outputs = [os.path.join(folder, name) for name in ("stdout", "stderr")]
+      for name in outputs:
+        open(name, "wb").close()
+      with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        conn.sendall((json.dumps({"args": list(args), "cwd": ROOT, "stdout": outputs[0],
+                                  "stderr": outputs[1]}) + "\n").encode())
+        received, deadline, timed_out, pid = b"", None, False, None
+        while received.count(b"\n") < 2:
+          wait = None if deadline in (None, float("inf")) else max(0.0, deadline - time.time())
+          if not select.select([conn], [], [], wait)[0]:  # timed out: the run is killed
+            os.killpg(pid, signal.SIGKILL)
+            timed_out = True
+            deadline = float("inf")
+            continue
+          chunk = conn.recv(4096)
+          assert chunk, f"tests/script_server.py stopped during {args}"
+          received += chunk
+          if deadline is None and b"\n" in received:
+            pid = int(received.split(b"\n")[0].split()[1])
+            deadline = float("inf") if timeout is None else time.time() + timeout
+        code = int(received.split(b"\n")[1].split()[1])
+      encoding = locale.getpreferredencoding(False)
+      texts = []
+      for name in outputs:
+        with open(name, encoding=encoding) as f:
+          texts.append(f.read())
+    if timed_out:
+      raise subprocess.TimeoutExpired([PYTHON, *args], timeout, texts[0], texts[1])
+    return subprocess.CompletedProcess([PYTHON, *args], code, *texts)
+
+
+_warm_scripts = _WarmScripts()
 
 
 # A hang guard for the few tests that train for minutes (about 300 CPU-seconds alone): on a 2-core

@@ -315,11 +315,12 @@ def test_only_conftest_starts_processes():
   """A test starts a process through conftest's helpers only (run_script, run_ok, run_process,
   popen, ...): no other file of tests/ imports subprocess, multiprocessing or pty or calls os's
   process functions, so the static scan that marks `process` tests sees every one.
-  tests/pretrain_worker.py is a program the tests run, not a test module."""
+  tests/pretrain_worker.py and tests/script_server.py (conftest's warm start for scripts: it forks
+  them) are programs the tests run, not test modules."""
   found = []
   for path in sorted(glob.glob(os.path.join(ROOT, "tests", "*.py"))):
     name = os.path.basename(path)
-    if name in ("conftest.py", "pretrain_worker.py"):
+    if name in ("conftest.py", "pretrain_worker.py", "script_server.py"):
       continue
     for node in ast.walk(_read_tree(path)):
       modules = []

@@ -6,6 +6,7 @@ stopped), no traceback, no file under an output's final name, no temporary left,
 byte-identical afterwards.
 """
 
+import functools
 import glob
 import hashlib
 import json
@@ -17,8 +18,8 @@ import time
 
 import pytest
 
-from conftest import (ENV, PIPE, PYTHON, ROOT, SHARED, TINY, VOCAB, CompletedProcess, popen,
-                      requires_shared, run_script)
+from conftest import (ENV, PIPE, PYTHON, ROOT, SHARED, TINY, VOCAB, CompletedProcess,
+                      concurrently, popen, requires_shared, run_script)
 
 pytestmark = requires_shared
 
@@ -34,14 +35,10 @@ def _start(args, **kw):
                stderr=PIPE, **kw)
 
 
-def _run_all(commands, **kw):
-  """Runs the commands side by side (most of each is start-up); their CompletedProcesses."""
-  procs = [_start(args, **kw) for args in commands]
-  results = []
-  for args, proc in zip(commands, procs):
-    out, err = proc.communicate(timeout=600)
-    results.append(CompletedProcess(args, proc.returncode, out, err))
-  return results
+def _run_all(commands, env=None):
+  """Runs the commands side by side; their CompletedProcesses."""
+  return concurrently([functools.partial(run_script, args, env=env) for args in commands],
+                      workers=len(commands))
 
 
 def _error_line(result, status=2):
