@@ -35,9 +35,9 @@ def _start(args, **kw):
                stderr=PIPE, **kw)
 
 
-def _run_all(commands, env=None):
-  """Runs the commands side by side; their CompletedProcesses."""
-  return concurrently([functools.partial(run_script, args, env=env) for args in commands],
+def _run_all(commands, **kw):
+  """Runs the commands side by side (run_script, its keywords); their CompletedProcesses."""
+  return concurrently([functools.partial(run_script, args, **kw) for args in commands],
                       workers=len(commands))
 
 
