@@ -117,7 +117,7 @@ def run_script(args, env=None, timeout=600, **kw):
   saved, a few hundred runs); BERT_TF2_TESTS_COLD=1 makes every run a fresh `python`."""
   _may_start_a_process("run_script")
   if (not kw and (env is None or env == ENV) and _WARM_SCRIPTS
-      and (args[0] == "-m" or args[0].endswith(".py"))):
+      and (args[0] == "-m" or os.fspath(args[0]).endswith(".py"))):
     return _warm_scripts.run(args, timeout)
   return subprocess.run([PYTHON, *args], cwd=ROOT, env=ENV if env is None else env,
                         capture_output=True, text=True, timeout=timeout, **kw)
@@ -174,7 +174,8 @@ class _WarmScripts:
         open(name, "wb").close()
       with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(path)
-        conn.sendall((json.dumps({"args": list(args), "cwd": ROOT, "stdout": outputs[0],
+        conn.sendall((json.dumps({"args": [os.fspath(a) for a in args], "cwd": ROOT,
+                                  "stdout": outputs[0],
                                   "stderr": outputs[1]}) + "\n").encode())
         received, deadline, timed_out, pid = b"", None, False, None
         while received.count(b"\n") < 2:

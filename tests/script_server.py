@@ -57,6 +57,9 @@ def _run_child(request):
     numpy.random.seed()  # a fresh process's global numpy state is not its parent's
     code = _run_main(request["args"])
   finally:
+    if code < 0:
+      signal.signal(-code, signal.SIG_DFL)
+      os.kill(os.getpid(), -code)
     os._exit(code)  # pylint: disable=protected-access
 
 
@@ -77,6 +80,9 @@ def _run_main(args):
       runpy.run_path(args[0], run_name="__main__")
   except SystemExit as e:
     code = _exit_code(e.code)
+  except KeyboardInterrupt:
+    traceback.print_exc()
+    code = -signal.SIGINT  # Python ends by its own SIGINT then (exit status 130 in a shell)
   except BaseException:  # pylint: disable=broad-except
     traceback.print_exc()
     code = 1

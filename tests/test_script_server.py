@@ -3,6 +3,7 @@ script run by a fresh `python`: exit status, output, tracebacks, atexit, a proce
 TensorFlow's runtime not yet started, timeouts that kill it."""
 
 import os
+import pathlib
 import subprocess
 import textwrap
 import time
@@ -25,6 +26,8 @@ PROBE = textwrap.dedent('''\
                         "stdin": sys.stdin.read()}))
     elif mode == "raise":
       raise ValueError("raised here")
+    elif mode == "interrupt":
+      raise KeyboardInterrupt
     elif mode == "message":
       sys.exit("error: a message")
     elif mode == "code":
@@ -72,6 +75,11 @@ def test_exit_status_output_and_tracebacks_match_a_fresh_python(probe):
     assert "Traceback (most recent call last)" in result.stderr
     assert _last_line(result.stderr) == "ValueError: raised here"
   assert warm.args == [PYTHON, probe, "raise"]
+  warm, cold = _both([probe, "interrupt"])
+  assert warm.returncode == cold.returncode == -2  # Python ends by its own SIGINT
+  assert _last_line(warm.stderr) == _last_line(cold.stderr) == "KeyboardInterrupt"
+  warm = run_script([pathlib.Path(probe), "code", "4"])  # arguments as subprocess takes them
+  assert warm.returncode == 4 and warm.stdout == "to stdout\n"
 
 
 def test_each_run_is_a_process_of_its_own_with_a_fresh_runtime(probe):
