@@ -181,7 +181,10 @@ class _WarmScripts:
         while received.count(b"\n") < 2:
           wait = None if deadline in (None, float("inf")) else max(0.0, deadline - time.time())
           if not select.select([conn], [], [], wait)[0]:  # timed out: the run is killed
-            os.killpg(pid, signal.SIGKILL)
+            try:
+              os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended just now; its status is on the way
+              pass
             timed_out = True
             deadline = float("inf")
             continue
