@@ -88,6 +88,7 @@ PROCESS_HELPERS = ("run_script", "run_ok", "run_workers", "kill_at_checkpoint", 
                    "popen", "intercept_popen", "kill_a_worker_at_checkpoint")
 PIPE, DEVNULL, STDOUT = subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT
 CompletedProcess = subprocess.CompletedProcess
+TimeoutExpired = subprocess.TimeoutExpired
 
 # on: process tests are deselected in this run (or --process-guard); item: the test running now.
 _guard = {"on": False, "item": None}

@@ -4,13 +4,12 @@ TensorFlow's runtime not yet started, timeouts that kill it."""
 
 import os
 import pathlib
-import subprocess
 import textwrap
 import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, run_process, run_script
+from conftest import PYTHON, ROOT, TimeoutExpired, run_process, run_script
 
 PROBE = textwrap.dedent('''\
     """probe: what a test's script sees of its process."""
@@ -104,7 +103,7 @@ def test_shutdown_joins_threads_runs_atexit_and_flushes_files(probe, tmp_path):
 
 def test_a_timeout_kills_the_run_and_its_process_group(probe):
   start = time.time()
-  with pytest.raises(subprocess.TimeoutExpired) as caught:
+  with pytest.raises(TimeoutExpired) as caught:
     run_script([probe, "sleep"], timeout=8)
   assert time.time() - start < 60
   pid = int(caught.value.output.split()[0])
