@@ -166,7 +166,6 @@ class _WarmScripts:
 
   def run(self, args, timeout):
     import locale  # pylint: disable=g-import-not-at-top
-    import select  # pylint: disable=g-import-not-at-top
     import socket  # pylint: disable=g-import-not-at-top
     path = self._start()
     with tempfile.TemporaryDirectory(prefix="bert-tf2-run-") as folder:
@@ -178,24 +177,19 @@ class _WarmScripts:
         conn.sendall((json.dumps({"args": [os.fspath(a) for a in args], "cwd": ROOT,
                                   "stdout": outputs[0],
                                   "stderr": outputs[1]}) + "\n").encode())
-        received, deadline, timed_out, pid = b"", None, False, None
-        while received.count(b"\n") < 2:
-          wait = None if deadline in (None, float("inf")) else max(0.0, deadline - time.time())
-          if not select.select([conn], [], [], wait)[0]:  # timed out: the run is killed
-            try:
-              os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:  # it ended just now; its status is on the way
-              pass
-            timed_out = True
-            deadline = float("inf")
-            continue
-          chunk = conn.recv(4096)
-          assert chunk, f"tests/script_server.py stopped during {args}"
-          received += chunk
-          if deadline is None and b"\n" in received:
-            pid = int(received.split(b"\n")[0].split()[1])
-            deadline = float("inf") if timeout is None else time.time() + timeout
-        code = int(received.split(b"\n")[1].split()[1])
+        received = bytearray()  # what has come and is not yet a line (kept across a timeout)
+        pid = int(self._line(conn, received).split()[1])
+        conn.settimeout(None if timeout is None else max(timeout, 1e-3))  # 0 would not block
+        try:
+          code, timed_out = int(self._line(conn, received).split()[1]), False
+        except TimeoutError:  # the run is killed; its status still comes
+          try:
+            os.killpg(pid, signal.SIGKILL)
+          except ProcessLookupError:  # it ended just now
+            pass
+          conn.settimeout(None)
+          self._line(conn, received)
+          timed_out = True
       encoding = locale.getpreferredencoding(False)
       texts = []
       for name in outputs:
@@ -204,6 +198,17 @@ class _WarmScripts:
     if timed_out:
       raise subprocess.TimeoutExpired([PYTHON, *args], timeout, texts[0], texts[1])
     return subprocess.CompletedProcess([PYTHON, *args], code, *texts)
+
+  @staticmethod
+  def _line(conn, received):
+    """The server's next reply line; `received` holds what came after it."""
+    while b"\n" not in received:
+      chunk = conn.recv(4096)
+      assert chunk, "tests/script_server.py stopped during a run"
+      received += chunk
+    line, _, rest = bytes(received).partition(b"\n")
+    received[:] = rest
+    return line.decode()
 
 
 _warm_scripts = _WarmScripts()
