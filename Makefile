@@ -57,6 +57,13 @@ test: .venv/.installed-test
 test-fast: .venv/.installed-test
 	$(PY) -m pytest -q -n 2 --process-guard -m "not process and not slow" --durations=15 tests
 
+# The suite once per CPU kind this machine can show (AMX Xeon, Zen 5, AVX2: oneDNN and XLA held
+# to each kind's instructions), before a change to kernels or numerics lands; arguments to pytest
+# through CPU_KINDS_ARGS (the fast tier: CPU_KINDS_ARGS='-m "not process and not slow" tests').
+CPU_KINDS_ARGS ?= tests
+test-cpu-kinds: .venv/.installed-test
+	tools/test_cpu_kinds.sh $(CPU_KINDS_ARGS)
+
 # TensorFlow 2.20 (a Cloud TPU VM's tensorflow-tpu==2.20.0) beside the default 2.21: its own venv,
 # .venv-tf220, from requirements-tf220*.txt (the other pins must equal requirements.txt's: checked
 # here), and a subset of the tests: the in-process unit tests of the model, kernels, optimizers,
@@ -116,4 +123,4 @@ test-tf220: .venv-tf220/.installed-test
 	# --dist loadfile: the quick start's three tests share one run (a module fixture) in one worker.
 	$(PY220) -m pytest -q -n $(TF220_WORKERS) --dist loadfile --durations=15 $(TF220_TESTS)
 
-.PHONY: setup setup-gpu quickstart test test-fast test-tf220 model
+.PHONY: setup setup-gpu quickstart test test-fast test-cpu-kinds test-tf220 model

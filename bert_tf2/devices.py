@@ -48,6 +48,26 @@ def bf16_is_emulated(flags_of_cpu, onednn_max_isa, accelerated):
   return not flags_of_cpu & {"avx512_bf16", "amx_bf16"}
 
 
+def onednn_crashes_on_bf16(flags_of_cpu, onednn_max_isa, accelerated=False):
+  """Whether TensorFlow would hand bf16 ops to oneDNN kernels that cannot run them: oneDNN held
+  below AVX-512 by ONEDNN_MAX_CPU_ISA on a CPU with AVX-512 (the way to see an AVX2-only CPU's
+  kernels on an AVX-512 one). TensorFlow decides from the CPU itself (CPUID) that its oneDNN ops
+  take bf16, and oneDNN, held to AVX2, has no bf16 kernel: a bf16 MatMul ends the process with a
+  segmentation fault, a LayerNorm with an AbortedError (TensorFlow 2.21 on an AMD EPYC with
+  AVX-512 bf16, issue #73). A real AVX2-only CPU never gets there: TensorFlow runs its bf16 ops in
+  its own kernels."""
+  if accelerated or flags_of_cpu is None or not onednn_max_isa:
+    return False
+  return ("avx512f" in flags_of_cpu
+          and onednn_max_isa.upper() in ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"))
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_crashes_here():
+  """onednn_crashes_on_bf16 on this machine (oneDNN on, no GPU or TPU)."""
+  return onednn_cpu() and onednn_crashes_on_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+
+
 def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
   """Whether this machine computes bf16 matrix work natively (--mixed_precision=auto's bf16): a
   TPU; GPUs all of compute capability 8.0 or more (Ampere on; unknown: no); else a CPU whose
@@ -90,6 +110,27 @@ def onednn_cpu():
   return bool(_pywrap_util_port.IsMklEnabled())
 
 
+def onednn_layer_norm_is_exact(dtype, flags_of_cpu, onednn_max_isa):
+  """Whether kernels.layer_norm's oneDNN form, for x of `dtype`, is oneDNN's one kernel that
+  computes in float32 and rounds once, on a CPU with these flags where TensorFlow runs oneDNN:
+  float32 on every CPU; bfloat16 only with bf16 instructions (native_bf16). Without them the
+  form is wrong or fails: on an AVX2-only CPU TensorFlow leaves the pattern unfused and its own
+  bfloat16 batch normalisation rounds intermediates (0.035 off in the model test, against half a
+  step of bfloat16, ~0.004, for the fused kernel: issue #73); with oneDNN held below AVX-512 by
+  ONEDNN_MAX_CPU_ISA the graph is still rewritten and oneDNN cannot create the primitive (an
+  AbortedError at the first batch). float16: not measured, so not taken."""
+  if dtype == tf.float32:
+    return True
+  return dtype == tf.bfloat16 and native_bf16(flags_of_cpu, onednn_max_isa)
+
+
+def onednn_layer_norm(dtype):
+  """onednn_cpu and onednn_layer_norm_is_exact on this machine: where kernels.layer_norm takes
+  its oneDNN form for x of `dtype` when asked to."""
+  return onednn_cpu() and onednn_layer_norm_is_exact(
+      tf.as_dtype(dtype), cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+
+
 @functools.lru_cache(maxsize=None)
 def on_gpu():
   """Whether TensorFlow computes on a GPU here (it places the model's ops there)."""
@@ -130,6 +171,12 @@ def compute_dtype(mixed_precision, tpu=False):
                  "TPU" if tpu else f"GPU compute capability {capabilities}" if gpus
                  else "CPU " + ("with" if bf16 else "without") + " bf16 instructions")
     return tf.bfloat16 if bf16 else float32_is_float32(tf.float32)
+  if mixed_precision == "bf16" and onednn_crashes_on_bf16(flags_of_cpu, onednn_max_isa,
+                                                          tpu or bool(gpus)) and onednn_cpu():
+    raise fileio.InputError(
+        f"--mixed_precision=bf16 with ONEDNN_MAX_CPU_ISA={onednn_max_isa} on this CPU with "
+        "AVX-512: TensorFlow hands bf16 ops to oneDNN, which has no bf16 kernel below "
+        "AVX512_CORE and would crash; unset ONEDNN_MAX_CPU_ISA or use --mixed_precision=none")
   if mixed_precision == "bf16" and bf16_is_emulated(flags_of_cpu, onednn_max_isa,
                                                     tpu or bool(gpus)):
     logging.warning(

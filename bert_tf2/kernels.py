@@ -267,10 +267,12 @@ def layer_norm(x, gamma, beta, eps, training=False, onednn=False):
   result is in x's dtype); when training, as one compiled pass each way.
 
   `onednn` (inference on a CPU where TensorFlow runs oneDNN, not under XLA: the Trainer's
-  choice, modeling.InferenceWeights): as oneDNN's layer normalisation (`_layer_norm_onednn`)."""
+  choice, modeling.InferenceWeights): as oneDNN's layer normalisation (`_layer_norm_onednn`),
+  where that is one exact kernel for x's dtype on this CPU (devices.onednn_layer_norm: not
+  bfloat16 without bf16 instructions); elsewhere the plain form below."""
   if training:
     return _layer_norm_for_training(x, gamma, beta, eps)
-  if onednn:
+  if onednn and devices.onednn_layer_norm(x.dtype):
     return _layer_norm_onednn(x, gamma, beta, eps)
   x32 = tf.cast(x, tf.float32)
   mean, variance = tf.nn.moments(x32, axes=[-1], keepdims=True)

@@ -73,6 +73,10 @@ def pytest_configure(config):
                  "the static scan; `make test-fast` leaves these out)")
   config.addinivalue_line(
       "markers", "slow: an in-process test too heavy for `make test-fast` (set by hand)")
+  config.addinivalue_line(
+      "markers", "onednn_bf16: runs bfloat16 ops in TensorFlow's oneDNN kernels in the test "
+                 "process (set by hand); skipped where oneDNN is held below AVX-512 on an AVX-512 "
+                 "CPU, where those kernels crash (devices.onednn_crashes_on_bf16)")
   if config.getoption("process_guard", default=False):
     _guard["on"] = True
   if shutil.which("nvidia-smi"):
@@ -693,6 +697,26 @@ def pytest_collection_modifyitems(config, items):
     if (scan.starts_process(module, name, cls)
         or any(scan.fixture_starts_process(module, f, cls) for f in item.fixturenames)):
       item.add_marker(pytest.mark.process)
+  skip_bf16 = _onednn_bf16_crashes()
+  for item in items:
+    if skip_bf16 and item.get_closest_marker("onednn_bf16"):
+      item.add_marker(pytest.mark.skip(reason=skip_bf16))
+
+
+def _onednn_bf16_crashes():
+  """Why bf16 ops in TensorFlow's oneDNN kernels cannot run in this test run, or None: oneDNN
+  held below AVX-512 (ONEDNN_MAX_CPU_ISA, the AVX2 kind's kernels seen on an AVX-512 CPU) while
+  TensorFlow, which asks the CPU itself, still hands them bf16 ops. A real AVX2-only CPU runs
+  them in TensorFlow's own kernels and runs these tests."""
+  isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+  if not isa or os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0":
+    return None
+  from bert_tf2 import devices  # pylint: disable=g-import-not-at-top
+  if not devices.onednn_crashes_on_bf16(devices.cpu_flags(), isa):
+    return None
+  return (f"ONEDNN_MAX_CPU_ISA={isa} on a CPU with AVX-512: TensorFlow still hands bf16 ops to "
+          "oneDNN, which has no bf16 kernel below AVX512_CORE and crashes (a real AVX2-only CPU "
+          "runs them in TensorFlow's own kernels)")
 
 
 def pytest_deselected(items):

@@ -132,7 +132,11 @@ def test_inference_layer_norm_in_onednn_form_is_exact_to_one_rounding(dtype, sta
   rounding (half a step of bfloat16) of the exact value computed with gamma and beta in
   bfloat16: they are rounded, as every weight of a bf16 model. Static and unknown shapes alike
   (a static one must not let constant folding break the pattern: see
-  test_inference_layer_norm_in_onednn_form_is_one_kernel)."""
+  test_inference_layer_norm_in_onednn_form_is_one_kernel).
+
+  Where the form is not one exact kernel for the dtype (bfloat16 without bf16 instructions: an
+  AVX2-only CPU, or oneDNN held below AVX-512; devices.onednn_layer_norm), asking for it must
+  give the plain form's result bit for bit: the model never takes it there."""
   rng = np.random.default_rng(5)
   x = (rng.normal(size=(4, 24, 96)) * rng.uniform(0.5, 3.0, size=(4, 24, 1))
        + rng.normal(size=(4, 24, 1)) * 2.0)
@@ -145,6 +149,7 @@ def test_inference_layer_norm_in_onednn_form_is_exact_to_one_rounding(dtype, sta
   mean = x64.mean(-1, keepdims=True)
   exact = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-12) * g64 + b64
   spec = tf.TensorSpec(x.shape if static else [None, None, 96], dtype)
+  outputs = {}
   for onednn in (True, False):
     # On the CPU: the oneDNN form is the CPU's (the model never builds it on a GPU, where
     # TensorFlow's graph rewrite still makes it a _MklLayerNorm, which has no GPU kernel).
@@ -152,17 +157,37 @@ def test_inference_layer_norm_in_onednn_form_is_exact_to_one_rounding(dtype, sta
       y = tf.function(lambda t, o=onednn: kernels.layer_norm(t, gamma, beta, 1e-12, onednn=o),
                       input_signature=[spec])(xs)
     assert y.dtype == dtype and y.shape == x.shape
+    outputs[onednn] = y.numpy()
     error = np.abs(y.numpy().astype(np.float64) - exact)
     if dtype == tf.float32:
       assert error.max() < 1e-6 * np.abs(exact).max(), (onednn, error.max())
-    elif onednn:
+    elif onednn and devices.onednn_layer_norm(dtype):
       assert (error <= _bf16_spacing(exact) * 0.5 + 1e-6 * np.abs(exact)).all(), error.max()
+  if not devices.onednn_layer_norm(dtype):
+    np.testing.assert_array_equal(outputs[True], outputs[False])
   # No rows (a multi-worker job's exhausted worker predicts on an empty batch).
   with tf.device("/CPU:0"):
     empty = tf.function(lambda t: kernels.layer_norm(t, gamma, beta, 1e-12, onednn=True),
                         input_signature=[tf.TensorSpec([0, 24, 96] if static else spec.shape,
                                                        dtype)])(tf.zeros([0, 24, 96], dtype))
   assert empty.shape == (0, 24, 96) and empty.dtype == dtype
+
+
+def test_onednn_layer_norm_form_is_taken_only_where_it_is_one_exact_kernel():
+  """The three CPU kinds (flags as /proc/cpuinfo names them) and oneDNN held below them:
+  float32 takes the oneDNN LayerNorm everywhere, bfloat16 only with bf16 instructions."""
+  amx = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+  zen5 = {"avx2", "avx512f", "avx512_bf16"}
+  avx2 = {"avx2", "fma"}
+  exact = devices.onednn_layer_norm_is_exact
+  for flags in (amx, zen5, avx2, None):
+    for isa in (None, "AVX2", "AVX512_CORE_BF16"):
+      assert exact(tf.float32, flags, isa)
+      assert not exact(tf.float16, flags, isa)
+  assert exact(tf.bfloat16, amx, None) and exact(tf.bfloat16, zen5, "AVX512_CORE_BF16")
+  assert exact(tf.bfloat16, amx, "avx512_core_amx")
+  assert not exact(tf.bfloat16, avx2, None) and not exact(tf.bfloat16, None, None)
+  assert not exact(tf.bfloat16, zen5, "AVX2") and not exact(tf.bfloat16, amx, "AVX512_CORE")
 
 
 @pytest.mark.skipif(not devices.onednn_cpu(), reason="TensorFlow runs without oneDNN here: "
@@ -403,7 +428,8 @@ def test_attention_probs_kernel_is_softmax_then_dropout_with_their_gradient(dtyp
   np.testing.assert_allclose(compiled, ours.numpy().astype(np.float32), rtol=step, atol=1e-7)
 
 
-@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+@pytest.mark.parametrize("dtype", [pytest.param(tf.bfloat16, marks=pytest.mark.onednn_bf16),
+                                   tf.float16])
 def test_mixed_precision_is_close_to_float32(dtype):
   tf.random.set_seed(1)
   config = _tiny_config()
@@ -444,6 +470,7 @@ def test_bfloat16_training_sums_bias_gradients_in_float32():
       assert error > 0.5  # the plain op, as measured: if TensorFlow fixes it, drop the workaround
 
 
+@pytest.mark.onednn_bf16
 @pytest.mark.parametrize("gpu", [False, True])
 def test_half_precision_bias_gradients_on_a_gpu_are_float32_sums(gpu, monkeypatch):
   """On a GPU the bias gradient of bf16 and fp16 training is the float32 sum of the rows, rounded
@@ -471,6 +498,7 @@ def test_half_precision_bias_gradients_on_a_gpu_are_float32_sums(gpu, monkeypatc
       np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.onednn_bf16
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_bfloat16_training_gradients_are_close_to_float32_at_a_real_batch_size(dropout):
   tf.random.set_seed(3)
