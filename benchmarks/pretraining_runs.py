@@ -78,7 +78,7 @@ flags.DEFINE_string("plot", None, "PNG of the curves (default <work_dir>/<benchm
 round_figure = common._round  # pylint: disable=protected-access
 RESULT = common._RESULT_PREFIX  # pylint: disable=protected-access
 SAVED = re.compile(r"Saved checkpoint \S*ckpt-(\d+)")
-STEP = re.compile(r"step (\d+)/(\d+) .*?\bloss=(\S+)")
+STEP = re.compile(r"step (\d+)/(~?\d+|\?) .*?\bloss=(\S+)")  # /~N, /?: under a time budget
 STEPS_PER_SECOND = re.compile(r"\| (\S+) steps/s")
 METRICS = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy")
 

@@ -595,7 +595,10 @@ class Trainer:
     compiled loop: the first loop is one step, so a line comes as soon as the step is traced and
     has run; the others end at multiples of `steps_per_loop` and, in one process (every worker
     of multi_worker_mirrored must run the same loops), after about `log_every_seconds` of
-    steps at the measured rate: a line every 30 s by default, whatever the loop size."""
+    steps at the measured rate: a line every 30 s by default, whatever the loop size. The
+    second loop is sized by the first one's time, an upper bound of a step's (it traced and
+    compiled the step too), so no fixed count of steps of unknown length follows the first line
+    (10 steps of BERT-base on 2 cores were 2-3 quiet minutes)."""
     start = self.restore_or_initialize(init_fn, for_training=True)
     budget = time_budget
     finished = lambda step: step >= num_train_steps or bool(budget and budget.is_spent())
@@ -619,6 +622,7 @@ class Trainer:
     step, metrics, bad_loops = start, {}, 0
     t0, s0 = time.time(), start
     step_seconds, loops = None, 0  # the step time of the loops after the first (it traces)
+    first_loop_seconds = None  # the first loop's (one step, traced): sizes the second loop
     timed_loops = self.num_workers == 1 and log_every_seconds
     try:
       while not finished(step) and not stop.requested:
@@ -629,7 +633,7 @@ class Trainer:
         if loops == 0:
           n = 1
         elif timed_loops:
-          n = min(n, max(1, int(log_every_seconds / step_seconds)) if step_seconds else 10)
+          n = min(n, max(1, int(log_every_seconds / (step_seconds or first_loop_seconds))))
         if budget:
           n = budget.plan_loop(step, n, step_seconds)
         loop_start = time.time()
@@ -649,6 +653,8 @@ class Trainer:
         metrics["learning_rate"] = float(self.optimizer.learning_rate(step))
         if loops:
           step_seconds = elapsed / n
+        else:
+          first_loop_seconds = max(elapsed, 1e-6)
         loops += 1
         metrics["steps_per_second"] = n / elapsed
         if examples_per_step:
@@ -668,8 +674,7 @@ class Trainer:
           continue
         bad_loops = 0
         self._log_progress(step, num_train_steps, metrics, s0, t0, n - applied,
-                           first=loops == 1,
-                           budget_left=budget.remaining_seconds() if budget else None)
+                           first=loops == 1, budget=budget)
         if loops == 1:
           # The first loop (one step) includes tracing and compiling the step: the rate, and so
           # the ETA, count from its end (step 1 of a 2-minute run once said 15 minutes).
@@ -740,20 +745,28 @@ class Trainer:
     return self.strategy.experimental_local_results(per_replica)[0]
 
   @staticmethod
-  def _log_progress(step, total, metrics, s0, t0, skipped, first=False, budget_left=None):
+  def _log_progress(step, total, metrics, s0, t0, skipped, first=False, budget=None):
     """One progress line. The ETA is at the rate since the first loop ended ("estimating" after
-    the first, whose time is mostly compilation), or the time budget left."""
+    the first, whose time is mostly compilation). Under a time budget (a TimeBudget), the ETA is
+    the budget left with the share spent, and the step count is out of the steps the budget is
+    expected to reach at the current rate (`step 120/~1840`; `/?` while estimating), not out of
+    --num_train_steps, which is only a cap there."""
     rate = (step - s0) / max(time.time() - t0, 1e-9)
     eta = "estimating" if first and step < total else _duration(
         (total - step) / rate if rate > 0 else float("inf"))
-    if budget_left is not None:
-      eta = f"{_duration(budget_left)} (time budget)"
+    shown_total = str(total)
+    if budget is not None:
+      left = budget.remaining_seconds()
+      eta = (f"{_duration(left)} (time budget, "
+             f"{100.0 * (1.0 - left / budget.seconds):.0f}% of {_duration(budget.seconds)} spent)")
+      shown_total = ("?" if first or rate <= 0 else
+                     f"~{min(total, step + int(round(left * rate)))}")
     shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
                      if k not in ("steps_per_second", "examples_per_second"))
     speed = f"{metrics['steps_per_second']:.2f} steps/s"
     if "examples_per_second" in metrics:
       speed += f" {metrics['examples_per_second']:.1f} examples/s"
-    logging.info("step %d/%d %s | %s | ETA %s%s", step, total, shown, speed, eta,
+    logging.info("step %d/%s %s | %s | ETA %s%s", step, shown_total, shown, speed, eta,
                  f" | {skipped} non-finite steps skipped" if skipped else "")
 
   # --- evaluation and prediction ------------------------------------------------------------

@@ -20,7 +20,8 @@ TINY_CONFIG = ('{"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
                '"max_position_embeddings": 128, "type_vocab_size": 2}')
 SPENT = "optimizer/learning_rate/budget/spent/.ATTRIBUTES/VARIABLE_VALUE"
 # A progress line's step and learning rate.
-PROGRESS = re.compile(r"step (\d+)/\d+ .*?learning_rate=(\S+) .*\| ETA (\S+) \(time budget\)")
+PROGRESS = re.compile(r"step (\d+)/(?:~\d+|\?) .*?learning_rate=(\S+) .*\| ETA (\S+) \(time budget, "
+                      r"\d+% of \S+ spent\)")
 
 
 def test_the_schedule_follows_the_time_spent_and_the_last_loop_ends_at_the_budget():
@@ -111,6 +112,13 @@ def test_a_budget_run_ends_at_its_budget_with_the_rate_at_zero_and_resumes(tmp_p
   spent = _spent(out)
   assert budget_s <= spent < budget_s * 1.5, spent
   assert steps[-1] < 100000
+  # The lines count toward the steps the budget is expected to reach, not the cap of 100,000
+  # (a user read `step 11/10000000`), and say how much of it is spent.
+  totals = re.findall(r"step (\d+)/(~\d+|\?) .*\(time budget, (\d+)% of 0:00:30 spent\)",
+                      resumed)
+  assert totals and all(t == "?" or int(s) <= int(t[1:]) < 100000 for s, t, _ in totals), totals
+  shares = [int(p) for _, _, p in totals]
+  assert shares == sorted(shares) and shares[-1] == 100, shares
   # Spent: a rerun trains no further; a larger budget continues.
   again = run_ok(_args(tmp_path, out, budget_s / 60)).stderr
   assert "time budget of 0:00:30 is spent" in again
