@@ -445,6 +445,33 @@ def config_beside(path):
                if fileio.exists(os.path.join(directory, n))), None)
 
 
+def sentence_transformers_pooling(path):
+  """The pooling of a sentence-transformers model folder holding the checkpoint `path` (its
+  modules.json's Pooling module, e.g. all-MiniLM-L6-v2's `1_Pooling/config.json`): "mean", "cls"
+  or "max", or None for any other checkpoint or a pooling this project has no name for. Such a
+  model was trained on that pooling of its token vectors, never on BERT's [CLS] pooler."""
+  if not path:
+    return None
+  directory = checkpoint_directory(path)
+  modules = os.path.join(directory, "modules.json")
+  try:
+    if not fileio.exists(modules):
+      return None
+    with fileio.open_input(modules) as f:
+      listed = json.load(f)
+    folder = next(m.get("path", "") for m in listed
+                  if str(m.get("type", "")).endswith(".Pooling"))
+    with fileio.open_input(os.path.join(directory, folder, "config.json")) as f:
+      config = json.load(f)
+  except (OSError, ValueError, StopIteration, AttributeError, TypeError, fileio.InputError):
+    return None
+  # One mode on, and one this project pools by (not mean_sqrt_len, weighted, lasttoken, ...).
+  on = [key for key, value in config.items() if key.startswith("pooling_mode_") and value is True]
+  names = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
+           "pooling_mode_max_tokens": "max"}
+  return names.get(on[0]) if len(on) == 1 else None
+
+
 def num_classifier_outputs(init_checkpoint):
   """A classifier checkpoint's label count: the length of its output_bias (any format; None for
   a HuggingFace checkpoint or one without that variable)."""

@@ -259,7 +259,7 @@ def at_the_floor(labels, predicted):
     if labels.any() and tp.sum() == 0:
       return ("dev micro F1 is 0: the model predicts no true label (the all-negative floor), so "
               "it has learnt nothing usable yet; train longer (--num_train_epochs), check "
-              "--learning_rate and --init_checkpoint")
+              "--learning_rate and --init_checkpoint" + _POOLER_HINT)
     return None
   if labels.size == 0:
     return None
@@ -269,8 +269,14 @@ def at_the_floor(labels, predicted):
   if len(counts) > 1 and accuracy <= majority:
     return (f"dev accuracy {accuracy:.4f} is no better than always predicting the most frequent "
             f"class ({majority:.4f}): the model has learnt nothing usable yet; train longer "
-            "(--num_train_epochs), check --learning_rate and --init_checkpoint")
+            "(--num_train_epochs), check --learning_rate and --init_checkpoint" + _POOLER_HINT)
   return None
+
+
+# The likeliest cause with a checkpoint made for sentence embeddings (MiniLM on MRPC: always
+# "paraphrase"): its [CLS] pooler, which the default classifier reads, was never trained.
+_POOLER_HINT = ("; a checkpoint whose [CLS] pooler was never trained (a sentence-embedding "
+                "model) learns with --classifier_pooling=mean")
 
 
 def tune_thresholds(labels, probabilities, default=0.5, grid=None):

@@ -808,6 +808,16 @@ def _classifier_pooling(settings, has_checkpoint):
     record, where = fine_tuning.init_task_record(s.init_checkpoint, _task(s),
                                                  False), "init_checkpoint"
   if not record:
+    # A sentence-transformers folder (all-MiniLM-L6-v2, the README's model) was trained on its
+    # own pooling, never on the [CLS] pooler: read what it was trained on unless told otherwise
+    # (with the pooler MiniLM learnt nothing on MRPC: always "paraphrase", issue #73).
+    trained_on = checkpoints.sentence_transformers_pooling(s.init_checkpoint)
+    if trained_on and "classifier_pooling" not in s.given and s.classifier_pooling == "pooler":
+      logging.info("--init_checkpoint=%s is a sentence-transformers model, trained on the %s of "
+                   "its token vectors and not on the [CLS] pooler: the classifier reads that "
+                   "(--classifier_pooling=%s; --classifier_pooling=pooler to read the pooler)",
+                   s.init_checkpoint, trained_on, trained_on)
+      return trained_on
     return s.classifier_pooling
   directory = getattr(s, where)
   saved = fine_tuning.classifier_pooling(record, checkpoints.checkpoint_directory(directory))

@@ -1,5 +1,6 @@
 """Original Google TF1 checkpoints load by name; exports round-trip through TF1 and HF formats."""
 
+import json
 import os
 
 import numpy as np
@@ -187,3 +188,41 @@ def test_a_mistyped_checkpoint_path_is_named_not_a_missing_config(tmp_path):
   (tmp_path / "model" / "bert_model.ckpt.index").write_bytes(b"")
   with pytest.raises(fileio.InputError, match="--bert_config_file is required"):
     checkpoints.config_path(None, str(tmp_path / "model" / "bert_model.ckpt"))
+
+
+def test_sentence_transformers_pooling_is_read_from_the_models_folder(tmp_path):
+  """all-MiniLM-L6-v2 (the README's model) pools the mean of its token vectors; a folder with
+  another single mode says it; none, several, an unknown mode, a damaged file: None."""
+  minilm = minilm_dir()
+  assert checkpoints.sentence_transformers_pooling(minilm) == "mean"
+  assert checkpoints.sentence_transformers_pooling(os.path.join(minilm, "model.safetensors")) \
+      == "mean"
+  assert checkpoints.sentence_transformers_pooling(TINY) is None
+  assert checkpoints.sentence_transformers_pooling("") is None
+
+  def folder(name, modules, config):
+    path = tmp_path / name
+    (path / "pool").mkdir(parents=True)
+    (path / "modules.json").write_text(modules)
+    (path / "pool" / "config.json").write_text(config)
+    return str(path)
+
+  modules = json.dumps([{"path": "", "type": "sentence_transformers.models.Transformer"},
+                        {"path": "pool", "type": "sentence_transformers.models.Pooling"}])
+  mode = lambda **on: json.dumps({"word_embedding_dimension": 8, "pooling_mode_cls_token": False,
+                                  "pooling_mode_mean_tokens": False, **on})
+  assert checkpoints.sentence_transformers_pooling(
+      folder("cls", modules, mode(pooling_mode_cls_token=True))) == "cls"
+  assert checkpoints.sentence_transformers_pooling(
+      folder("max", modules, mode(pooling_mode_max_tokens=True))) == "max"
+  assert checkpoints.sentence_transformers_pooling(
+      folder("two", modules, mode(pooling_mode_cls_token=True,
+                                  pooling_mode_mean_tokens=True))) is None
+  assert checkpoints.sentence_transformers_pooling(
+      folder("sqrt", modules, mode(pooling_mode_mean_sqrt_len_tokens=True))) is None
+  assert checkpoints.sentence_transformers_pooling(folder("none", modules, mode())) is None
+  assert checkpoints.sentence_transformers_pooling(
+      folder("damaged", modules[:20], mode(pooling_mode_cls_token=True))) is None
+  assert checkpoints.sentence_transformers_pooling(
+      folder("no_pooling", json.dumps([{"path": "", "type": "x.Transformer"}]),
+             mode(pooling_mode_cls_token=True))) is None

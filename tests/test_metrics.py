@@ -323,6 +323,8 @@ def test_a_dev_score_at_the_floor_is_named():
   assert message.startswith("dev accuracy 0.6838 is no better than always predicting the most "
                             "frequent class (0.6838)")
   assert "\n" not in message
+  # The likeliest cause with a sentence-embedding checkpoint is named (issue #73: MiniLM on MRPC).
+  assert message.endswith("learns with --classifier_pooling=mean"), message
   better = labels.copy()
   better[:10] = 1 - better[:10]  # 97.5% right
   assert metrics.at_the_floor(labels, better) is None
@@ -332,4 +334,5 @@ def test_a_dev_score_at_the_floor_is_named():
   for i, ids in enumerate(rows):
     multi[i, [int(x) for x in ids]] = 1
   assert metrics.at_the_floor(multi, np.zeros_like(multi)).startswith("dev micro F1 is 0")
+  assert "--classifier_pooling=mean" in metrics.at_the_floor(multi, np.zeros_like(multi))
   assert metrics.at_the_floor(multi, multi) is None

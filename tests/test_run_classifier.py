@@ -810,3 +810,33 @@ def test_classifier_pooling_mean_trains_predicts_and_exports(tmp_path):
     export_model.export("classifier", str(tmp_path / "export2"), init_checkpoint=str(out),
                         max_seq_length=32)
   assert not (tmp_path / "export2").exists()
+
+
+@requires_shared
+def test_a_sentence_transformers_checkpoint_is_read_by_its_own_pooling(tmp_path):
+  """The README's MRPC command on MiniLM (a sentence-transformers folder, its [CLS] pooler never
+  trained) read the pooler and learnt nothing: always "paraphrase" (issue #73). Without the flag
+  the classifier now reads the pooling the folder names (mean), says so, and keeps it in
+  task.json; --classifier_pooling=pooler given keeps the pooler."""
+  from conftest import minilm_dir  # pylint: disable=g-import-not-at-top
+  minilm = minilm_dir()
+  data = tmp_path / "data"
+  data.mkdir()
+  for split, rows in (("train", 17), ("dev", 9)):
+    with open(os.path.join(GLUE, "MRPC", f"{split}.tsv"), "rb") as f:
+      (data / f"{split}.tsv").write_bytes(b"".join(f.readline() for _ in range(rows)))
+  for pooling in (None, "pooler"):
+    out = tmp_path / f"out_{pooling}"
+    result = run_ok(["run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
+                     f"--vocab_file={minilm}/vocab.txt", f"--init_checkpoint={minilm}",
+                     f"--output_dir={out}", "--do_train", "--max_seq_length=32",
+                     "--train_batch_size=8", "--num_train_epochs=1",
+                     *([f"--classifier_pooling={pooling}"] if pooling else [])])
+    record = fine_tuning.task_record(str(out), None, False)
+    if pooling is None:
+      assert record["classifier_pooling"] == "mean"
+      assert "is a sentence-transformers model, trained on the mean of its token vectors" \
+          in result.stderr, result.stderr[-2000:]
+    else:
+      assert record["classifier_pooling"] == "pooler"
+      assert "sentence-transformers model" not in result.stderr
