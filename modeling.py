@@ -6,5 +6,6 @@ bert_tf2.modeling, then the original's API over them (bert_tf2/original_api/mode
 the project's model (`bert_tf2.modeling.BertModel`, which the project's own code imports).
 """
 
+from bert_tf2.original_api import quiet_start  # pylint: disable=unused-import
 from bert_tf2.modeling import *  # pylint: disable=wildcard-import,unused-wildcard-import
 from bert_tf2.original_api.modeling import *  # pylint: disable=wildcard-import,unused-wildcard-import

@@ -7,5 +7,6 @@ num_train_steps, num_warmup_steps, use_tpu)`. The project's own code imports
 `from bert_tf2 import optimization`.
 """
 
+from bert_tf2.original_api import quiet_start  # pylint: disable=unused-import
 from bert_tf2.optimization import *  # pylint: disable=wildcard-import,unused-wildcard-import
 from bert_tf2.original_api.optimization import *  # pylint: disable=wildcard-import,unused-wildcard-import

@@ -27,6 +27,7 @@ bad batch never reaches the weights; `iterations` counts applied steps only. Upd
 `strategy.extended.update`, the same code under every tf.distribute strategy (and none).
 """
 
+import functools
 import re
 
 import tensorflow as tf
@@ -109,8 +110,9 @@ class _Optimizer(tf.Module):
     # The update of one variable is ~10 elementwise passes over it (moments, decay, the
     # non-finite guard, the assignments); XLA fuses them into one read and one in-place write of
     # each buffer, which matters on CPU where the optimizer is otherwise ~15% of a BERT step.
-    self._update = (tf.function(self._update_and_copy, jit_compile=True) if jit_update
-                    else self._update_and_copy)
+    self._jit_update = jit_update
+    # One compiled update per kind of variable (_update_for), by a name of shape and dtypes.
+    self._updates = {}
 
   def build(self, variables):
     """Creates the slot variables; call under the strategy's scope, before the first step."""
@@ -157,9 +159,11 @@ class _Optimizer(tf.Module):
     # The compiled update runs only without a tf.distribute strategy: under mirrored and
     # multi-worker strategies it updated the wrong copy of some variables (tests/
     # test_run_pretraining.py caught it), so there the plain ops run.
-    update = self._update if not tf.distribute.has_strategy() else self._update_and_copy
+    compiled = self._jit_update and not tf.distribute.has_strategy()
     for i, (g, v, copy) in enumerate(zip(gradients, variables, copies)):
       slots = [self.slots[n][i] for n in self.slot_names]
+      update = self._update_for(v, g, copy, self._decays(v.name)) if compiled else (
+          self._update_and_copy)
       strategy.extended.update(
           v, update, args=(g, slots, copy, lr, factor, finite),
           kwargs=dict(decay=self._decays(v.name)), group=False)
@@ -170,6 +174,21 @@ class _Optimizer(tf.Module):
       # `finite` is the same on every replica (the norm is of gradients already summed across
       # them): the first replica's stands for all.
       self.loss_scale.update(strategy.experimental_local_results(finite)[0])
+
+  def _update_for(self, var, grad, copy, decay):
+    """The compiled update (_update_and_copy) for variables like `var`: a tf.function of its own
+    for each shape, dtypes and decay, traced once. One tf.function for every variable retraced at
+    each new shape, and called eagerly (the original's API front) TensorFlow warned "5 out of the
+    last 5 calls to _update_and_copy triggered tf.function retracing", naming this project's
+    internals as the user's mistake (issue #73). TensorFlow counts retracing per code object of
+    the Python function; a functools.partial has none, so each partial counts on its own."""
+    key = "_".join(str(part) for part in (
+        "x".join(map(str, var.shape)), var.dtype.name, grad.dtype.name,
+        copy.dtype.name if copy is not None else "none", decay))
+    if key not in self._updates:
+      self._updates[key] = tf.function(functools.partial(self._update_and_copy),
+                                       jit_compile=True)
+    return self._updates[key]
 
   def _update_and_copy(self, var, grad, slots, copy, lr, factor, finite, decay):
     """The update of `var`, then `copy` (when not None) written from the new `var`, rounded, in

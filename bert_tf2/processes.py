@@ -8,6 +8,7 @@ Beam job's local workers (pretraining_data_beam.py), does not import the command
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -42,6 +43,28 @@ def cpp_log_line(source, message="", level="W"):
   """The regex (text) of a TensorFlow C++ log line of `source`.cc at `level` (I, W, E) starting
   with `message` (a regex), as filtered_stderr's noise: `W0000 00:00:1795.. 853 dataset.cc:997] ...`."""
   return rf"{level}\d{{4}} [\d:. ]+\d+ {source}\.cc:\d+\] {message}"
+
+
+# What TensorFlow's C++ libraries print while they load, whatever TF_CPP_MIN_LOG_LEVEL says (they
+# log through absl before its logging is set up): an absl notice, oneDNN's "custom operations
+# are on" (twice: two libraries) and the CPU-feature note with its second line.
+START_UP_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rf"|{cpp_log_line('(port|cpu_feature_guard)', level='I')}"
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
+
+
+def import_tensorflow_quietly():
+  """Imports TensorFlow, when no one has yet, as the scripts do: without its start-up notices
+  (START_UP_NOISE) and with its C++ INFO lines (XLA service and StreamExecutor lines at the first
+  compiled call, ...) off unless TF_CPP_MIN_LOG_LEVEL is set. For code that imports the project
+  through the original's API fronts (`import modeling` in a user's script), whose users read
+  those lines as something wrong with their code. Warnings and errors still show."""
+  if "tensorflow" in sys.modules:
+    return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+  with filtered_stderr(START_UP_NOISE):
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,import-outside-toplevel
 
 
 @contextlib.contextmanager

@@ -9,10 +9,13 @@ tf.gradients, tf.train.get_or_create_global_step and the session's 100 runs of t
 TF2's tf.Variable, the variables listed, a GradientTape and 100 eager steps.
 """
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import PYTHON, run_process
 import optimization
 
 
@@ -107,3 +110,32 @@ def test_create_optimizer_takes_the_originals_arguments_and_steps_as_it_did():
     assert int(train_op.global_step) == step + 1
   with pytest.raises(TypeError, match="pass the loss as a function"):
     optimization.create_optimizer(loss(), 0.1, 10, 3, False)
+
+
+def test_original_style_code_runs_without_notices_naming_the_projects_internals():
+  """Code written against the original's API, run as a user's own script (no TF_CPP_MIN_LOG_LEVEL
+  set): `import modeling, optimization`, a BertModel, and create_optimizer's train op for three
+  eager steps over a head of a dozen shapes on its pooled output. Its stderr is empty: no TensorFlow start-up
+  notices, no XLA service lines from the compiled kernels, and no "triggered tf.function
+  retracing" warning naming the optimizer's `_update_and_copy` (issue #73)."""
+  code = """
+import modeling, optimization
+import tensorflow as tf
+config = modeling.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, intermediate_size=64)
+ids = tf.constant([[5, 6, 7, 8], [9, 10, 11, 0]])
+model = modeling.BertModel(config, True, ids, input_mask=tf.constant([[1] * 4, [1, 1, 1, 0]]))
+pooled = model.get_pooled_output()
+# A head of a dozen shapes over the pooled output, trained by the original's train op.
+weights = [tf.Variable(tf.fill([32, i + 1], 0.1)) for i in range(12)]
+loss = lambda: sum(tf.reduce_sum(tf.square(pooled @ w - 1.0)) for w in weights)
+train = optimization.create_optimizer(loss, 1e-2, 10, 0)
+losses = [float(train()) for _ in range(3)]
+assert losses[2] < losses[0], losses
+print("losses", losses, "step", int(train.global_step.numpy()))
+"""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  result = run_process([PYTHON, "-c", code], env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "step 3" in result.stdout, result.stdout
+  assert result.stderr == "", result.stderr[-3000:]
