@@ -1,8 +1,10 @@
 """How a command runs: every script's entry point, and the commands that start the scripts.
 
 `run_main` is every script's main loop: absl's app.run, with a bad flag, a
-`fileio.ReportedError`, an OS error on a named path (missing, read-only, disk full) and Ctrl-C /
-SIGTERM each ending in one `error: ...` line and an exit status instead of a traceback.
+`fileio.ReportedError`, an OS error on a named path (missing, read-only, disk full), Ctrl-C /
+SIGTERM and, under multi_worker_mirrored, a worker that stopped answering each ending in one
+`error: ...` line and an exit status instead of a traceback; the workers of a good
+multi_worker_mirrored run leave together (`_leave_the_cluster_together`).
 
 `run_script(NAME)` starts the script bert_tf2/NAME.py, and it is what every way of starting one
 runs: the checkout's `python NAME.py`, the `bert-*` console commands of `pip install .` and
@@ -16,6 +18,7 @@ import ast
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
 import logging as std_logging
 import math
 import os
@@ -119,13 +122,6 @@ def _first_line(text):
   return lines[0]
 
 
-# What TensorFlow's C++ libraries print while they load, whatever TF_CPP_MIN_LOG_LEVEL says (they
-# log through absl before its logging is set up): an absl notice, oneDNN's "custom operations
-# are on" (twice: two libraries) and the CPU-feature note with its second line.
-_START_UP_NOISE = re.compile(
-    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rf"|{processes.cpp_log_line('(port|cpu_feature_guard)', level='I')}"
-    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
 
 
 def run_main(main, positional=False):
@@ -133,7 +129,8 @@ def run_main(main, positional=False):
 
   Exit status 2 for an InputError, a bad flag, or an OS error on a named path (missing, read-only,
   disk full, too many open files: the command or its environment needs fixing); 1 for other
-  reported errors (e.g. training.TrainingError: the run itself could not go on); 130 / 143 for
+  reported errors (e.g. training.TrainingError: the run itself could not go on) and for another
+  worker of multi_worker_mirrored gone (`_lost_worker_line`); 130 / 143 for
   Ctrl-C / SIGTERM, after `finally` blocks have removed the run's temporaries. A traceback is
   shown only with --verbosity=1 or more (for debugging this program).
   """
@@ -141,7 +138,9 @@ def run_main(main, positional=False):
   def guarded(argv):
     processes.raise_on_stop_signals()
     try:
-      return main(argv)
+      result = main(argv)
+      _leave_the_cluster_together()
+      return result
     except fileio.ReportedError as e:
       _report(e, 2 if isinstance(e, fileio.InputError) else 1)
     except OSError as e:
@@ -155,11 +154,132 @@ def run_main(main, positional=False):
     except Exception as e:  # pylint: disable=broad-except
       tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
       if tf_errors is not None and isinstance(e, tf_errors.OpError):
+        lost = _lost_worker_line(e, tf_errors)
+        if lost:  # a worker of the cluster is gone: the run cannot go on, a restart resumes it
+          _report(lost, 1, e, at_once=True)
         # TensorFlow's I/O errors (disk full while saving a checkpoint, an unreadable file).
         _report(_first_line(e.message), 2, e)
       raise
 
   app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, positional, main.__module__))
+
+
+# --- Several workers (multi_worker_mirrored) ----------------------------------------------------
+
+# What TensorFlow raises on the workers left when one is gone (killed, its machine lost): the
+# collective under way, or the next one, fails with UnavailableError, and the end-of-run barrier
+# with InternalError. Their text is a page (TensorFlow's "Graph execution error:", the node's
+# Python stack, then the cause), the cause one of:
+#  - the coordination service (in the chief) after its heartbeat timeout, 10 s:
+#    "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks
+#    are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have
+#    crashed. ..." (the barrier's: "Barrier failed because: ... Task /job:worker/replica:0/task:1
+#    heartbeat timeout. ...");
+#  - gRPC, at once, when the chief itself is gone: "Collective ops is aborted by: recvmsg:
+#    Connection reset by peer\nAdditional GRPC error information from remote target
+#    /job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/CompleteInstance: ...",
+#    or "Failed to send RPC to coordination service. Either the leader task was preempted/died
+#    ...".
+# (As TensorFlow 2.21 words them.) Each names the task that is gone.
+_PEER_ERRORS = ("UnavailableError", "CancelledError", "AbortedError", "DeadlineExceededError",
+                "InternalError")
+_PEER_GONE = re.compile(r"Collective ops is aborted|coordination service|stopped sending "
+                        r"heartbeats|heartbeat timeout|Barrier failed|remote target /job:")
+_TASK = re.compile(r"/job:(chief|worker)/(?:replica:\d+/)?task:(\d+)\b")
+# Where the coordination service lists the tasks it takes for dead (preferred to any other task
+# the text names: in a cluster of more than two, a live worker may relay the abort).
+_DEAD_TASKS = re.compile(r"stopped sending heartbeats\):\s*((?:/job:\S+\s*)+)"
+                         r"|Task (/job:\S+) heartbeat timeout")
+
+
+def _in_a_cluster():
+  """Whether this run is a worker of multi_worker_mirrored (not a TPU's host, whose cluster is
+  the TPU's workers)."""
+  values = flags.FLAGS
+  return ("distribution_strategy" in values
+          and values.distribution_strategy == "multi_worker_mirrored"
+          and not ("use_tpu" in values and values.use_tpu))
+
+
+def _cluster_tasks():
+  """(this task, every task) of TF_CONFIG, each as (job, index); (None, []) without one."""
+  try:
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster = config["cluster"]
+    tasks = [(job, i) for job in ("chief", "worker") for i in range(len(cluster.get(job) or ()))]
+    return (config["task"]["type"], int(config["task"]["index"])), tasks
+  except (ValueError, KeyError, TypeError, AttributeError):
+    return None, []
+
+
+def _task_names(tasks):
+  names = ["the chief" if job == "chief" else f"worker {index}" for job, index in tasks]
+  return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
+def _lost_worker_line(error, tf_errors):
+  """For TensorFlow's error `error` on a worker of multi_worker_mirrored when another worker is
+  gone: the line that says which, and what to do (None for any other error). The worker is the
+  one the error names, or the one other worker of a cluster of two."""
+  if not (_in_a_cluster()
+          and isinstance(error, tuple(getattr(tf_errors, name) for name in _PEER_ERRORS))
+          and _PEER_GONE.search(str(error.message))):
+    return None
+  own, tasks = _cluster_tasks()
+  text = str(error.message)
+  dead = " ".join(" ".join(m.groups("")) for m in _DEAD_TASKS.finditer(text))
+  named = sorted({(job, int(index)) for job, index in _TASK.findall(dead or text)} - {own})
+  others = [task for task in tasks if task != own]
+  if not named and len(others) == 1:
+    named = others
+  who = _task_names(named) if named else "a worker"
+  return (f"{who} stopped answering (killed or lost); restart every worker with the same "
+          f"command{_resume_point()}")
+
+
+def _resume_point():
+  """': training resumes from OUTPUT_DIR/ckpt-N' (its newest whole checkpoint) when this run
+  trains into --output_dir, or says it starts from the beginning without one; '' otherwise."""
+  values = flags.FLAGS
+  output_dir = values.output_dir if "output_dir" in values else None
+  if not (output_dir and "do_train" in values and values.do_train):
+    return ""
+  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
+  try:
+    newest = training.newest_checkpoint(output_dir)
+  except Exception:  # pylint: disable=broad-except
+    # (--output_dir unreadable now: the line still says what to do.)
+    return f": training resumes from the newest checkpoint in {output_dir}"
+  if newest:
+    return f": training resumes from {newest}"
+  return f": training starts again from the beginning (no checkpoint in {output_dir} yet)"
+
+
+# The end-of-run barrier: its name, and how long a worker whose work is done waits there for the
+# others (the chief may still be writing outputs the others do not write; a worker that is gone
+# fails the barrier within the coordination service's heartbeat timeout instead).
+_END_OF_RUN = "bert_tf2_end_of_run"
+_END_OF_RUN_TIMEOUT_SECONDS = 6 * 3600
+
+
+def _leave_the_cluster_together():
+  """Under multi_worker_mirrored, a worker whose main returned waits until every worker's has,
+  then exits with them.
+
+  Without it, TensorFlow's coordination service (run by the chief) takes a worker that has
+  exited for a crashed one: a chief still running 10 s (its heartbeat timeout) after a worker
+  left ends its log of a good run with "The following tasks are unhealthy (stopped sending
+  heartbeats) ... The tasks have crashed", and a worker left running after the chief with
+  "Failed to send RPC to coordination service. Either the leader task was preempted/died...".
+  TensorFlow's own clean leave (its agent's shutdown barrier) is not reachable from Python, so
+  this is a barrier of that service (the eager context's wait_at_barrier, TensorFlow's internal
+  API: there is no public one); past it, every worker only exits."""
+  if not _in_a_cluster():
+    return
+  context = sys.modules.get("tensorflow.python.eager.context")
+  if context is None or getattr(context.context(), "coordination_service", None) is None:
+    return  # no multi_worker_mirrored strategy was made: no cluster was joined
+  context.context().wait_at_barrier(_END_OF_RUN, _END_OF_RUN_TIMEOUT_SECONDS * 1000)
 
 
 # The flags that name a script's outputs, for an OS error that names no file (a write() on a full
@@ -175,14 +295,32 @@ def _while_writing():
   return f" (while writing {', '.join(named)})" if named else ""
 
 
-def _report(message, status, error=None):
+def _report(message, status, error=None, at_once=False):
   logging.flush()
   if error is not None and logging.get_verbosity() >= logging.DEBUG:
     raise error
   # One line, whatever the error's text (a runner's or a library's may span several; the rest
   # is in the traceback --verbosity=1 shows).
   print(f"error: {_first_line(message)}", file=sys.stderr)
+  if at_once:
+    _exit_at_once(status)
   sys.exit(status)
+
+
+def _exit_at_once(status):
+  """Ends the process now, after its atexit handlers (a remote --output_dir's lock is released
+  there), without tearing TensorFlow's runtime down: after a collective failed, TensorFlow's
+  runtime cannot be used again ("Restart your program to reset"), and its teardown waits for the
+  training input's tf.data autotuner to wake (a period that grows to a minute): the process
+  lingered 12 to 63 s after its error line (measured), holding a restart back for nothing.
+  Every `finally` block on the way up has run by now."""
+  import atexit  # pylint: disable=g-import-not-at-top
+  sys.stdout.flush()
+  sys.stderr.flush()
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
 
 
 # --- The commands: one per script --------------------------------------------------------------
@@ -238,7 +376,7 @@ class _QuietLoader(importlib.abc.Loader):
     return self._loader.create_module(spec)
 
   def exec_module(self, module):
-    with processes.filtered_stderr(_START_UP_NOISE):
+    with processes.filtered_stderr(processes.START_UP_NOISE):
       self._loader.exec_module(module)
 
 
@@ -258,7 +396,7 @@ def run_script(name):
   std_logging.getLogger("tensorflow").addFilter(_tensorflow_warnings_only)
   std_logging.getLogger("absl").addFilter(_tensorflow_warnings_only)
   sys.meta_path.insert(0, _QuietFirstImport())
-  with processes.filtered_stderr(_START_UP_NOISE):  # TensorFlow's C++ start-up notices
+  with processes.filtered_stderr(processes.START_UP_NOISE):  # TensorFlow's C++ start-up notices
     module = importlib.import_module("bert_tf2." + name)
   module.cli()
 

@@ -50,7 +50,8 @@ def cpp_log_line(source, message="", level="W"):
 # are on" (twice: two libraries) and the CPU-feature note with its second line.
 START_UP_NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rf"|{cpp_log_line('(port|cpu_feature_guard)', level='I')}"
+    # (At I, or at W as some builds and CPUs log the CPU-feature note.)
+    rf"|{cpp_log_line('(port|cpu_feature_guard)', level='[IW]')}"
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate")
 
 

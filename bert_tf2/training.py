@@ -153,6 +153,17 @@ def checkpoint_numbers(directory):
                 reverse=True)
 
 
+def newest_checkpoint(directory):
+  """The path of the newest ckpt-N in `directory` with its .index (a save writes it last, after
+  the data), or None: the checkpoint a rerun resumes from (unless it is damaged, which
+  Trainer._restore_newest skips)."""
+  for number in checkpoint_numbers(directory):
+    path = os.path.join(directory, f"ckpt-{number}")
+    if fileio.exists(path + ".index"):
+      return path
+  return None
+
+
 def _remove_partial_saves(directory, steps=None):
   """Removes what interrupted saves left: TensorFlow stages checkpoint N in `ckpt-N_temp/` and
   writes the `checkpoint` state file through `checkpoint.tmp<hex>` (all steps when None)."""

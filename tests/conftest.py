@@ -263,12 +263,16 @@ def _start_workers(args, count, env):
   return procs, logs
 
 
-def kill_a_worker_at_checkpoint(args, directory, step, env, exists, count=2, timeout=300):
+def kill_a_worker_at_checkpoint(args, directory, step, env, exists, count=2, timeout=300,
+                                wait=10):
   """Starts `args` as run_workers does and, as soon as `directory` holds checkpoint `step` (as
-  `exists(path)` tells), kills its last worker with SIGKILL; the others, left waiting for their
-  peer, are stopped too (SIGKILL after 10 s), as a cluster manager restarting the job would."""
+  `exists(path)` tells), kills its last worker with SIGKILL; the others, left without their
+  peer, are given `wait` seconds to stop by themselves, then stopped with SIGKILL, as a cluster
+  manager restarting the job would. Returns every worker's stdout+stderr and exit code (-9: the
+  SIGKILL)."""
   _may_start_a_process("kill_a_worker_at_checkpoint")
   procs, logs = _start_workers(args, count, env)
+  outputs = []
   try:
     deadline = time.time() + timeout
     while not exists(os.path.join(directory, f"ckpt-{step}.index")):
@@ -277,7 +281,7 @@ def kill_a_worker_at_checkpoint(args, directory, step, env, exists, count=2, tim
       time.sleep(0.1)
     procs[-1].send_signal(signal.SIGKILL)
     procs[-1].wait()
-    deadline = time.time() + 10
+    deadline = time.time() + wait
     while any(p.poll() is None for p in procs) and time.time() < deadline:
       time.sleep(0.1)
   finally:
@@ -285,7 +289,10 @@ def kill_a_worker_at_checkpoint(args, directory, step, env, exists, count=2, tim
       if p.poll() is None:
         p.kill()
       p.wait()
+      log.seek(0)
+      outputs.append(log.read())
       log.close()
+  return outputs, [p.returncode for p in procs]
 
 
 def _wait_for_workers(procs, logs, timeout, check):

@@ -1,14 +1,18 @@
 """Evaluation and prediction under multi_worker_mirrored: two worker processes on this machine
-share the work and the chief writes the same outputs, in input order, as one process does."""
+share the work and the chief writes the same outputs, in input order, as one process does. And
+the cluster's ends: a worker killed (the other stops with one line, a restart resumes) and the
+end of a good run (the workers leave together)."""
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
 import pytest
 
-from conftest import SHARED, SQUAD, minilm_dir, requires_shared, run_ok, run_workers
+from conftest import (ENV, SHARED, SQUAD, kill_a_worker_at_checkpoint, minilm_dir,
+                      requires_shared, run_ok, run_workers)
 
 pytestmark = requires_shared
 
@@ -212,3 +216,132 @@ def test_pretraining_eval_on_two_workers_over_unequal_files_equals_one_process(t
   assert expected.keys() == got.keys() and got["global_step"] == 1
   for k in expected:
     np.testing.assert_allclose(got[k], expected[k], atol=1e-5, err_msg=k)
+
+
+# What TensorFlow's coordination service logs when it takes a worker for a crashed one (after a
+# good run too, when a worker exits 10 s or more before the chief), and what a worker logs when
+# it outlives the chief.
+_CRASH_NOISE = ("The tasks have crashed", "stopped sending heartbeats",
+                "Failed to send RPC to coordination service")
+# The scripts' own TensorFlow log level (warnings and errors of its C++ libraries: those lines
+# among them), not the tests' silence.
+_SCRIPTS_ENV = dict(ENV, TF_CPP_MIN_LOG_LEVEL="1")
+
+
+def test_a_killed_worker_stops_the_other_with_one_line_and_a_restart_resumes(tmp_path):
+  """Two run_pretraining.py workers; worker 1 is SIGKILLed once checkpoint 4 is written. The
+  chief stops by itself within seconds (the coordination service's 10 s heartbeat timeout, then
+  no teardown), its last line the one error line naming the dead worker, what to do and the
+  checkpoint a restart resumes from. The same command restarted on both: both succeed, from that
+  checkpoint, and the chief's log ends with its last save, not with TensorFlow's "The tasks have
+  crashed"."""
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(TINY_CONFIG))
+  out = tmp_path / "out"
+  args = ["run_pretraining.py", f"--bert_config_file={config}",
+          f"--input_file={PRETRAINING_RECORDS}", f"--output_dir={out}", "--do_train",
+          "--train_batch_size=8", "--num_train_steps=40", "--num_warmup_steps=0",
+          "--iterations_per_loop=2", "--save_checkpoints_steps=4", "--seed=3",
+          "--max_seq_length=128", "--max_predictions_per_seq=20",
+          "--distribution_strategy=multi_worker_mirrored"]
+  (chief, _), (status, killed) = kill_a_worker_at_checkpoint(args, str(out), 4, _SCRIPTS_ENV,
+                                                             os.path.exists, wait=30)
+  assert killed == -9 and status == 1, chief[-3000:]  # (-9 after 30 s: it did not stop)
+  saved = sorted(int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index$").match,
+                                              os.listdir(out)) if m)
+  assert saved and saved[-1] < 40, saved
+  lines = chief.strip().splitlines()
+  assert lines[-1] == (f"error: worker 1 stopped answering (killed or lost); restart every "
+                       f"worker with the same command: training resumes from "
+                       f"{out}/ckpt-{saved[-1]}"), chief[-3000:]
+
+  chief, worker = run_workers(args, env=_SCRIPTS_ENV)
+  assert f"Resumed from {out}/ckpt-{saved[-1]} at step {saved[-1]}" in chief, chief[-3000:]
+  assert chief.strip().splitlines()[-1].endswith(f"Saved checkpoint {out}/ckpt-40"), chief[-3000:]
+  for output in (chief, worker):
+    assert not [noise for noise in _CRASH_NOISE if noise in output], output[-3000:]
+
+
+# A script's main under multi_worker_mirrored whose chief works on 15 s after the last
+# collective (a chief writes outputs the other workers do not), through the scripts' run_main.
+_LINGERING_CHIEF = """
+import time
+import tensorflow as tf
+from absl import logging
+from bert_tf2 import commands, script_flags
+
+def main(_):
+  strategy = script_flags.strategy()
+  one = tf.function(lambda: strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+      "SUM", tf.constant(1.0))))
+  total = float(strategy.experimental_local_results(one())[0])
+  if strategy.cluster_resolver.task_id == 0:
+    time.sleep(15)
+  logging.info("done: %s workers", total)
+
+script_flags.define_runtime_flags()
+commands.run_main(main)
+"""
+
+
+def test_workers_of_a_good_run_leave_together():
+  """A worker done 15 s before the chief waits for it at the end (a barrier of TensorFlow's
+  coordination service): without it, the chief's log of a good run ended with the service's
+  "The following tasks are unhealthy (stopped sending heartbeats) ... The tasks have crashed"
+  (10 s after the worker left). Both succeed; each log ends with its own last line."""
+  outputs = run_workers(["-c", _LINGERING_CHIEF, "--distribution_strategy=multi_worker_mirrored"],
+                        env=_SCRIPTS_ENV)
+  for output in outputs:
+    assert output.strip().splitlines()[-1].endswith("done: 2.0 workers"), output[-3000:]
+    assert not [noise for noise in _CRASH_NOISE if noise in output], output[-3000:]
+
+
+# TensorFlow's errors on the workers left (their text as TensorFlow 2.21 raised them here).
+_ABORTED = ("Graph execution error:\n\nDetected at node CollectiveReduceV2_1 defined at (most "
+            "recent call last):\n  File \"run_pretraining.py\", line 11, in <module>\n\n")
+_DEAD = ("The following tasks are unhealthy (stopped sending heartbeats):\n{}\nThe tasks have "
+         "crashed. Check the task logs for an earlier error, or scheduler events (e.g. "
+         "preemption, eviction) to debug further.\nThe error could be from a previous operation. "
+         "Restart your program to reset.\n\t [[{{node CollectiveReduceV2_1}}]] "
+         "[Op:__inference__train_loop_8025]")
+
+
+@pytest.mark.parametrize("kind,text,workers,own,expected", [
+    pytest.param("UnavailableError", _ABORTED + "Collective ops is aborted by: Error reported from "
+                 "/job:worker/task:1: " + _DEAD.format("/job:worker/replica:0/task:1"),
+                 2, 0, "worker 1", id="the chief, a worker gone"),
+    pytest.param("UnavailableError", _ABORTED + "Collective ops is aborted by: recvmsg:Connection "
+                 "reset by peer\nAdditional GRPC error information from remote target "
+                 "/job:worker/replica:0/task:0 while calling /tensorflow.WorkerService/"
+                 "CompleteInstance:\n:UNKNOWN:Error received from peer  {grpc_status:14, "
+                 "grpc_message:\"recvmsg:Connection reset by peer\"}\nThe error could be from a "
+                 "previous operation. Restart your program to reset.", 2, 1, "worker 0",
+                 id="a worker, the chief gone"),
+    pytest.param("InternalError", "Barrier failed because: task is set to ERROR: UNAVAILABLE: Task "
+                 "/job:worker/replica:0/task:1 heartbeat timeout. This indicates that the remote "
+                 "task has failed, got preempted, or crashed unexpectedly. [type.googleapis.com/"
+                 "tensorflow.CoordinationServiceError='']. Barrier Id: bert_tf2_end_of_run::0, "
+                 "Task: /job:worker/replica:0/task:1\n\nRPC: /tensorflow.CoordinationService/"
+                 "Barrier", 2, 0, "worker 1", id="the end-of-run barrier"),
+    pytest.param("UnavailableError", "Collective ops is aborted by: Error reported from "
+                 "/job:worker/task:0: " + _DEAD.format("/job:worker/replica:0/task:2"), 3, 1,
+                 "worker 2", id="three workers, one relaying"),
+    pytest.param("UnavailableError", "Collective ops is aborted by: Socket closed", 2, 0,
+                 "worker 1", id="unnamed: the other of two"),
+    pytest.param("UnavailableError", "Error executing an HTTP request: libcurl code 7 meaning "
+                 "'Couldn't connect to server', when reading gs://bucket/records", 2, 0, None,
+                 id="not a worker: the object store"),
+])
+def test_a_lost_worker_is_named_from_tensorflows_error(monkeypatch, kind, text, workers, own,
+                                                        expected):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import commands  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("TF_CONFIG", json.dumps({
+      "cluster": {"worker": [f"host{i}:1" for i in range(workers)]},
+      "task": {"type": "worker", "index": own}}))
+  monkeypatch.setattr(commands, "_in_a_cluster", lambda: True)
+  monkeypatch.setattr(commands, "_resume_point", lambda: ": RESUME")
+  error = getattr(tf.errors, kind)(None, None, text)
+  line = commands._lost_worker_line(error, tf.errors)  # pylint: disable=protected-access
+  assert line == (expected and f"{expected} stopped answering (killed or lost); restart every "
+                  "worker with the same command: RESUME")
