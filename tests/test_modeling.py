@@ -448,6 +448,7 @@ def test_mixed_precision_is_close_to_float32(dtype):
                              atol=0.1)
 
 
+@pytest.mark.onednn_bf16
 def test_bfloat16_training_sums_bias_gradients_in_float32():
   # TensorFlow's BiasAddGrad sums bfloat16 rows in bfloat16: over 32k rows of small positive
   # values it lost 96% of the sum. The training path's bias gradient is the float32 sum, rounded,
