@@ -1,7 +1,7 @@
 """How a command runs: every script's entry point, and the commands that start the scripts.
 
 `run_main` is every script's main loop: absl's app.run, with a bad flag, a
-`fileio.ReportedError`, an OS error on a named path (missing, read-only, disk full), Ctrl-C /
+`errors.ReportedError`, an OS error on a named path (missing, read-only, disk full), Ctrl-C /
 SIGTERM and, under multi_worker_mirrored, a worker that stopped answering each ending in one
 `error: ...` line and an exit status instead of a traceback; the workers of a good
 multi_worker_mirrored run leave together (`_leave_the_cluster_together`).
@@ -30,7 +30,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 from bert_tf2 import processes
 
 
@@ -141,8 +141,8 @@ def run_main(main, positional=False):
       result = main(argv)
       _leave_the_cluster_together()
       return result
-    except fileio.ReportedError as e:
-      _report(e, 2 if isinstance(e, fileio.InputError) else 1)
+    except errors.ReportedError as e:
+      _report(e, 2 if isinstance(e, errors.InputError) else 1)
     except OSError as e:
       where = e.filename or ""
       _report(f"{where}: {e.strerror or e}" if where else

@@ -13,7 +13,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 
 # --mixed_precision's values: the dtype of the model's matrix work (BertModel's compute_dtype).
 COMPUTE_DTYPES = {"none": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
@@ -173,7 +173,7 @@ def compute_dtype(mixed_precision, tpu=False):
     return tf.bfloat16 if bf16 else float32_is_float32(tf.float32)
   if mixed_precision == "bf16" and onednn_crashes_on_bf16(flags_of_cpu, onednn_max_isa,
                                                           tpu or bool(gpus)) and onednn_cpu():
-    raise fileio.InputError(
+    raise errors.InputError(
         f"--mixed_precision=bf16 with ONEDNN_MAX_CPU_ISA={onednn_max_isa} on this CPU with "
         "AVX-512: TensorFlow hands bf16 ops to oneDNN, which has no bf16 kernel below "
         "AVX512_CORE and would crash; unset ONEDNN_MAX_CPU_ISA or use --mixed_precision=none")
@@ -209,7 +209,7 @@ def make_strategy(name, num_cpu_devices=0, tpu=None, tpu_zone=None, gcp_project=
     return _tpu_strategy(tpu, tpu_zone, gcp_project)
   if name == "multi_worker_mirrored":
     if "TF_CONFIG" not in os.environ:
-      raise fileio.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
+      raise errors.InputError("--distribution_strategy=multi_worker_mirrored needs TF_CONFIG")
     return tf.distribute.MultiWorkerMirroredStrategy()
   _warn_of_an_unused_cluster(name)
   gpus = tf.config.list_physical_devices("GPU")
@@ -263,8 +263,8 @@ def _tpu_strategy(tpu, tpu_zone, gcp_project):
   except (ValueError, OSError, RuntimeError, tf.errors.OpError) as e:
     cause = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
     if not tpu:
-      raise fileio.InputError(f"{where} found no TPU ({cause}): {_TPU_NAMES}") from None
-    raise fileio.InputError(f"{where}: the TPU cannot be reached ({cause}); {_TPU_NAMES}") from None
+      raise errors.InputError(f"{where} found no TPU ({cause}): {_TPU_NAMES}") from None
+    raise errors.InputError(f"{where}: the TPU cannot be reached ({cause}); {_TPU_NAMES}") from None
   return tf.distribute.TPUStrategy(resolver)
 
 

@@ -28,35 +28,15 @@ import tempfile
 
 from absl import logging
 
+from bert_tf2 import errors
 from bert_tf2 import processes
 
 
-class ReportedError(Exception):
-  """An error `run_main` reports as one `error: ...` line, without a traceback."""
-
-
-class InputError(ReportedError, ValueError):
-  """A problem with the user's input (file, line, record or flag), reported without a traceback."""
-
-
-def require(**values):
-  """InputError naming every flag (keyword, in order) of `values` that has no value, all in one
-  line: how every script requires a flag, whether always or only in some runs."""
-  missing = [f"--{name}" for name, value in values.items() if not value]
-  if len(missing) == 1:
-    raise InputError(f"{missing[0]} is required")
-  if missing:
-    raise InputError(f"{', '.join(missing[:-1])} and {missing[-1]} are required")
-
-
-def check_distinct(values, flag, what="value"):
-  """InputError naming --`flag` when a list flag (e.g. --labels) has an empty or repeated entry."""
-  for i, value in enumerate(values or ()):
-    if not value:
-      raise InputError(f"--{flag}={','.join(values)} has an empty {what}")
-    if value in values[:i]:
-      raise InputError(f"--{flag}: {value!r} is given twice")
-  return values
+# The reported errors and flag checks live in errors.py; these names stay until callers move.
+ReportedError = errors.ReportedError
+InputError = errors.InputError
+require = errors.require
+check_distinct = errors.check_distinct
 
 
 def read_delimited(path, delimiter=",", quotechar='"', what="file"):

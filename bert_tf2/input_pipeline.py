@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import message
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 from bert_tf2 import masking
 
 
@@ -67,7 +67,7 @@ class PretrainingRecords:
     try:
       feature = tf.train.Example.FromString(_first_record(path).numpy()).features.feature
     except message.DecodeError as e:
-      raise fileio.InputError(f"{path}: record 0 is not a tf.train.Example ({e})") from None
+      raise errors.InputError(f"{path}: record 0 is not a tf.train.Example ({e})") from None
     packed = "instance_ids" in feature
     budget = {}
     if "max_predictions_per_seq" in feature and "masked_lm_prob" in feature:
@@ -88,7 +88,7 @@ class PretrainingRecords:
     first = input_files[0]
     for path, kind in kinds.items():
       if kind != kinds[first]:
-        raise fileio.InputError(
+        raise errors.InputError(
             f"{path} holds records of another kind ({kind.describe()}) than {first} "
             f"({kinds[first].describe()}); give files written with the same options")
     return kinds[first]
@@ -336,10 +336,10 @@ def _first_record(path):
   try:
     records = list(tf.data.TFRecordDataset(path).take(1))
   except tf.errors.OpError as e:  # DataLossError: not a TFRecord file, or a corrupted one
-    raise fileio.InputError(f"{path}: record 0 cannot be read ({_op_message(e)}); is it a "
+    raise errors.InputError(f"{path}: record 0 cannot be read ({_op_message(e)}); is it a "
                             "TFRecord file of tf.train.Examples?") from None
   if not records:
-    raise fileio.InputError(f"{path}: holds no record")
+    raise errors.InputError(f"{path}: holds no record")
   return records[0]
 
 
@@ -355,7 +355,7 @@ def check_records(input_files, name_to_features, value_limits=None, scan=100):
     except tf.errors.InvalidArgumentError as e:
       expected = ", ".join(f"{k}[{', '.join(map(str, v.shape))}]"
                            for k, v in name_to_features.items())
-      raise fileio.InputError(
+      raise errors.InputError(
           f"{path}: record 0 does not match the expected features ({expected}): "
           f"{_op_message(e)}; were the records written with the same "
           "max_seq_length / max_predictions_per_seq?") from None
@@ -370,7 +370,7 @@ def _scan_values(path, value_limits, scan):
       values = {k: features[k].int64_list.value for k in value_limits if k in features}
       problem = _range_problem(values, value_limits)
       if problem:
-        raise fileio.InputError(f"{path}: record {index}: {problem}")
+        raise errors.InputError(f"{path}: record {index}: {problem}")
   except tf.errors.OpError:
     pass  # a damaged record past the first: named by naming_bad_records when training meets it
 
@@ -393,13 +393,13 @@ def find_bad_record(input_files, name_to_features, value_limits=None):
       for record in tf.data.TFRecordDataset(path):
         problem = _range_problem(_decode(record, name_to_features), value_limits)
         if problem:
-          return fileio.InputError(f"{path}: record {index}: {problem}")
+          return errors.InputError(f"{path}: record {index}: {problem}")
         index += 1
     except tf.errors.DataLossError as e:
-      return fileio.InputError(f"{path}: record {index} cannot be read ({_op_message(e)}); the "
+      return errors.InputError(f"{path}: record {index} cannot be read ({_op_message(e)}); the "
                                "file is truncated or damaged: write it again")
     except tf.errors.InvalidArgumentError as e:
-      return fileio.InputError(f"{path}: record {index} does not match the expected features: "
+      return errors.InputError(f"{path}: record {index} does not match the expected features: "
                                f"{_op_message(e)}")
   return None
 

@@ -13,7 +13,7 @@ records stay byte-identical.
 
 import dataclasses
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 
 DEFAULT = "80,10,10"
 
@@ -30,11 +30,11 @@ class MaskSplit:
     """`MASK,RANDOM,KEEP` (whole percent, summing to 100); InputError naming the flag."""
     parts = [part.strip() for part in str(text).split(",")]
     if len(parts) != 3 or not all(part.isascii() and part.isdigit() for part in parts):
-      raise fileio.InputError(f"--{flag}={text}: give MASK,RANDOM,KEEP in whole percent, e.g. "
+      raise errors.InputError(f"--{flag}={text}: give MASK,RANDOM,KEEP in whole percent, e.g. "
                               f"{DEFAULT} (BERT's) or 100,0,0")
     split = cls(*map(int, parts))
     if split.mask + split.random + split.keep != 100:
-      raise fileio.InputError(f"--{flag}={text}: the three percentages sum to "
+      raise errors.InputError(f"--{flag}={text}: the three percentages sum to "
                               f"{split.mask + split.random + split.keep}, not 100")
     return split
 

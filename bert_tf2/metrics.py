@@ -20,7 +20,7 @@ import string
 from absl import logging
 import numpy as np
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 
 
 def _as_arrays(labels, predictions):
@@ -563,7 +563,7 @@ def _warn_missing(dataset, predictions):
   qids = [qa["id"] for qa in squad_questions(dataset)]
   missing = [qid for qid in qids if qid not in predictions]
   if qids and len(missing) == len(qids):
-    raise fileio.InputError("no prediction matches a question of the data file")
+    raise errors.InputError("no prediction matches a question of the data file")
   if missing:
     logging.warning("%d of %d questions have no prediction (%s%s); they count as wrong",
                     len(missing), len(qids), ", ".join(missing[:3]),
@@ -625,7 +625,7 @@ def _thresholded(scores, na_probs, answerable, na_prob_thresh):
   result = {}
   for qid, score in scores.items():
     if qid not in na_probs:
-      raise fileio.InputError(f"no-answer probabilities have no entry for question {qid}")
+      raise errors.InputError(f"no-answer probabilities have no entry for question {qid}")
     said_no_answer = na_probs[qid] > na_prob_thresh
     result[qid] = float(not answerable[qid]) if said_no_answer else score
   return result

@@ -9,7 +9,7 @@ it reads the flags in its `main`, and the library modules it hands the values to
 optimization, modeling, ...) take plain arguments and never read FLAGS. Groups overlap (the
 fine-tuning group holds the training group): a flag asked for again is left as it is, and asking
 for it with another default is a programming error. A missing required value is an
-`fileio.InputError` naming every missing flag from the script's main (`fileio.require`), the
+`errors.InputError` naming every missing flag from the script's main (`errors.require`), the
 same for flags that are always required and those required only in some runs.
 """
 

@@ -11,7 +11,7 @@ Plain Python values in and out; export_model.py's SQuAD model repeats these rule
 
 import collections
 
-from bert_tf2 import fileio
+from bert_tf2 import errors
 from bert_tf2 import tokenization
 
 # A window over tokens start .. start + length - 1 of a text.
@@ -69,7 +69,7 @@ def check_stride(doc_stride, window, what):
   which tokens and why that many): with a stride as long as the window, windows would only
   meet, and with a longer one skip text."""
   if doc_stride >= window:
-    raise fileio.InputError(f"--doc_stride={doc_stride} must be below the {window} {what}, or "
+    raise errors.InputError(f"--doc_stride={doc_stride} must be below the {window} {what}, or "
                             "windows would not overlap")
 
 

@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_tf2 import devices
+from bert_tf2 import errors
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
@@ -38,10 +39,8 @@ from bert_tf2 import processes
 from bert_tf2 import weight_copies
 
 
-class TrainingError(fileio.ReportedError, RuntimeError):
-  """Training cannot go on (e.g. losses stay non-finite); the last good checkpoint is kept.
-
-  A ReportedError, so the scripts' `commands.run_main` prints it as one line, not a traceback."""
+# (Its home is errors.py; the name stays for callers.)
+TrainingError = errors.TrainingError
 
 
 @dataclasses.dataclass(frozen=True)
