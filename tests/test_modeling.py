@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from bert_tf2 import checkpoints
 from bert_tf2 import devices
+from bert_tf2 import errors
 from bert_tf2 import kernels
 from bert_tf2 import modeling
 from conftest import ROOT, SHARED, minilm_dir, requires_shared
@@ -617,35 +618,35 @@ BAD_FIELDS = [
 
 @pytest.mark.parametrize("key,value,message", BAD_FIELDS)
 def test_every_config_field_is_validated_naming_the_key_and_file(key, value, message):
-  with pytest.raises(modeling.fileio.InputError, match=rf"^my/bert_config\.json: {key} must be "
+  with pytest.raises(errors.InputError, match=rf"^my/bert_config\.json: {key} must be "
                                                        rf".*{message}"):
     modeling.BertConfig.from_dict(dict(GOOD_CONFIG, **{key: value}), "my/bert_config.json")
 
 
 def test_config_cross_field_and_size_errors():
-  with pytest.raises(modeling.fileio.InputError, match="c.json: hidden_size 10 is not a multiple "
+  with pytest.raises(errors.InputError, match="c.json: hidden_size 10 is not a multiple "
                                                        "of num_attention_heads 3"):
     modeling.BertConfig.from_dict(dict(GOOD_CONFIG, hidden_size=10, num_attention_heads=3),
                                   "c.json")
   # Each size within its bound, the whole far beyond memory: refused before any variable is made.
-  with pytest.raises(modeling.fileio.InputError,
+  with pytest.raises(errors.InputError,
                      match=r"c.json: the model would have about 8.2e\+11 parameters"):
     modeling.BertConfig.from_dict(dict(GOOD_CONFIG, hidden_size=8192, num_hidden_layers=1024,
                                        intermediate_size=32768), "c.json")
   for key in ("vocab_size", "num_hidden_layers", "type_vocab_size"):
     d = dict(GOOD_CONFIG)
     del d[key]
-    with pytest.raises(modeling.fileio.InputError, match=f"c.json: the BERT config has no {key}"):
+    with pytest.raises(errors.InputError, match=f"c.json: the BERT config has no {key}"):
       modeling.BertConfig.from_dict(d, "c.json")
   # Every missing size named in the one error, not one per run.
-  with pytest.raises(modeling.fileio.InputError,
+  with pytest.raises(errors.InputError,
                      match="has no vocab_size, hidden_size, intermediate_size "):
     modeling.BertConfig.from_dict({k: v for k, v in GOOD_CONFIG.items() if k not in (
         "vocab_size", "hidden_size", "intermediate_size")}, "c.json")
   # A config made in Python is checked when a model is built from it (the original's order: its
   # tests make configs such as hidden_size 37 that no model is built from).
   config = modeling.BertConfig(vocab_size=-1)
-  with pytest.raises(modeling.fileio.InputError, match="vocab_size must be a positive integer"):
+  with pytest.raises(errors.InputError, match="vocab_size must be a positive integer"):
     modeling.BertModel(config)
   # The defaults of the Python constructor and of the original config's optional keys are valid.
   config = modeling.BertConfig.from_dict(GOOD_CONFIG, "c.json")
@@ -689,16 +690,16 @@ def test_unknown_config_keys_are_warned_about_except_harmless_ones(caplog):
 def test_config_file_errors_name_the_file(tmp_path):
   bad = tmp_path / "bert_config.json"
   bad.write_text('{"hidden_size": 8')
-  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: not a JSON config"):
+  with pytest.raises(errors.InputError, match="bert_config.json: not a JSON config"):
     modeling.BertConfig.from_json_file(str(bad))
   bad.write_text('{"vocab_size": 1' + "0" * 5000 + "}")
-  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: not a JSON config"):
+  with pytest.raises(errors.InputError, match="bert_config.json: not a JSON config"):
     modeling.BertConfig.from_json_file(str(bad))
   bad.write_text("[1, 2]")
-  with pytest.raises(modeling.fileio.InputError, match="a BERT config is a JSON object"):
+  with pytest.raises(errors.InputError, match="a BERT config is a JSON object"):
     modeling.BertConfig.from_json_file(str(bad))
   bad.write_text(json.dumps(dict(GOOD_CONFIG, model_type="bert", hidden_act=["gelu"])))
-  with pytest.raises(modeling.fileio.InputError, match="bert_config.json: HuggingFace hidden_act"):
+  with pytest.raises(errors.InputError, match="bert_config.json: HuggingFace hidden_act"):
     modeling.BertConfig.from_json_file(str(bad))
 
 

@@ -23,6 +23,7 @@ import tensorflow as tf
 import modeling
 from bert_tf2 import checkpoints
 from bert_tf2 import classifier_tasks
+from bert_tf2 import errors
 from bert_tf2 import modeling as project_modeling
 from bert_tf2 import optimization as project_optimization
 from bert_tf2 import run_classifier as project_run_classifier
@@ -148,7 +149,7 @@ def test_config_to_json_string():
 def test_the_config_is_checked_when_a_model_is_built():
   # hidden_size 37 with 12 heads is a config the original's test makes and never builds.
   config = modeling.BertConfig(vocab_size=99, hidden_size=37)
-  with pytest.raises(project_modeling.fileio.InputError,
+  with pytest.raises(errors.InputError,
                      match="hidden_size 37 is not a multiple of num_attention_heads 12"):
     modeling.BertModel(config=config, is_training=False, input_ids=tf.ones([1, 3], tf.int32))
 
