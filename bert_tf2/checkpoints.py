@@ -23,6 +23,7 @@ from absl import logging
 
 from bert_tf2 import fileio
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -401,11 +402,9 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
   records beside it; checked before any of that. An unreadable checkpoint is left to the restore.
   Returns `module`."""
   # The ckpt-N files themselves, not the `checkpoint` state file, which may be damaged or missing.
-  names = fileio.listdir(directory) if fileio.isdir(directory) else []
-  numbers = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if m]
-  if not numbers:
+  latest = run_dir.newest_checkpoint(directory)
+  if not latest:
     return module
-  latest = os.path.join(directory, f"ckpt-{max(numbers)}")
   try:
     shapes = tf.train.load_checkpoint(latest).get_variable_to_shape_map()
   except (tf.errors.OpError, ValueError):

@@ -244,9 +244,9 @@ def _resume_point():
   output_dir = values.output_dir if "output_dir" in values else None
   if not (output_dir and "do_train" in values and values.do_train):
     return ""
-  from bert_tf2 import training  # pylint: disable=g-import-not-at-top
+  from bert_tf2 import run_dir  # pylint: disable=g-import-not-at-top
   try:
-    newest = training.newest_checkpoint(output_dir)
+    newest = run_dir.newest_checkpoint(output_dir)
   except Exception:  # pylint: disable=broad-except
     # (--output_dir unreadable now: the line still says what to do.)
     return f": training resumes from the newest checkpoint in {output_dir}"

@@ -28,6 +28,7 @@ from bert_tf2 import devices
 from bert_tf2 import fileio
 from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import tokenization
 from bert_tf2 import training
 
@@ -204,7 +205,7 @@ def check_files(output_dir, outputs, inputs, vocab_file, bert_config_file, init_
                                                       f"--init_checkpoint={init_checkpoint}")]
                if init_checkpoint else None)],
       directories=[("output_dir", output_dir)])
-  return bool(training.checkpoint_numbers(output_dir))
+  return bool(run_dir.checkpoint_numbers(output_dir))
 
 
 def saved_beside_checkpoints(output_dir, name):
@@ -212,7 +213,7 @@ def saved_beside_checkpoints(output_dir, name):
   training run that saved it there (write_model_files), else None: evaluating, predicting or
   resuming in a run's own folder needs neither flag again."""
   path = os.path.join(output_dir, name) if output_dir else None
-  if path and fileio.isfile(path) and training.checkpoint_numbers(output_dir):
+  if path and fileio.isfile(path) and run_dir.checkpoint_numbers(output_dir):
     return path
   return None
 

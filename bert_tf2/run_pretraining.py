@@ -25,6 +25,7 @@ from bert_tf2 import checkpoints
 from bert_tf2 import input_pipeline
 from bert_tf2 import masking
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 from bert_tf2 import time_budget
 from bert_tf2 import training
@@ -71,7 +72,7 @@ def check_config_matches_output_dir(config, output_dir, config_file):
   before its bert_config.json is replaced: a different size would fail to restore them, and a
   key that changes no shape (num_attention_heads, hidden_act) would train another model on top."""
   saved_path = os.path.join(output_dir, "bert_config.json")
-  if not training.checkpoint_numbers(output_dir) or not fileio.isfile(saved_path):
+  if not run_dir.checkpoint_numbers(output_dir) or not fileio.isfile(saved_path):
     return
   try:
     with fileio.open_input(saved_path) as f:
@@ -94,7 +95,7 @@ def check_run_matches_output_dir(records, timed, output_dir, records_file):
   when not training)."""
   # The newest checkpoint that reads, by its files (the `checkpoint` state file may be damaged:
   # the Trainer rebuilds it later, and skips a truncated checkpoint as this does).
-  for step in training.checkpoint_numbers(output_dir):
+  for step in run_dir.checkpoint_numbers(output_dir):
     latest = os.path.join(output_dir, f"ckpt-{step}")
     try:
       names = {name for name, _ in tf.train.list_variables(latest)}

@@ -36,6 +36,7 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import modeling
 from bert_tf2 import optimization
 from bert_tf2 import processes
+from bert_tf2 import run_dir
 from bert_tf2 import weight_copies
 
 
@@ -140,29 +141,6 @@ class _StopSignals:
       signal.signal(signum, previous)
 
 
-_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)$")
-
-
-def checkpoint_numbers(directory):
-  """The steps N of the ckpt-N files (index or data, whole or not) in `directory`, newest first."""
-  if not fileio.isdir(directory):
-    return []
-  names = fileio.listdir(directory)
-  return sorted({int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, names) if m},
-                reverse=True)
-
-
-def newest_checkpoint(directory):
-  """The path of the newest ckpt-N in `directory` with its .index (a save writes it last, after
-  the data), or None: the checkpoint a rerun resumes from (unless it is damaged, which
-  Trainer._restore_newest skips)."""
-  for number in checkpoint_numbers(directory):
-    path = os.path.join(directory, f"ckpt-{number}")
-    if fileio.exists(path + ".index"):
-      return path
-  return None
-
-
 def _remove_partial_saves(directory, steps=None):
   """Removes what interrupted saves left: TensorFlow stages checkpoint N in `ckpt-N_temp/` and
   writes the `checkpoint` state file through `checkpoint.tmp<hex>` (all steps when None)."""
@@ -181,7 +159,7 @@ def _repair_checkpoint_state(directory):
   themselves (Trainer._restore_newest); the state file only tells which ones to rotate out.
   """
   state = os.path.join(directory, "checkpoint")
-  numbers = checkpoint_numbers(directory)
+  numbers = run_dir.checkpoint_numbers(directory)
   if not fileio.exists(state) and not numbers:
     return
   try:
@@ -508,8 +486,8 @@ class Trainer:
     # directory they remove (the save is collective), so theirs hold nothing to resume from.
     directory = self._output_dir
     damaged, error = [], None
-    for number in checkpoint_numbers(directory):
-      path = os.path.join(directory, f"ckpt-{number}")
+    for number in run_dir.checkpoint_numbers(directory):
+      path = run_dir.checkpoint_path(directory, number)
       _check_same_loss_scaling(path, self.optimizer, directory)
       try:
         # Every value the model and optimizer hold is restored; the checkpoint may hold more
@@ -716,7 +694,7 @@ class Trainer:
     if not self.manager:
       return None
     step = int(self.optimizer.iterations.numpy())
-    prefix = os.path.join(self.manager.directory, f"ckpt-{step}")
+    prefix = run_dir.checkpoint_path(self.manager.directory, step)
     before = set(fileio.glob_files(fileio.escape(prefix) + ".*"))
     try:
       path = self.manager.save(checkpoint_number=step)
