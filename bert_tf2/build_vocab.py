@@ -45,6 +45,7 @@ import time
 from absl import flags
 from absl import logging
 
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 from bert_tf2 import tokenization
 from bert_tf2 import vocab_extension
@@ -299,7 +300,7 @@ def _main(_):
   if FLAGS.init_checkpoint:
     raise fileio.InputError("--init_checkpoint is for --extend_vocab (a model to grow with its "
                             "vocabulary)")
-  vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
+  vocab_file = run_dir.vocab_file(FLAGS.output_dir)
   if FLAGS.vocab_type == "sentencepiece":
     outputs = [("output_dir", os.path.join(FLAGS.output_dir, f"spm.{extension}"))
                for extension in ("model", "vocab")]
@@ -346,7 +347,7 @@ def _extend(input_files):
   if FLAGS.vocab_type != "wordpiece":
     raise fileio.InputError("--extend_vocab extends a WordPiece vocab.txt (--vocab_type="
                             "wordpiece)")
-  vocab_file = os.path.join(FLAGS.output_dir, "vocab.txt")
+  vocab_file = run_dir.vocab_file(FLAGS.output_dir)
   fileio.check_file(FLAGS.extend_vocab, "--extend_vocab")
   if tokenization.is_sentencepiece_model(FLAGS.extend_vocab):
     raise fileio.InputError(f"--extend_vocab={FLAGS.extend_vocab} is a SentencePiece model; "
@@ -392,7 +393,7 @@ def _extend(input_files):
   grown, model = vocab_extension.extend_model(config, FLAGS.init_checkpoint, piece_ids)
   with fileio.atomic_directory(FLAGS.output_dir, replaceable=is_extension_folder,
                                overwrite=FLAGS.overwrite, flag="output_dir") as staging:
-    write_vocab(lines, os.path.join(staging, "vocab.txt"))
+    write_vocab(lines, run_dir.vocab_file(staging))
     prefix = os.path.join(staging, "bert_model.ckpt")
     checkpoints.export_tf1_checkpoint(model, prefix, grown)  # + bert_config.json beside
     with fileio.open_atomic(os.path.join(staging, EXTENSION_FILE)) as f:

@@ -216,14 +216,14 @@ def load_project_checkpoint(module, prefix):
 
 # A fine-tuning run with --keep_best_checkpoint_metric keeps its best checkpoint in
 # output_dir/best/ (a whole model folder) and every evaluation in output_dir/best_checkpoint.json.
-BEST_DIRECTORY = "best"
-BEST_STATE = "best_checkpoint.json"
+BEST_DIRECTORY = run_dir.BEST_DIRECTORY
+BEST_STATE = run_dir.BEST_STATE
 _ANNOUNCED = set()  # the run folders whose best checkpoint the log has named
 
 
 def read_best_state(output_dir):
   """output_dir/best_checkpoint.json (the record of evaluations during training), or None."""
-  path = os.path.join(output_dir, BEST_STATE)
+  path = run_dir.best_state_file(output_dir)
   if not fileio.exists(path):
     return None
   state = fileio.load_json(path, "record of evaluations during training")
@@ -246,12 +246,12 @@ def best_checkpoint(output_dir, instead):
   state = read_best_state(output_dir)
   if not state or state.get("best_step") is None:
     return None
-  best = os.path.join(output_dir, BEST_DIRECTORY)
+  best = run_dir.best_directory(output_dir)
   path = tf.train.latest_checkpoint(best) if fileio.isdir(best) else None
   if not path:
     raise fileio.InputError(
         f"{best}: the best checkpoint of this run (step {state['best_step']}, by "
-        f"{state['metric']}, recorded in {os.path.join(output_dir, BEST_STATE)}) is missing or "
+        f"{state['metric']}, recorded in {run_dir.best_state_file(output_dir)}) is missing or "
         f"incomplete; to use the latest checkpoint instead, give {instead}")
   step = int(path.rsplit("-", 1)[-1])
   return path, step, state["metric"], state["best_value"] if step == state["best_step"] else None
@@ -267,8 +267,8 @@ def resolve_checkpoint(path):
   if not path:
     raise fileio.InputError("no checkpoint given")
   if fileio.isdir(path):
-    if fileio.exists(os.path.join(path, "model.safetensors")):
-      return "hf", os.path.join(path, "model.safetensors")
+    if fileio.exists(run_dir.hf_weights_file(path)):
+      return "hf", run_dir.hf_weights_file(path)
     best = best_checkpoint(path, instead=f"the checkpoint's prefix ({path}/ckpt-N)")
     if best:
       if path not in _ANNOUNCED:  # once, though a script resolves its checkpoint several times
@@ -329,7 +329,7 @@ def _copy_sidecars(directory, config, vocab_file, config_name, hf=False):
     with fileio.open_atomic(os.path.join(directory, config_name)) as f:
       f.write(text)
   if vocab_file:
-    with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
+    with fileio.atomic_path(run_dir.vocab_file(directory)) as tmp:
       fileio.copy_file(vocab_file, tmp)
 
 
@@ -385,7 +385,7 @@ def export_hf_checkpoint(module, directory, config=None, vocab_file=None):
     value = variable.numpy()
     tensors[key] = np.ascontiguousarray(value.T if _hf_transposed(name) else value)
   fileio.makedirs(directory)
-  path = os.path.join(directory, "model.safetensors")
+  path = run_dir.hf_weights_file(directory)
   with fileio.atomic_path(path) as tmp:
     try:
       save_file(tensors, tmp, metadata={"format": "pt"})
@@ -429,7 +429,7 @@ def check_checkpoint_matches(directory, module, flag="output_dir"):
 # --- The files beside a checkpoint -------------------------------------------------------------
 
 # The config file names beside a checkpoint: Google's, then HuggingFace's.
-CONFIG_NAMES = ("bert_config.json", "config.json")
+CONFIG_NAMES = (run_dir.CONFIG_FILE, run_dir.HF_CONFIG_FILE)
 
 
 def checkpoint_directory(path):
@@ -460,7 +460,7 @@ def sentence_transformers_pooling(path):
       listed = json.load(f)
     folder = next(m.get("path", "") for m in listed
                   if str(m.get("type", "")).endswith(".Pooling"))
-    with fileio.open_input(os.path.join(directory, folder, "config.json")) as f:
+    with fileio.open_input(run_dir.hf_config_file(os.path.join(directory, folder))) as f:
       config = json.load(f)
   except (OSError, ValueError, StopIteration, AttributeError, TypeError, fileio.InputError):
     return None
@@ -515,7 +515,7 @@ def config_path(bert_config_file, checkpoint, checkpoint_flag="--init_checkpoint
 
 def vocab_beside(checkpoint):
   """The vocab.txt path in the checkpoint's directory (it may not exist)."""
-  return os.path.join(checkpoint_directory(checkpoint), "vocab.txt")
+  return run_dir.vocab_file(checkpoint_directory(checkpoint))
 
 
 def vocab_file_or_beside(vocab_file, init_checkpoint):
@@ -609,7 +609,7 @@ def load_tokenization_info(handle):
 
 def encoder_config(handle):
   """The BertConfig of an exported encoder SavedModel (its bert_config.json asset)."""
-  path = os.path.join(handle, "assets", "bert_config.json")
+  path = run_dir.config_file(os.path.join(handle, "assets"))
   if not fileio.exists(path):
     raise fileio.InputError(f"{handle}: not an encoder exported by export_model.py (no "
                             "assets/bert_config.json)")

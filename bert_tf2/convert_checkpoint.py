@@ -30,6 +30,7 @@ from absl import logging
 
 from bert_tf2 import checkpoints
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 
 FLAGS = flags.FLAGS
@@ -103,10 +104,10 @@ def write_project_checkpoint(model, directory, config, vocab_file):
         os.replace(os.path.join(staging, name), os.path.join(directory, name))
   finally:
     shutil.rmtree(staging, ignore_errors=True)
-  with fileio.open_atomic(os.path.join(directory, "bert_config.json")) as f:
+  with fileio.open_atomic(run_dir.config_file(directory)) as f:
     f.write(config.to_json_string())
   if vocab_file:
-    with fileio.atomic_path(os.path.join(directory, "vocab.txt")) as tmp:
+    with fileio.atomic_path(run_dir.vocab_file(directory)) as tmp:
       fileio.copy_file(vocab_file, tmp)
   return os.path.join(directory, _PROJECT_PREFIX)
 
@@ -117,16 +118,16 @@ def output_files(output, output_format, with_vocab):
     prefix = output if output.endswith(".ckpt") else os.path.join(output, "bert_model.ckpt")
     directory = fileio.parent(prefix)
     files = [prefix + ".index", prefix + ".data-00000-of-00001",
-             os.path.join(directory, "bert_config.json")]
+             run_dir.config_file(directory)]
   elif output_format == "hf":
     directory = output
-    files = [os.path.join(output, "model.safetensors"), os.path.join(output, "config.json")]
+    files = [run_dir.hf_weights_file(output), run_dir.hf_config_file(output)]
   else:
     directory = output
     files = [os.path.join(output, f"{_PROJECT_PREFIX}.{suffix}")
              for suffix in ("index", "data-00000-of-00001")]
-    files += [os.path.join(output, "checkpoint"), os.path.join(output, "bert_config.json")]
-  return files + ([os.path.join(directory, "vocab.txt")] if with_vocab else [])
+    files += [run_dir.state_file(output), run_dir.config_file(output)]
+  return files + ([run_dir.vocab_file(directory)] if with_vocab else [])
 
 
 def _check_project_output(directory):
@@ -172,7 +173,7 @@ def _convert(input_path, output, output_format, bert_config_file, vocab_file, ov
   # Before any work: no output file may be one of the input's (converting in place would drop
   # the optimizer slots and leave a stale .meta), compared by real path.
   input_files = checkpoints.checkpoint_files(input_path)
-  state = os.path.join(input_path, "checkpoint")
+  state = run_dir.state_file(input_path)
   if fileio.isdir(input_path) and fileio.isfile(state):
     input_files.append(state)
   fileio.check_outputs(files=[("output", f) for f in output_files(output, output_format, vocab)],

@@ -60,6 +60,7 @@ from bert_tf2 import fine_tuning
 from bert_tf2 import graph_tokenization
 from bert_tf2 import litert
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
 from bert_tf2 import tokenization
@@ -611,7 +612,7 @@ def find_config_and_vocab(init_checkpoint, bert_config_file=None, vocab_file=Non
 
 def _config_file_for_asset(config, staging_dir):
   """The config as an original-format bert_config.json file to ship as an asset."""
-  path = os.path.join(staging_dir, "bert_config.json")
+  path = run_dir.config_file(staging_dir)
   with open(path, "w", encoding="utf-8") as f:
     f.write(config.to_json_string())
   return path
@@ -756,9 +757,9 @@ def _write_litert(module, model_type, staging, quantize, init_checkpoint, config
   with open(os.path.join(staging, litert.MODEL_FILE), "wb") as f:
     f.write(model)
   config = modeling.BertConfig.from_json_file(config_path)
-  with open(os.path.join(staging, "bert_config.json"), "w", encoding="utf-8") as f:
+  with open(run_dir.config_file(staging), "w", encoding="utf-8") as f:
     f.write(config.to_json_string())
-  fileio.copy_file(vocab_path, os.path.join(staging, "vocab.txt"))
+  fileio.copy_file(vocab_path, run_dir.vocab_file(staging))
   info = {"kind": model_type, "quantize": quantize, "do_lower_case": do_lower_case,
           "max_seq_length": max_seq_length, "init_checkpoint": fileio.absolute(init_checkpoint),
           "global_step": checkpoints.global_step(init_checkpoint),
@@ -836,7 +837,7 @@ def _tuned_thresholds(init_checkpoint, labels):
   if found is None:
     return None
   values, step = found
-  path = os.path.join(directory, "thresholds.json")
+  path = run_dir.thresholds_file(directory)
   checkpoint_step = checkpoints.global_step(init_checkpoint)
   if checkpoint_step is not None and checkpoint_step != step:
     logging.warning("%s was tuned at step %d, the checkpoint is at step %d: exporting with 0.5 "

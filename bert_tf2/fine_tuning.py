@@ -380,7 +380,7 @@ def task_record(directory, task, has_checkpoint, flag="output_dir"):
   output directory, or None. InputError naming the directory when its checkpoints are another
   task's: a head of the same shape (a sentence classifier's under a token classifier) would
   otherwise be evaluated as if it had been trained for this task."""
-  path = os.path.join(directory, "task.json")
+  path = run_dir.task_file(directory)
   if not fileio.exists(path):
     return None
   try:
@@ -435,7 +435,7 @@ def classifier_pooling(record, directory):
   modeling.CLASSIFIER_POOLINGS."""
   pooling = (record or {}).get("classifier_pooling", "pooler")
   if pooling not in modeling.CLASSIFIER_POOLINGS:
-    raise fileio.InputError(f"{os.path.join(directory, 'task.json')}: classifier_pooling "
+    raise fileio.InputError(f"{run_dir.task_file(directory)}: classifier_pooling "
                             f"{pooling!r} is not one of {', '.join(modeling.CLASSIFIER_POOLINGS)}")
   return pooling
 
@@ -443,14 +443,14 @@ def classifier_pooling(record, directory):
 def write_task_record(directory, task, labels=None, **details):
   """Writes `task.json` (see task_record) beside the checkpoints a training run writes; `details`
   (run_classifier: text_pairs, regression) are what export_model.py reads from it by default."""
-  with fileio.open_atomic(os.path.join(directory, "task.json")) as f:
+  with fileio.open_atomic(run_dir.task_file(directory)) as f:
     json.dump({"task": task, "labels": labels, **details}, f)
 
 
 def write_thresholds(directory, global_step, labels, thresholds):
   """thresholds.json: a multi-label classifier's per-label thresholds (run_classifier
   --tune_thresholds) for the checkpoint of `global_step`."""
-  with fileio.open_atomic(os.path.join(directory, "thresholds.json")) as f:
+  with fileio.open_atomic(run_dir.thresholds_file(directory)) as f:
     json.dump({"global_step": global_step,
                "thresholds": dict(zip(labels, map(float, thresholds)))}, f, indent=1)
 
@@ -459,7 +459,7 @@ def read_thresholds(directory, labels):
   """(per-label thresholds in `labels` order, the step they were tuned at) from
   directory/thresholds.json, or None when there is none; InputError when it does not hold
   these labels' thresholds (see check_thresholds) at an integer step."""
-  path = os.path.join(directory, "thresholds.json")
+  path = run_dir.thresholds_file(directory)
   if not fileio.exists(path):
     return None
   record = fileio.load_json(path, "thresholds file")
@@ -507,12 +507,12 @@ def write_model_files(directory, config, vocab_file):
   fine-tuned model is whole in its folder: export_model.py and the scripts' --init_checkpoint
   find them there by default. A file already there with the same content is left alone (it may
   be this run's own --bert_config_file or --vocab_file)."""
-  path = os.path.join(directory, "bert_config.json")
+  path = run_dir.config_file(directory)
   if not (fileio.exists(path) and
           modeling.BertConfig.from_json_file(path).to_dict() == config.to_dict()):
     with fileio.open_atomic(path) as f:
       f.write(config.to_json_string())
-  target = os.path.join(directory, "vocab.txt")
+  target = run_dir.vocab_file(directory)
   with fileio.open_input(vocab_file, "rb") as source:
     vocab = source.read()
   if not fileio.exists(target) or _read_bytes(target) != vocab:
@@ -561,7 +561,7 @@ class EvalDuringTraining:
     self.lower_is_better = bool(self.metric) and self.metric.endswith("loss")
     self.model_files = model_files
     _check_best_directory_is_free(output_dir)
-    self.state_path = os.path.join(output_dir, BEST_STATE)
+    self.state_path = run_dir.best_state_file(output_dir)
     self.state = read_best_state(output_dir) or {"metric": self.metric, "best_value": None,
                                                  "best_step": None, "without_improvement": 0,
                                                  "evaluations": []}
@@ -624,7 +624,7 @@ class EvalDuringTraining:
   def _keep(self, checkpoint, step):
     """Copies checkpoint `checkpoint` (of `step`) and the model files into output_dir/best/,
     replacing the earlier best only once the new one is complete."""
-    best = os.path.join(self.output_dir, BEST_DIRECTORY)
+    best = run_dir.best_directory(self.output_dir)
     with fileio.atomic_directory(best, replaceable=is_best_directory, flag="output_dir") as staging:
       for path in fileio.glob_files(fileio.escape(checkpoint) + ".*"):
         target = os.path.join(staging, os.path.basename(path))
@@ -632,7 +632,7 @@ class EvalDuringTraining:
           os.link(path, target)
         except OSError:
           fileio.copy_file(path, target)
-      with open(os.path.join(staging, "checkpoint"), "w", encoding="utf-8") as f:
+      with open(run_dir.state_file(staging), "w", encoding="utf-8") as f:
         f.write(f'model_checkpoint_path: "ckpt-{step}"\n'
                 f'all_model_checkpoint_paths: "ckpt-{step}"\n')
       for name in self.model_files:
@@ -645,7 +645,7 @@ def _check_best_directory_is_free(output_dir):
   """InputError, before training, when output_dir/best/ could not take the best checkpoint: a
   file, a symbolic link, or a folder holding something else than a best checkpoint (a user's
   files would otherwise be found in the way at the first evaluation, after training had run)."""
-  best = os.path.join(output_dir, BEST_DIRECTORY)
+  best = run_dir.best_directory(output_dir)
   if not fileio.is_remote(best) and os.path.islink(best):
     raise fileio.InputError(f"{best} is a symbolic link; the best checkpoint is kept in a folder "
                             "of this run's own there: remove the link, or choose another "

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from bert_tf2 import fileio
 from bert_tf2 import processes
+from bert_tf2 import run_dir
 
 MODEL_FILE = "model.tflite"
 INFO_FILE = "litert_model.json"
@@ -173,8 +174,8 @@ class Model:
     self.directory = directory
     self.info = read_info(directory, flag)
     self.kind = self.info["kind"]
-    self.vocab_file = os.path.join(directory, "vocab.txt")
-    self.config_file = os.path.join(directory, "bert_config.json")
+    self.vocab_file = run_dir.vocab_file(directory)
+    self.config_file = run_dir.config_file(directory)
     self.do_lower_case = bool(self.info.get("do_lower_case", True))
     model_path = os.path.join(directory, MODEL_FILE)
     # Checked against the checksum the export recorded: a model with bytes flipped in its weights

@@ -39,6 +39,7 @@ import time
 
 from bert_tf2 import fileio
 from bert_tf2 import processes
+from bert_tf2 import run_dir
 from bert_tf2 import tokenization
 
 # The folder that holds the package bert_tf2 (the checkout, or site-packages when installed): on
@@ -371,7 +372,7 @@ def _main(argv):
 
   run("vocab", "build_vocab.py", input_file=corpus, output_dir=paths["vocab"],
       vocab_size=s["vocab_size"], max_sentences=s["vocab_sentences"])
-  vocab = os.path.join(paths["vocab"], "vocab.txt")
+  vocab = run_dir.vocab_file(paths["vocab"])
   with open(vocab, encoding="utf-8") as f:
     vocab_size = sum(1 for _ in f)
 
@@ -382,7 +383,7 @@ def _main(argv):
       num_workers=1)
 
   os.makedirs(paths["pretraining"], exist_ok=True)
-  config_file = os.path.join(paths["pretraining"], "bert_config.json")
+  config_file = run_dir.config_file(paths["pretraining"])
   hidden = s["hidden"]
   # A wider initialisation (0.2 rather than BERT's 0.02) and no dropout: a model this small,
   # trained this briefly, otherwise stays on the plateau where it predicts only frequent tokens
@@ -400,7 +401,7 @@ def _main(argv):
       num_train_steps=steps, num_warmup_steps=steps // 10,
       iterations_per_loop=max(steps // 40, 1),
       save_checkpoints_steps=steps, max_eval_steps=10)
-  pretrain_results = _results(os.path.join(paths["pretraining"], "eval_results.txt"))
+  pretrain_results = _results(run_dir.eval_results_file(paths["pretraining"]))
 
   run("fine_tuning", "run_classifier.py", task_name="tsv", data_dir=task_dir,
       text_a_column="sentence", label_column="label", labels=labels, vocab_file=vocab,
@@ -408,7 +409,7 @@ def _main(argv):
       output_dir=paths["classifier"], max_seq_length=seq, do_train=True, do_eval=True,
       do_predict=True, train_batch_size=16, learning_rate=5e-4,
       num_train_epochs=s["epochs"], iterations_per_loop=5, save_checkpoints_steps=100000)
-  eval_results = _results(os.path.join(paths["classifier"], "eval_results.txt"))
+  eval_results = _results(run_dir.eval_results_file(paths["classifier"]))
 
   features = os.path.join(paths["features"], "features.jsonl")
   os.makedirs(paths["features"], exist_ok=True)

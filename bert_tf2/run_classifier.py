@@ -38,6 +38,7 @@ from bert_tf2 import input_pipeline
 from bert_tf2 import litert
 from bert_tf2 import metrics
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 from bert_tf2 import sliding_windows
 from bert_tf2 import tfrecord_io
@@ -855,7 +856,7 @@ def _thresholds(settings, runner, processor, label_list):
 def _write_eval_results(settings, label_list, summary, details, global_step):
   """eval_results.txt; for multi-label also eval_per_label.tsv and, tuned, thresholds.json."""
   out = settings.output_dir
-  training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
+  training.write_eval_results(run_dir.eval_results_file(out), summary)
   if details is None:
     return
   per_label, tuned = details
@@ -892,7 +893,7 @@ def _write_thresholds(out, global_step, label_list, thresholds):
   """thresholds.json for the checkpoint of `global_step`; also in the best/ model folder when
   they are its checkpoint's (export_model reads them there)."""
   best = fine_tuning.best_checkpoint(out)
-  for directory in [out] + ([os.path.join(out, fine_tuning.BEST_DIRECTORY)]
+  for directory in [out] + ([run_dir.best_directory(out)]
                             if best and best[1] == global_step else []):
     fine_tuning.write_thresholds(directory, global_step, label_list, thresholds)
 
@@ -905,7 +906,7 @@ def _read_thresholds(settings, has_checkpoint, global_step, label_list):
   if not has_checkpoint and settings.init_checkpoint:
     directory = checkpoints.checkpoint_directory(settings.init_checkpoint)
     global_step = checkpoints.global_step(settings.init_checkpoint)
-  path = os.path.join(directory, "thresholds.json")
+  path = run_dir.thresholds_file(directory)
   found = fine_tuning.read_thresholds(directory, label_list)
   if found is None:
     raise fileio.InputError(f"--tune_thresholds: {path} does not exist; add --do_eval to tune "

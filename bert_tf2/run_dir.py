@@ -1,16 +1,75 @@
-"""A run's output folder (--output_dir) and the checkpoints in it: the one place that knows how a
-checkpoint's files are named (`ckpt-N.index`, `ckpt-N.data-K-of-M`, N the step) and which of them
-is the newest whole one.
+"""A run's output folder (--output_dir) and the model folders the project reads and writes: the one
+place that names their files (each a constant, joined by the functions below; tests/test_layout.py
+checks that no other module joins them) and knows how a checkpoint's files are named
+(`ckpt-N.index`, `ckpt-N.data-K-of-M`, N the step) and which of them is the newest whole one.
 
-The first piece of the run-folder room (issue #74): the rest of the folder's layout (the
-`checkpoint` state file, `best/`, `task.json`, `thresholds.json`, the model files beside a
-checkpoint, the lock) moves here from training.py, checkpoints.py and fine_tuning.py next.
+An output folder holds the checkpoints and TensorFlow's `checkpoint` state file, the model files
+beside them (`bert_config.json`, `vocab.txt`; a fine-tuned model's `task.json` and, for a
+multi-label one, `thresholds.json`), `eval_results.txt`, and, when evaluation during training
+keeps the best checkpoint, `best/` (a model folder of its own) with `best_checkpoint.json`.
+A HuggingFace folder holds `config.json` and `model.safetensors`.
+
+(Issue #74's run-folder room: the folder's names and checkpoints live here; removing partial
+saves, repairing the state file, the lock and best/'s state are still training.py's,
+checkpoints.py's and fine_tuning.py's, and move here next.)
 """
 
 import os
 import re
 
 from bert_tf2 import fileio
+
+CONFIG_FILE = "bert_config.json"  # the encoder's BertConfig (config.py)
+VOCAB_FILE = "vocab.txt"
+TASK_FILE = "task.json"  # a fine-tuned model's task: labels, pooling, ... (fine_tuning)
+THRESHOLDS_FILE = "thresholds.json"  # a multi-label model's tuned thresholds
+STATE_FILE = "checkpoint"  # TensorFlow's list of the checkpoints, newest first
+EVAL_RESULTS_FILE = "eval_results.txt"
+BEST_DIRECTORY = "best"  # the best checkpoint kept during training: a model folder
+BEST_STATE = "best_checkpoint.json"  # every evaluation so far and the best one
+HF_CONFIG_FILE = "config.json"
+HF_WEIGHTS_FILE = "model.safetensors"
+
+
+def config_file(directory):
+  return os.path.join(directory, CONFIG_FILE)
+
+
+def vocab_file(directory):
+  return os.path.join(directory, VOCAB_FILE)
+
+
+def task_file(directory):
+  return os.path.join(directory, TASK_FILE)
+
+
+def thresholds_file(directory):
+  return os.path.join(directory, THRESHOLDS_FILE)
+
+
+def state_file(directory):
+  return os.path.join(directory, STATE_FILE)
+
+
+def eval_results_file(directory):
+  return os.path.join(directory, EVAL_RESULTS_FILE)
+
+
+def best_directory(directory):
+  return os.path.join(directory, BEST_DIRECTORY)
+
+
+def best_state_file(directory):
+  return os.path.join(directory, BEST_STATE)
+
+
+def hf_config_file(directory):
+  return os.path.join(directory, HF_CONFIG_FILE)
+
+
+def hf_weights_file(directory):
+  return os.path.join(directory, HF_WEIGHTS_FILE)
+
 
 # A checkpoint's files: its index (written last by a save) and its data shards.
 _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)$")

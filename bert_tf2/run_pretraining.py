@@ -71,7 +71,7 @@ def check_config_matches_output_dir(config, output_dir, config_file):
   """Refuses a config that differs from the one the checkpoints in output_dir were trained with,
   before its bert_config.json is replaced: a different size would fail to restore them, and a
   key that changes no shape (num_attention_heads, hidden_act) would train another model on top."""
-  saved_path = os.path.join(output_dir, "bert_config.json")
+  saved_path = run_dir.config_file(output_dir)
   if not run_dir.checkpoint_numbers(output_dir) or not fileio.isfile(saved_path):
     return
   try:
@@ -258,7 +258,7 @@ def main(_):
                                            optimizer, settings)
   init_fn = checkpoints.init_fn_for(model, FLAGS.init_checkpoint)
   trainer.restore_or_initialize(init_fn, for_training=FLAGS.do_train)
-  config_path = os.path.join(FLAGS.output_dir, "bert_config.json")
+  config_path = run_dir.config_file(FLAGS.output_dir)
   if _text(config_path) != config.to_json_string():  # equal when resuming with that very file
     with fileio.open_atomic(config_path) as f:
       f.write(config.to_json_string())
@@ -289,7 +289,7 @@ def main(_):
           max_steps=FLAGS.max_eval_steps)
     metrics["global_step"] = int(optimizer.iterations.numpy())
     if trainer.is_chief:  # (under multi_worker_mirrored every worker has the metrics)
-      training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
+      training.write_eval_results(run_dir.eval_results_file(FLAGS.output_dir), metrics)
 
 
 def cli():

@@ -23,6 +23,7 @@ import tensorflow as tf
 from bert_tf2 import fine_tuning
 from bert_tf2 import metrics
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 from bert_tf2 import script_flags
 from bert_tf2 import tfrecord_io
 from bert_tf2 import tokenization
@@ -295,7 +296,7 @@ def main(_):
       summary = dev_evaluation()
       summary.update(loss=summary["eval_loss"], global_step=global_step)
       if trainer.is_chief:  # (under multi_worker_mirrored every worker has the results)
-        training.write_eval_results(os.path.join(out, "eval_results.txt"), summary)
+        training.write_eval_results(run_dir.eval_results_file(out), summary)
 
     if s.do_predict:
       examples = processor.get_test_examples(data_dir)

@@ -158,7 +158,7 @@ def _repair_checkpoint_state(directory):
   would start again at step 0 and save over the trained checkpoints. Resuming goes by the files
   themselves (Trainer._restore_newest); the state file only tells which ones to rotate out.
   """
-  state = os.path.join(directory, "checkpoint")
+  state = run_dir.state_file(directory)
   numbers = run_dir.checkpoint_numbers(directory)
   if not fileio.exists(state) and not numbers:
     return

@@ -301,6 +301,26 @@ def test_no_import_cycle_in_the_package_or_the_benchmarks():
   assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check sees one
 
 
+def test_only_run_dir_joins_a_model_folder_file_name():
+  """A model / output folder's file names are run_dir's constants, joined by its functions: no
+  other module of the package joins one from a literal (issue #74: ~33 places in 11 files)."""
+  from bert_tf2 import run_dir  # pylint: disable=g-import-not-at-top
+  names = {run_dir.CONFIG_FILE, run_dir.VOCAB_FILE, run_dir.TASK_FILE, run_dir.THRESHOLDS_FILE,
+           run_dir.STATE_FILE, run_dir.EVAL_RESULTS_FILE, run_dir.BEST_DIRECTORY,
+           run_dir.BEST_STATE, run_dir.HF_CONFIG_FILE, run_dir.HF_WEIGHTS_FILE}
+  joined = []
+  for path in glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True):
+    if os.path.basename(path) == "run_dir.py":
+      continue
+    with open(path, encoding="utf-8") as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.path.join", "join")
+          and any(isinstance(a, ast.Constant) and a.value in names for a in node.args)):
+        joined.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {ast.unparse(node)}")
+  assert not joined, "\n".join(joined)
+
+
 def test_the_readme_is_a_front_door():
   """The README says what is true now, in at most 300 lines; dated runs live in the benchmarks'
   log (benchmarks/log/) and commit messages."""
