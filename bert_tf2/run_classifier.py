@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from bert_tf2 import checkpoints
 from bert_tf2 import classifier_tasks
+from bert_tf2 import dev_evaluation
 from bert_tf2 import fine_tuning
 from bert_tf2 import input_pipeline
 from bert_tf2 import litert
@@ -892,7 +893,7 @@ def _write_predictions(settings, task, examples, outputs, thresholds):
 def _write_thresholds(out, global_step, label_list, thresholds):
   """thresholds.json for the checkpoint of `global_step`; also in the best/ model folder when
   they are its checkpoint's (export_model reads them there)."""
-  best = fine_tuning.best_checkpoint(out)
+  best = dev_evaluation.best_checkpoint(out)
   for directory in [out] + ([run_dir.best_directory(out)]
                             if best and best[1] == global_step else []):
     fine_tuning.write_thresholds(directory, global_step, label_list, thresholds)

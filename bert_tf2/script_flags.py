@@ -245,7 +245,7 @@ def define_fine_tuning_flags(modes=("train", "eval", "predict"), max_seq_length=
           "original's run_classifier_with_tfhub.py). Its weights start the encoder; its config, "
           "vocab and casing are used unless --bert_config_file / --vocab_file are given.")
   define_dynamic_padding_flag()
-  ## Evaluation during training (fine_tuning.EvalDuringTraining).
+  ## Evaluation during training (dev_evaluation.EvalDuringTraining).
   _define(flags.DEFINE_integer, "eval_every_steps", None,
           "With --do_train: evaluate on dev every N steps (and after the last), logging the dev "
           "metrics and writing them as TensorBoard scalars in output_dir/eval.", lower_bound=1)

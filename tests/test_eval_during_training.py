@@ -13,8 +13,8 @@ import tensorflow as tf
 from conftest import (SHARED, SQUAD, VOCAB, concurrently, kill_at_checkpoint, requires_shared,
                       run_ok, run_script)
 
-from bert_tf2 import fine_tuning
 from bert_tf2 import modeling
+from bert_tf2 import run_dir
 
 GLUE = os.path.join(SHARED, "data", "glue")
 CONLL = os.path.join(SHARED, "data", "conll2003")
@@ -66,7 +66,7 @@ def test_best_checkpoint_by_dev_loss_survives_a_kill_and_predicts(tmp_path):
   out, resumed = tmp_path / "out", tmp_path / "resumed"
   flags = ["--keep_best_checkpoint_metric=loss", "--do_train", "--do_eval", "--do_predict"]
   result = run_ok(_classifier(data, config, out, *flags))
-  state = json.loads((out / fine_tuning.BEST_STATE).read_text())
+  state = json.loads((out / run_dir.BEST_STATE).read_text())
   steps = [e["step"] for e in state["evaluations"]]
   assert steps == [4, 8, 12, 15]
   losses = {e["step"]: e["eval_loss"] for e in state["evaluations"]}
@@ -107,7 +107,7 @@ def test_best_checkpoint_by_dev_loss_survives_a_kill_and_predicts(tmp_path):
   assert missing.returncode == 2, missing.stderr[-2000:]
   assert missing.stderr.strip().splitlines()[-1] == (
       f"error: {out / 'best'}: the best checkpoint of this run (step {best}, by eval_loss, "
-      f"recorded in {out / fine_tuning.BEST_STATE}) is missing or incomplete; to use the latest "
+      f"recorded in {out / run_dir.BEST_STATE}) is missing or incomplete; to use the latest "
       "checkpoint instead, give --nouse_best_checkpoint (evaluate and predict with the latest)")
   refused = run_script(["export_model.py", "--model_type=classifier", f"--init_checkpoint={out}",
                         f"--export_dir={tmp_path / 'served2'}", "--max_seq_length=48"])
@@ -126,7 +126,7 @@ def test_best_checkpoint_by_dev_loss_survives_a_kill_and_predicts(tmp_path):
 
   kill_at_checkpoint(_classifier(data, config, resumed, *flags), resumed, 8)
   run_ok(_classifier(data, config, resumed, *flags))
-  again = json.loads((resumed / fine_tuning.BEST_STATE).read_text())
+  again = json.loads((resumed / run_dir.BEST_STATE).read_text())
   assert [e["step"] for e in again["evaluations"]] == steps
   for first, second in zip(state["evaluations"], again["evaluations"]):
     assert second == pytest.approx(first, abs=1e-5)
@@ -145,14 +145,14 @@ def test_early_stopping_stops_and_a_rerun_keeps_the_count(tmp_path):
   result = run_ok(command)
   assert "Early stopping at step 8: 1 evaluations without improvement" in result.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-8")
-  state = json.loads((out / fine_tuning.BEST_STATE).read_text())
+  state = json.loads((out / run_dir.BEST_STATE).read_text())
   assert ([e["step"] for e in state["evaluations"]], state["best_step"],
           state["without_improvement"]) == ([4, 8], 4, 1)
   result = run_ok(command)
   assert "Early stopping ended this training run at step 8" in result.stderr
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-8")
   run_ok(command[:-3] + ["--early_stopping_patience=5", "--do_train", "--learning_rate=1e-12"])
-  state = json.loads((out / fine_tuning.BEST_STATE).read_text())
+  state = json.loads((out / run_dir.BEST_STATE).read_text())
   assert ([e["step"] for e in state["evaluations"]], state["without_improvement"]) == (
       [4, 8, 12, 15], 3)
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-15")
@@ -225,7 +225,7 @@ def test_flag_errors_are_one_line_before_training(tmp_path):
   run_ok(base + ["--do_train", "--keep_best_checkpoint_metric=f1", "--num_train_epochs=1"])
   result = run_script(base + ["--do_train", "--keep_best_checkpoint_metric=accuracy"])
   assert result.stderr.strip().splitlines()[-1] == (
-      f"error: {out / fine_tuning.BEST_STATE}: this run's best checkpoint is kept by eval_f1, "
+      f"error: {out / run_dir.BEST_STATE}: this run's best checkpoint is kept by eval_f1, "
       "not eval_accuracy; keep that metric, or start in another --output_dir")
 
 
@@ -282,7 +282,7 @@ def test_ner_swag_and_squad_keep_their_best_checkpoint(tmp_path):
   for (name, args), result in zip(runs.items(), results):
     assert result.returncode == 0, (name, result.stderr[-3000:])
     out = tmp_path / next(a for a in args if a.startswith("--output_dir=")).split("=", 1)[1]
-    state = json.loads((out / fine_tuning.BEST_STATE).read_text())
+    state = json.loads((out / run_dir.BEST_STATE).read_text())
     steps = [e["step"] for e in state["evaluations"]]
     assert len(steps) >= 3 and steps == sorted(steps) and steps[0] == 2, (name, steps)
     metric = state["metric"]
@@ -293,7 +293,7 @@ def test_ner_swag_and_squad_keep_their_best_checkpoint(tmp_path):
     assert results_file["global_step"] == state["best_step"], name
     key = metric if name != "squad" else metric[len("eval_"):]
     assert results_file[key] == pytest.approx(chosen, abs=1e-5), name
-  assert np.isfinite(json.loads((tmp_path / "squad_out" / fine_tuning.BEST_STATE).read_text())
+  assert np.isfinite(json.loads((tmp_path / "squad_out" / run_dir.BEST_STATE).read_text())
                      ["best_value"])
   result = run_script(runs["squad"][:1] + [a for a in runs["squad"][1:] if a != "--do_predict"])
   assert result.stderr.strip().splitlines()[-1] == (
