@@ -186,8 +186,9 @@ class _Optimizer(tf.Module):
         "x".join(map(str, var.shape)), var.dtype.name, grad.dtype.name,
         copy.dtype.name if copy is not None else "none", decay))
     if key not in self._updates:
-      self._updates[key] = tf.function(functools.partial(self._update_and_copy),
-                                       jit_compile=True)
+      update = functools.partial(self._update_and_copy)
+      update.__name__ = "_update_and_copy"  # its compiled functions' name (profiles read it)
+      self._updates[key] = tf.function(update, jit_compile=True)
     return self._updates[key]
 
   def _update_and_copy(self, var, grad, slots, copy, lr, factor, finite, decay):

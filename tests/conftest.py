@@ -74,9 +74,10 @@ def pytest_configure(config):
   config.addinivalue_line(
       "markers", "slow: an in-process test too heavy for `make test-fast` (set by hand)")
   config.addinivalue_line(
-      "markers", "onednn_bf16: runs bfloat16 ops in TensorFlow's oneDNN kernels in the test "
-                 "process (set by hand); skipped where oneDNN is held below AVX-512 on an AVX-512 "
-                 "CPU, where those kernels crash (devices.onednn_crashes_on_bf16)")
+      "markers", "onednn_bf16: runs bfloat16 ops in TensorFlow's oneDNN kernels, in the test "
+                 "process or in a script it starts with --mixed_precision=bf16 (set by hand); "
+                 "skipped where oneDNN is held below AVX-512 on an AVX-512 CPU, where those kernels "
+                 "crash (devices.onednn_crashes_on_bf16)")
   if config.getoption("process_guard", default=False):
     _guard["on"] = True
   if shutil.which("nvidia-smi"):

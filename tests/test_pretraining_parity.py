@@ -10,6 +10,8 @@ import json
 import math
 import os
 
+import pytest
+
 from conftest import requires_shared
 from conftest import ROOT
 from conftest import run_ok
@@ -18,6 +20,7 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "pretraining_parity.py")
 
 
 @requires_shared
+@pytest.mark.onednn_bf16
 def test_tiny_run_reports_curves_plot_and_no_peer(tmp_path):
   plot = tmp_path / "curves.png"
   result = run_ok([SCRIPT, "--model=tiny", "--steps=4", "--eval_every=2", "--max_train_docs=50",

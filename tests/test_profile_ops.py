@@ -9,6 +9,8 @@ is not run (--nopeer; CI has no torch).
 import json
 import os
 
+import pytest
+
 from conftest import ROOT
 from conftest import run_ok
 
@@ -39,6 +41,7 @@ def test_wall_split_of_known_events():
   assert alone == {"Cast": 0.7, "_update_and_copy: add_select_fusion": 0.3}
 
 
+@pytest.mark.onednn_bf16
 def test_tiny_profile_reports_ops_and_wall_split():
   result = run_ok([SCRIPT, "--layers=2", "--hidden_size=128", "--num_heads=2",
                    "--intermediate_size=512", "--vocab_size=1000", "--steps_per_loop=2",

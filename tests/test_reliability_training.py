@@ -185,6 +185,7 @@ def test_config_that_does_not_fit_the_checkpoints_leaves_bert_config_json(setup,
   assert _hashes(out) == before and not (out / "bert_config.json").exists()
 
 
+@pytest.mark.onednn_bf16
 def test_resuming_with_another_loss_scaling_names_the_precision(setup, tmp_path):
   """An fp16 run's checkpoints hold a loss scale: resumed without fp16 (it was six TensorFlow
   warnings about unread values), or a run without fp16 resumed with it (TensorFlow's "Python

@@ -67,6 +67,7 @@ def test_mirrored_over_two_cpu_devices_matches_one_device(one_device, tmp_path):
 
 @pytest.mark.slow
 @requires_shared
+@pytest.mark.onednn_bf16
 def test_mirrored_bf16_reads_and_writes_each_replicas_weight_copies(tmp_path):
   """bfloat16 under MirroredStrategy: each replica's weight copies (weight_copies) are written by
   the update with its own variables, and the steps are one device's up to bf16 round-off (the

@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 
+import pytest
 import tensorflow as tf
 
 from conftest import requires_shared
@@ -20,6 +21,7 @@ SPENT = "optimizer/learning_rate/budget/spent/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 @requires_shared
+@pytest.mark.onednn_bf16
 def test_tiny_run_trains_each_recipe_for_the_budget_and_reports_what_it_promises(tmp_path):
   work, plot = tmp_path / "work", tmp_path / "curves.png"
   budget_minutes = 0.25
