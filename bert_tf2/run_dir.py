@@ -31,44 +31,21 @@ HF_CONFIG_FILE = "config.json"
 HF_WEIGHTS_FILE = "model.safetensors"
 
 
-def config_file(directory):
-  return os.path.join(directory, CONFIG_FILE)
+def _in(name):
+  """A function of a folder giving the path of `name` in it."""
+  return lambda directory: os.path.join(directory, name)
 
 
-def vocab_file(directory):
-  return os.path.join(directory, VOCAB_FILE)
-
-
-def task_file(directory):
-  return os.path.join(directory, TASK_FILE)
-
-
-def thresholds_file(directory):
-  return os.path.join(directory, THRESHOLDS_FILE)
-
-
-def state_file(directory):
-  return os.path.join(directory, STATE_FILE)
-
-
-def eval_results_file(directory):
-  return os.path.join(directory, EVAL_RESULTS_FILE)
-
-
-def best_directory(directory):
-  return os.path.join(directory, BEST_DIRECTORY)
-
-
-def best_state_file(directory):
-  return os.path.join(directory, BEST_STATE)
-
-
-def hf_config_file(directory):
-  return os.path.join(directory, HF_CONFIG_FILE)
-
-
-def hf_weights_file(directory):
-  return os.path.join(directory, HF_WEIGHTS_FILE)
+config_file = _in(CONFIG_FILE)
+vocab_file = _in(VOCAB_FILE)
+task_file = _in(TASK_FILE)
+thresholds_file = _in(THRESHOLDS_FILE)
+state_file = _in(STATE_FILE)
+eval_results_file = _in(EVAL_RESULTS_FILE)
+best_directory = _in(BEST_DIRECTORY)
+best_state_file = _in(BEST_STATE)
+hf_config_file = _in(HF_CONFIG_FILE)
+hf_weights_file = _in(HF_WEIGHTS_FILE)
 
 
 # A checkpoint's files: its index (written last by a save) and its data shards.
