@@ -7,7 +7,6 @@ module-private character rules its tests call (`_is_whitespace`, `_is_control`,
 bert_tf2 import tokenization`.
 """
 
-from bert_tf2.original_api import quiet_start  # pylint: disable=unused-import
 from bert_tf2.tokenization import *  # pylint: disable=wildcard-import,unused-wildcard-import
 from bert_tf2.tokenization import (  # pylint: disable=unused-import
     _is_control, _is_punctuation, _is_whitespace)

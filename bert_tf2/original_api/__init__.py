@@ -3,8 +3,8 @@ module per original module, each re-exported by the checkout's root module of th
 (`import modeling`, `import run_classifier`, ...). docs/coming-from-the-original.md has the table
 of every public name of the original's modules: kept, kept with a TF2 meaning, or gone.
 
-Importing it loads TensorFlow as the scripts do, quietly (quiet_start); the root's modeling,
-optimization and tokenization import quiet_start first, before the package's modules.
+The root's modeling and optimization import quiet_start first, which loads TensorFlow as the
+scripts do, quietly. Not this package itself: the root's scripts, imported, give their fronts
+from here, and create_pretraining_data's worker processes (which import the main module) must
+not load TensorFlow.
 """
-
-from bert_tf2.original_api import quiet_start  # pylint: disable=unused-import

@@ -1,5 +1,5 @@
-"""Imported for its effect: TensorFlow loaded as the scripts load it, quietly
-(processes.import_tensorflow_quietly), before the fronts import the package. Code written against
+"""Imported for its effect, by the root's modeling.py and optimization.py before anything else:
+TensorFlow loaded as the scripts load it, quietly (processes.import_tensorflow_quietly). Code written against
 the original's API (`import modeling` in a user's own script) then shows no start-up notices and
 no XLA service lines, which its users read as something wrong with their code (issue #73)."""
 
