@@ -62,12 +62,6 @@ def onednn_crashes_on_bf16(flags_of_cpu, onednn_max_isa, accelerated=False):
           and onednn_max_isa.upper() in ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"))
 
 
-@functools.lru_cache(maxsize=None)
-def bf16_crashes_here():
-  """onednn_crashes_on_bf16 on this machine (oneDNN on, no GPU or TPU)."""
-  return onednn_cpu() and onednn_crashes_on_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
-
-
 def native_bf16(flags_of_cpu, onednn_max_isa, tpu=False, gpu_capabilities=()):
   """Whether this machine computes bf16 matrix work natively (--mixed_precision=auto's bf16): a
   TPU; GPUs all of compute capability 8.0 or more (Ampere on; unknown: no); else a CPU whose
@@ -124,9 +118,11 @@ def onednn_layer_norm_is_exact(dtype, flags_of_cpu, onednn_max_isa):
   return dtype == tf.bfloat16 and native_bf16(flags_of_cpu, onednn_max_isa)
 
 
+@functools.lru_cache(maxsize=None)
 def onednn_layer_norm(dtype):
   """onednn_cpu and onednn_layer_norm_is_exact on this machine: where kernels.layer_norm takes
-  its oneDNN form for x of `dtype` when asked to."""
+  its oneDNN form for x of `dtype` when asked to. Cached, as onednn_cpu is: the model asks at
+  every LayerNorm it traces, and /proc/cpuinfo need not be read each time."""
   return onednn_cpu() and onednn_layer_norm_is_exact(
       tf.as_dtype(dtype), cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
